@@ -1,0 +1,122 @@
+"""Executors: where a round's training tasks run.
+
+:class:`RayPool` keeps one :class:`~actors.trainer.ClientTrainer` actor per CPU (or GPU share).
+The training set and client index go to the object store once; the global model once per round.
+When an actor dies mid-round its tasks re-run on the surviving actors and a replacement actor is
+started for later rounds. :class:`LocalExecutor` runs the same trainer in-process (tests, debugging).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from actors.trainer import ClientTrainer, TrainTask
+from simulator.models import ModelSpec
+from simulator.training import LocalSpec
+
+log = logging.getLogger("fedsentry.actors")
+
+
+def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, Any]:
+    """Concatenate per-actor results and reorder rows to follow ``order`` (client ids)."""
+    parts = [p for p in parts if len(p["client_ids"])]
+    if not parts:
+        return {"client_ids": np.zeros(0, np.int64), "updates": np.zeros((0, 0), np.float32),
+                "losses": np.zeros(0, np.float32), "steps": np.zeros(0, np.int64),
+                "num_samples": np.zeros(0, np.int64)}
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    pos = {int(c): i for i, c in enumerate(cat["client_ids"])}
+    perm = np.array([pos[c] for c in order], dtype=np.int64)
+    return {k: v[perm] for k, v in cat.items()}
+
+
+class LocalExecutor:
+    """Runs every placement group in this process, one group after another."""
+
+    def __init__(self, model_spec: ModelSpec, x: np.ndarray, y: np.ndarray,
+                 client_index: list[np.ndarray], num_workers: int = 1) -> None:
+        self.trainer = ClientTrainer(model_spec, x, y, client_index, threads=None)
+        self.num_workers = num_workers
+
+    def run(self, groups: list[list[TrainTask]], global_flat: np.ndarray, spec: LocalSpec,
+            vectorize: bool = True) -> dict[str, Any]:
+        order = [t.client_id for g in groups for t in g]
+        parts = [self.trainer.train(global_flat, g, spec, vectorize) for g in groups if g]
+        return merge_results(parts, order)
+
+    def shutdown(self) -> None:
+        pass
+
+
+class RayPool:
+    """A pool of Ray device actors.
+
+    Parameters
+    ----------
+    num_actors : pool size.
+    gpus_per_actor : fractional GPU share per actor (0: CPU actors, one thread each).
+    """
+
+    def __init__(self, model_spec: ModelSpec, x: np.ndarray, y: np.ndarray,
+                 client_index: list[np.ndarray], num_actors: int,
+                 gpus_per_actor: float = 0.0) -> None:
+        import ray
+
+        self._ray = ray
+        self.num_workers = num_actors
+        self._args = (model_spec, ray.put(x), ray.put(y), ray.put(client_index))
+        self._gpus = gpus_per_actor
+        self.actors = [self._start() for _ in range(num_actors)]
+        ray.get([a.ping.remote() for a in self.actors])
+        self.restarts = 0
+
+    def _start(self) -> Any:
+        cls = self._ray.remote(ClientTrainer)
+        device = "cuda" if self._gpus > 0 else "cpu"
+        return cls.options(num_cpus=1, num_gpus=self._gpus, max_restarts=0).remote(
+            *self._args, threads=1, device=device)
+
+    def run(self, groups: list[list[TrainTask]], global_flat: np.ndarray, spec: LocalSpec,
+            vectorize: bool = True) -> dict[str, Any]:
+        """Run ``groups[i]`` on actor ``i``; a dead actor's tasks re-run on the others."""
+        ray = self._ray
+        order = [t.client_id for g in groups for t in g]
+        gref = ray.put(np.asarray(global_flat))
+        pending = {i: (self.actors[i].train.remote(gref, g, spec, vectorize), g)
+                   for i, g in enumerate(groups) if g}
+        parts: list[dict[str, Any]] = []
+        while pending:
+            orphans: list[TrainTask] = []
+            dead: list[int] = []
+            for i, (ref, g) in pending.items():
+                try:
+                    parts.append(ray.get(ref))
+                except ray.exceptions.RayActorError as e:
+                    log.warning("actor %d died (%s); re-running its %d clients elsewhere", i,
+                                type(e).__name__, len(g))
+                    orphans.extend(g)
+                    dead.append(i)
+            for i in dead:
+                self.actors[i] = self._start()
+                self.restarts += 1
+            pending = {}
+            if orphans:
+                alive = [i for i in range(len(self.actors)) if i not in dead] or dead
+                split = np.array_split(np.arange(len(orphans)), len(alive))
+                for i, rows in zip(alive, split, strict=True):
+                    g = [orphans[r] for r in rows]
+                    if g:
+                        pending[i] = (self.actors[i].train.remote(gref, g, spec, vectorize), g)
+        return merge_results(parts, order)
+
+    def kill(self, i: int) -> None:
+        """Kill actor ``i`` (fault injection for tests and studies)."""
+        self._ray.kill(self.actors[i], no_restart=True)
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            self._ray.kill(a, no_restart=True)
+        self.actors = []

@@ -1,0 +1,74 @@
+"""What a device actor hosts: many virtual clients and the code that trains a batch of them.
+
+:class:`ClientTrainer` is a plain class. The Ray pool wraps it as an actor (``ray.remote``); the
+in-process executor uses it directly, so tests exercise the same code without Ray. The training
+set arrives once (a Ray object-store reference, read zero-copy) together with every client's
+index array, so any actor can train any client (needed when an actor dies and its clients move).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from simulator.models import ModelSpec
+from simulator.training import FlatLayout, LocalSpec, train_clients
+
+
+@dataclass(frozen=True)
+class TrainTask:
+    """One selected client's work this round."""
+
+    client_id: int
+    epochs: int
+    seed: int
+    num_samples: int = 0
+
+
+class ClientTrainer:
+    """Trains batches of clients that share one architecture.
+
+    Parameters
+    ----------
+    model_spec : architecture of every client hosted here.
+    x_train, y_train : the (feature-shifted, if configured) training set; numpy arrays.
+    client_index : ``client_index[c]`` are the rows of client ``c``.
+    threads : torch intra-op threads (1 per CPU actor).
+    device : ``"cpu"`` or ``"cuda"``.
+    """
+
+    def __init__(self, model_spec: ModelSpec, x_train: np.ndarray, y_train: np.ndarray,
+                 client_index: list[np.ndarray], threads: int | None = 1,
+                 device: str = "cpu") -> None:
+        if threads:
+            torch.set_num_threads(threads)
+        self.device = torch.device(device)
+        self.model = model_spec.build(seed=0).to(self.device)
+        self.layout = FlatLayout(self.model)
+        self.x = torch.as_tensor(np.asarray(x_train)).to(self.device)
+        self.y = torch.as_tensor(np.asarray(y_train)).to(self.device)
+        self.client_index = client_index
+        self.pid = os.getpid()
+
+    def ping(self) -> int:
+        return self.pid
+
+    def train(self, global_flat: np.ndarray, tasks: list[TrainTask], spec: LocalSpec,
+              vectorize: bool = True) -> dict[str, Any]:
+        """Train ``tasks`` from ``global_flat``; returns one update row per task, in order."""
+        g = torch.as_tensor(np.asarray(global_flat), dtype=torch.float32).to(self.device)
+        idx = [self.client_index[t.client_id] for t in tasks]
+        out = train_clients(self.model, self.layout, g, self.x, self.y, idx,
+                            [t.epochs for t in tasks], [t.seed for t in tasks], spec,
+                            vectorize=vectorize)
+        return {
+            "client_ids": np.array([t.client_id for t in tasks], dtype=np.int64),
+            "updates": out.updates.cpu().numpy(),
+            "losses": out.losses,
+            "steps": out.steps,
+            "num_samples": np.array([len(i) for i in idx], dtype=np.int64),
+        }

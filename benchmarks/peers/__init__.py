@@ -1,0 +1,1 @@
+"""Peer-framework runners (e.g. Flower) used by the throughput benchmark."""

@@ -1,0 +1,28 @@
+"""Defenses (aggregation rules), one module each, registered by name."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from defenses.base import (AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict,
+                           screen_malformed, weighted_mean)
+from defenses.fedavg import FedAvgDefense
+
+DEFENSES: dict[str, type[Defense]] = {"fedavg": FedAvgDefense}
+
+
+def make_defense(name: str, **params: Any) -> Defense:
+    """Build a registered defense; unknown names or parameters list the valid ones."""
+    if name not in DEFENSES:
+        raise ValueError(f"defense: unknown {name!r}; valid: {sorted(DEFENSES)}")
+    cls = DEFENSES[name]
+    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    for p in params:
+        if p not in valid:
+            raise ValueError(f"defense {name!r}: unknown parameter {p!r}; valid: {valid}")
+    return cls(**params)
+
+
+__all__ = ["DEFENSES", "AggregateResult", "Defense", "DefenseContext", "UpdateBatch", "Verdict",
+           "make_defense", "screen_malformed", "weighted_mean"]

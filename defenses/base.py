@@ -1,0 +1,122 @@
+"""The defense interface: a function of the round's update batch that returns an aggregate and a
+per-client verdict.
+
+A defense sees an :class:`UpdateBatch` (the ``[K, P]`` matrix of updates that arrived this round,
+with sample counts, base rounds and client signals) and a :class:`DefenseContext` (round, global
+model, server-held public data, an evaluation function). It returns an :class:`AggregateResult`:
+the aggregated update ``delta`` (``[P]``) and one :class:`Verdict` per row. State that a defense
+keeps across rounds (Siren's credits, Sageflow's staleness groups) lives on the defense object and
+is exposed through ``state_dict`` / ``load_state_dict`` for checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class UpdateBatch:
+    """The rows aggregated this round."""
+
+    updates: torch.Tensor                 # [K, P] float32
+    client_ids: np.ndarray                # [K] int64
+    num_samples: np.ndarray               # [K] int64
+    base_rounds: np.ndarray               # [K] int64, round of the global model each row built on
+    signals: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. "loss", "alarm"
+
+    def __len__(self) -> int:
+        return int(self.updates.shape[0])
+
+    def subset(self, rows: np.ndarray) -> UpdateBatch:
+        r = np.asarray(rows, dtype=np.int64)
+        return UpdateBatch(self.updates[torch.from_numpy(r)], self.client_ids[r],
+                           self.num_samples[r], self.base_rounds[r],
+                           {k: v[r] for k, v in self.signals.items()})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the server decided about one client's update this round."""
+
+    client_id: int
+    kept: bool
+    weight: float          # share of the aggregate (0 when rejected); weights of kept rows sum to 1
+    score: float           # defense-specific score (distance, entropy, accuracy, ...); nan if none
+    reason: str = ""       # why rejected (or a short note)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"client": self.client_id, "kept": self.kept, "weight": round(self.weight, 8),
+                "score": None if np.isnan(self.score) else float(self.score),
+                "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class DefenseContext:
+    """What a defense may read besides the updates."""
+
+    round: int
+    global_flat: torch.Tensor
+    public_x: torch.Tensor | None = None
+    public_y: torch.Tensor | None = None
+    evaluate: Callable[[torch.Tensor], tuple[float, float]] | None = None  # flat -> (acc, loss)
+    rng: np.random.Generator | None = None
+
+
+@dataclass(frozen=True)
+class AggregateResult:
+    delta: torch.Tensor                  # [P]
+    verdicts: tuple[Verdict, ...]
+
+
+class Defense:
+    """Base class: subclasses implement :meth:`aggregate`; parameters are keyword arguments."""
+
+    name = "base"
+
+    def __init__(self, **params: Any) -> None:
+        if params:
+            raise ValueError(f"defense {self.name!r}: unknown parameter "
+                             f"{sorted(params)[0]!r}; valid: []")
+
+    def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
+        raise NotImplementedError
+
+    def __call__(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
+        if len(batch) == 0:
+            return AggregateResult(torch.zeros_like(ctx.global_flat), ())
+        return self.aggregate(batch, ctx)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state
+
+
+def weighted_mean(updates: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
+    """Sum_k w_k u_k / sum_k w_k; an all-zero weight vector gives the zero update."""
+    w = torch.as_tensor(np.asarray(weights, dtype=np.float64), dtype=torch.float64)
+    total = float(w.sum())
+    if total <= 0:
+        return torch.zeros(updates.shape[1], dtype=updates.dtype)
+    return ((w / total).to(updates.dtype) @ updates).to(updates.dtype)
+
+
+def screen_malformed(batch: UpdateBatch, size: int) -> tuple[np.ndarray, list[Verdict]]:
+    """Rows that may be aggregated, and rejection verdicts for the others.
+
+    A row with NaN/Inf or the wrong length is never averaged; the engine calls this before any
+    defense sees the batch.
+    """
+    if batch.updates.dim() != 2 or batch.updates.shape[1] != size:
+        return np.zeros(0, np.int64), [Verdict(int(c), False, 0.0, float("nan"), "bad-shape")
+                                       for c in batch.client_ids]
+    finite = torch.isfinite(batch.updates).all(dim=1).numpy()
+    bad = [Verdict(int(c), False, 0.0, float("nan"), "non-finite")
+           for c, ok in zip(batch.client_ids, finite, strict=True) if not ok]
+    return np.flatnonzero(finite), bad

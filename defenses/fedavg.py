@@ -1,0 +1,28 @@
+"""Plain FedAvg aggregation (McMahan et al., 2017): the sample-weighted mean of the updates."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import weighted_mean
+
+
+class FedAvgDefense(Defense):
+    """Keeps every row; weight_k = n_k / sum n (``weighting='uniform'`` for 1/K)."""
+
+    name = "fedavg"
+
+    def __init__(self, weighting: str = "samples") -> None:
+        if weighting not in ("samples", "uniform"):
+            raise ValueError(f"defense 'fedavg': weighting {weighting!r} invalid; valid: "
+                             "['samples', 'uniform']")
+        self.weighting = weighting
+
+    def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
+        w = (batch.num_samples.astype(np.float64) if self.weighting == "samples"
+             else np.ones(len(batch)))
+        w = w / w.sum()
+        verdicts = tuple(Verdict(int(c), True, float(wi), float("nan"))
+                         for c, wi in zip(batch.client_ids, w, strict=True))
+        return AggregateResult(weighted_mean(batch.updates, w), verdicts)

@@ -1,0 +1,350 @@
+"""Typed, frozen configuration.
+
+One dataclass per section. Field names are unique across sections, so every field becomes one
+command-line flag ``--field-name`` and one YAML key under its section. Each field carries its help
+text in ``metadata["help"]``; the CLI and the README's reference table are generated from it.
+Values are validated when the object is built, so a bad value fails before anything starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the field and the valid choices."""
+
+
+def _f(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    meta = {"help": help, "choices": choices}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _check_choice(section: str, obj: Any) -> None:
+    for f in fields(obj):
+        ch = f.metadata.get("choices")
+        val = getattr(obj, f.name)
+        if ch and val not in ch:
+            raise ConfigError(f"{section}.{f.name}: unknown value {val!r}; valid: {list(ch)}")
+
+
+def _positive(section: str, obj: Any, names: tuple[str, ...], strict: bool = True) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if v is None:
+            continue
+        if (strict and v <= 0) or (not strict and v < 0):
+            rel = "> 0" if strict else ">= 0"
+            raise ConfigError(f"{section}.{n}: must be {rel}, got {v!r}")
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    seed: int = _f(0, "seed that fixes data split, devices, sampling, attacks and training")
+    rounds: int = _f(40, "number of federated rounds")
+    clients_per_round: int = _f(10, "clients selected each round (among available devices)")
+    eval_every: int = _f(1, "evaluate the global model every N rounds (and after the last)")
+
+    def __post_init__(self) -> None:
+        _positive("experiment", self, ("rounds", "clients_per_round", "eval_every"))
+
+
+DATASET_NAMES = ("digits", "mnist5k", "synthetic", "mnist1d", "mnist_idx", "cifar10",
+                 "femnist_leaf")
+PARTITION_NAMES = ("iid", "dirichlet", "shards", "quantity", "natural")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: str = _f("digits", "dataset name", DATASET_NAMES)
+    data_path: str | None = _f(None, "directory of an on-disk dataset (mnist_idx, cifar10, "
+                                     "femnist_leaf)")
+    num_clients: int = _f(20, "number of clients the training set is split into")
+    partition: str = _f("dirichlet", "how data is split over clients", PARTITION_NAMES)
+    dirichlet_alpha: float = _f(0.5, "Dirichlet concentration for 'dirichlet' and 'quantity' "
+                                     "skew (smaller = more skewed)")
+    classes_per_client: int = _f(2, "classes per client for the pathological 'shards' split")
+    public_fraction: float = _f(0.0, "fraction of the training set carved out first as the "
+                                     "server-held public/root set (Sageflow, Siren, FLTrust)")
+    test_fraction: float = _f(0.2, "test fraction for datasets without a fixed test split")
+    feature_shift: float = _f(0.0, "strength of per-client input transforms (feature-shift "
+                                   "non-IID); 0 disables")
+    synthetic_alpha: float = _f(1.0, "FedProx synthetic(alpha, beta): model heterogeneity")
+    synthetic_beta: float = _f(1.0, "FedProx synthetic(alpha, beta): data heterogeneity")
+
+    def __post_init__(self) -> None:
+        _check_choice("data", self)
+        _positive("data", self, ("num_clients", "dirichlet_alpha", "classes_per_client"))
+        _positive("data", self, ("feature_shift", "synthetic_alpha", "synthetic_beta"),
+                  strict=False)
+        for n in ("public_fraction", "test_fraction"):
+            v = getattr(self, n)
+            if not 0.0 <= v < 1.0:
+                raise ConfigError(f"data.{n}: must be in [0, 1), got {v!r}")
+        if self.dataset in ("mnist_idx", "cifar10", "femnist_leaf") and not self.data_path:
+            raise ConfigError(f"data.data_path: dataset {self.dataset!r} reads files; "
+                              "give --data-path DIR")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model: str = _f("mlp", "architecture", ("logreg", "mlp", "cnn"))
+    hidden: int = _f(64, "hidden width (MLP layers, CNN representation)")
+    norm: str = _f("none", "normalization layers", ("none", "batch"))
+
+    def __post_init__(self) -> None:
+        _check_choice("model", self)
+        _positive("model", self, ("hidden",))
+
+
+@dataclass(frozen=True)
+class DevicesConfig:
+    device_trace: str | None = _f(None, "CSV/JSON trace of device profiles (one per client); "
+                                        "default: generated population")
+    compute_ms_median: float = _f(5.0, "median compute time per sample, ms (FedScale-style)")
+    compute_sigma: float = _f(0.6, "log-normal sigma of compute speed")
+    up_kbps_median: float = _f(1000.0, "median upload bandwidth, kbit/s")
+    down_kbps_median: float = _f(5000.0, "median download bandwidth, kbit/s")
+    bandwidth_sigma: float = _f(0.8, "log-normal sigma of bandwidth")
+    latency_ms_median: float = _f(50.0, "median one-way latency, ms")
+    availability_low: float = _f(1.0, "device availability is uniform in [this, 1]; 1 = "
+                                      "always online")
+
+    def __post_init__(self) -> None:
+        _positive("devices", self, ("compute_ms_median", "up_kbps_median", "down_kbps_median"))
+        _positive("devices", self, ("compute_sigma", "bandwidth_sigma", "latency_ms_median"),
+                  strict=False)
+        if not 0.0 < self.availability_low <= 1.0:
+            raise ConfigError(f"devices.availability_low: must be in (0, 1], got "
+                              f"{self.availability_low!r}")
+
+
+POLICY_NAMES = ("wait_for_all", "deadline", "deadline_carryover", "first_k")
+
+
+@dataclass(frozen=True)
+class ClockConfig:
+    round_policy: str = _f("wait_for_all", "which updates a round waits for", POLICY_NAMES)
+    deadline_s: float = _f(60.0, "round deadline in virtual seconds (deadline policies)")
+    first_k: int = _f(0, "first_k policy: aggregate the first K arrivals (0 = 80%% of selected)")
+    max_staleness: int = _f(5, "deadline_carryover: drop updates older than this many rounds")
+    compute_factor: float = _f(3.0, "compute time = factor x samples x epochs x ms/sample "
+                                    "(forward + backward ~ 3 passes)")
+
+    def __post_init__(self) -> None:
+        _check_choice("clock", self)
+        _positive("clock", self, ("deadline_s", "compute_factor"))
+        _positive("clock", self, ("first_k", "max_staleness"), strict=False)
+
+
+ALGORITHM_NAMES = ("fedavg", "fedprox")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    algorithm: str = _f("fedavg", "federated algorithm", ALGORITHM_NAMES)
+    lr: float = _f(0.1, "client SGD learning rate")
+    local_epochs: int = _f(5, "local epochs E")
+    batch_size: int = _f(10, "local mini-batch size B")
+    weight_decay: float = _f(0.0, "client L2 weight decay")
+    server_lr: float = _f(1.0, "server step on the aggregated update (1 = plain averaging)")
+    mu: float = _f(0.0, "FedProx proximal coefficient mu")
+    straggler_fraction: float = _f(0.0, "fraction of selected clients that do partial work: "
+                                        "epochs ~ U{1..E} (FedProx paper, Sec. 5.2)")
+    drop_stragglers: bool = _f(False, "drop the partial-work clients instead of aggregating "
+                                      "them (the FedAvg baseline of the FedProx paper)")
+
+    def __post_init__(self) -> None:
+        _check_choice("algorithm", self)
+        _positive("algorithm", self, ("lr", "local_epochs", "batch_size", "server_lr"))
+        _positive("algorithm", self, ("weight_decay", "mu"), strict=False)
+        if not 0.0 <= self.straggler_fraction <= 1.0:
+            raise ConfigError("algorithm.straggler_fraction: must be in [0, 1], got "
+                              f"{self.straggler_fraction!r}")
+
+
+@dataclass(frozen=True)
+class DefenseConfig:
+    defense: str = _f("fedavg", "aggregation rule / defense (see defenses/)")
+    defense_params: dict[str, Any] = _f({}, "defense parameters, KEY=VALUE (repeatable)")
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    attack: str = _f("none", "Byzantine attack (see attacks/)")
+    attack_fraction: float = _f(0.0, "fraction of the population that is malicious")
+    attack_params: dict[str, Any] = _f({}, "attack parameters, KEY=VALUE (repeatable)")
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.attack_fraction <= 1.0:
+            raise ConfigError(f"attack.attack_fraction: must be in [0, 1], got "
+                              f"{self.attack_fraction!r}")
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    backend: str = _f("ray", "where clients train: 'ray' actor pool, or 'local' in-process",
+                      ("ray", "local"))
+    num_actors: int = _f(0, "device actors in the pool (0 = one per CPU, or per GPU slot)")
+    gpus_per_actor: float = _f(0.0, "GPU share per actor (fractional; 0 = CPU, or auto "
+                                    "0.25 when the cluster has GPUs)")
+    ray_address: str | None = _f(None, "join an existing Ray cluster at this address "
+                                       "(default: start a local one)")
+    placement: str = _f("greedy", "how tasks are placed on actors", ("greedy", "round_robin"))
+    vectorize: bool = _f(True, "train an actor's clients as one stacked vmap computation "
+                               "(False: one client at a time)")
+
+    def __post_init__(self) -> None:
+        _check_choice("execution", self)
+        _positive("execution", self, ("num_actors", "gpus_per_actor"), strict=False)
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    out: str = _f("runs/latest", "output directory for events, summary, CSV, plots")
+    checkpoint_every: int = _f(0, "save a checkpoint every N rounds (0 = never)")
+    resume: str | None = _f(None, "resume the run saved in this directory")
+    progress: bool = _f(True, "show a progress bar")
+    plots: bool = _f(True, "write PNG plots at the end")
+
+    def __post_init__(self) -> None:
+        _positive("output", self, ("checkpoint_every",), strict=False)
+
+
+SECTIONS: dict[str, type] = {
+    "experiment": ExperimentConfig, "data": DataConfig, "model": ModelConfig,
+    "devices": DevicesConfig, "clock": ClockConfig, "algorithm": AlgorithmConfig,
+    "defense": DefenseConfig, "attack": AttackConfig, "execution": ExecutionConfig,
+    "output": OutputConfig,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole resolved configuration of one run."""
+
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    devices: DevicesConfig = field(default_factory=DevicesConfig)
+    clock: ClockConfig = field(default_factory=ClockConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    defense: DefenseConfig = field(default_factory=DefenseConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    def replace(self, **flat: Any) -> Config:
+        """Return a copy with flat field overrides, e.g. ``replace(rounds=5, lr=0.1)``."""
+        return build_config(self.to_dict(), flat)
+
+
+def field_index() -> dict[str, tuple[str, dataclasses.Field]]:
+    """Map each flat field name to (section, field)."""
+    out: dict[str, tuple[str, dataclasses.Field]] = {}
+    for sec, cls in SECTIONS.items():
+        for f in fields(cls):
+            assert f.name not in out, f"duplicate config field {f.name}"
+            out[f.name] = (sec, f)
+    return out
+
+
+def _type_name(typ: Any) -> str:
+    """'int', 'float', 'str', 'bool', 'dict', optionally followed by ' | None'."""
+    args = [a for a in typing.get_args(typ) if a is not type(None)]
+    base = args[0] if args and typing.get_origin(typ) in (types.UnionType, typing.Union) else typ
+    name = getattr(typing.get_origin(base) or base, "__name__", str(base))
+    return name + (" | None" if type(None) in typing.get_args(typ) else "")
+
+
+def _coerce(sec: str, name: str, typ: Any, value: Any) -> Any:
+    t = _type_name(typ)
+    try:
+        if value is None:
+            if "None" in t:
+                return None
+            raise ConfigError(f"{sec}.{name}: must not be empty")
+        if t.startswith("dict"):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{sec}.{name}: expected a mapping, got {value!r}")
+            return dict(value)
+        if t.startswith("bool"):
+            if isinstance(value, str):
+                low = value.lower()
+                if low not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                return low in ("true", "1", "yes")
+            return bool(value)
+        if t.startswith("int"):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if t.startswith("float"):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        kind = t.split(" ")[0].split("|")[0]
+        raise ConfigError(f"{sec}.{name}: expected {kind}, got {value!r}") from None
+
+
+def build_config(nested: dict[str, Any] | None = None, flat: dict[str, Any] | None = None
+                 ) -> Config:
+    """Build and validate a :class:`Config` from a nested mapping (YAML) plus flat overrides."""
+    nested = nested or {}
+    unknown = set(nested) - set(SECTIONS)
+    if unknown:
+        raise ConfigError(f"config: unknown section {sorted(unknown)[0]!r}; valid: "
+                          f"{list(SECTIONS)}")
+    index = field_index()
+    values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    for sec, body in nested.items():
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(f"config: section {sec!r} must be a mapping")
+        valid = [f.name for f in fields(SECTIONS[sec])]
+        for k, v in body.items():
+            if k not in valid:
+                raise ConfigError(f"{sec}.{k}: unknown key; valid: {valid}")
+            values[sec][k] = v
+    for k, v in (flat or {}).items():
+        if k not in index:
+            raise ConfigError(f"config: unknown field {k!r}; valid: {sorted(index)}")
+        values[index[k][0]][k] = v
+    built = {}
+    for sec, cls in SECTIONS.items():
+        hints = get_type_hints(cls)
+        kw = {k: _coerce(sec, k, hints[k], v) for k, v in values[sec].items()}
+        built[sec] = cls(**kw)
+    return Config(**built)
+
+
+def load_config(path: str | Path | None, flat: dict[str, Any] | None = None) -> Config:
+    """Load a YAML config file (or defaults when ``path`` is None) and apply flat overrides."""
+    nested: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config: file not found: {p}")
+        try:
+            nested = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config: {p} is not valid YAML ({e.__class__.__name__})") from None
+        if not isinstance(nested, dict):
+            raise ConfigError(f"config: {p} must hold a mapping of sections")
+    return build_config(nested, flat)

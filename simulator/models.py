@@ -1,0 +1,118 @@
+"""Models with a feature-extractor / classifier split.
+
+Every model exposes ``features(x) -> h`` and ``classifier(h) -> logits`` so that
+representation-based methods (MOON, FedFM) can read ``h``; ``forward`` is their composition.
+Models are small on purpose: FedSentry trains many clients as one stacked computation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+class SplitModel(nn.Module):
+    """A model made of a feature extractor and a linear classifier head."""
+
+    def __init__(self, features: nn.Module, classifier: nn.Module) -> None:
+        super().__init__()
+        self.body = features
+        self.head = classifier
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Representation ``h`` that MOON and FedFM compare across clients."""
+        return self.body(x)
+
+    def classifier(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits from a representation."""
+        return self.head(h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+def _norm(kind: str, channels: int, dims: int) -> nn.Module:
+    if kind == "none":
+        return nn.Identity()
+    if kind == "batch":
+        return nn.BatchNorm1d(channels) if dims == 1 else nn.BatchNorm2d(channels)
+    raise ValueError(f"model norm: unknown value {kind!r}; valid: ['batch', 'none']")
+
+
+def logreg(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 0,
+           norm: str = "none") -> SplitModel:
+    """Multinomial logistic regression (the FedProx synthetic baseline)."""
+    del hidden, norm
+    return SplitModel(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
+
+
+def mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64,
+        norm: str = "none") -> SplitModel:
+    """Two-hidden-layer perceptron; ``norm='batch'`` adds BatchNorm after each hidden layer."""
+    d = math.prod(input_shape)
+    body = nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(d, hidden), _norm(norm, hidden, 1), nn.ReLU(),
+        nn.Linear(hidden, hidden), _norm(norm, hidden, 1), nn.ReLU(),
+    )
+    return SplitModel(body, nn.Linear(hidden, num_classes))
+
+
+def cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64,
+        norm: str = "none") -> SplitModel:
+    """Small CNN for 28x28 (two conv+pool blocks) or 8x8 inputs (one block, padding kept).
+
+    The layout follows the "CNN" of McMahan et al. (2017) scaled down: 5x5 (28x28) or 3x3 (8x8)
+    convolutions, max pooling, one hidden fully connected layer as the representation.
+    """
+    if len(input_shape) != 3:
+        raise ValueError(f"model cnn: needs image input (C, H, W); got input_shape {input_shape}")
+    c, h, w = input_shape
+    if min(h, w) >= 28:
+        k, blocks, ch = 5, 2, (16, 32)
+    elif min(h, w) >= 8:
+        k, blocks, ch = 3, 1, (16, 32)
+    else:
+        raise ValueError(f"model cnn: input {h}x{w} is smaller than 8x8")
+    layers: list[nn.Module] = []
+    cin = c
+    for b in range(blocks):
+        layers += [nn.Conv2d(cin, ch[b], k, padding=k // 2), _norm(norm, ch[b], 2), nn.ReLU(),
+                   nn.MaxPool2d(2)]
+        cin = ch[b]
+    if blocks == 1:  # 8x8 -> 4x4 after one pool; add a second conv without pooling
+        layers += [nn.Conv2d(cin, ch[1], k, padding=k // 2), _norm(norm, ch[1], 2), nn.ReLU()]
+        cin = ch[1]
+    side_h, side_w = h // 2**blocks, w // 2**blocks
+    layers += [nn.Flatten(), nn.Linear(cin * side_h * side_w, hidden), nn.ReLU()]
+    return SplitModel(nn.Sequential(*layers), nn.Linear(hidden, num_classes))
+
+
+MODELS: dict[str, Callable[..., SplitModel]] = {"logreg": logreg, "mlp": mlp, "cnn": cnn}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything needed to rebuild a model anywhere (actors receive this, not a module)."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    hidden: int = 64
+    norm: str = "none"
+
+    def build(self, seed: int | None = None) -> SplitModel:
+        """Instantiate the model; with ``seed`` the initial weights are deterministic."""
+        if self.name not in MODELS:
+            raise ValueError(f"model name: unknown {self.name!r}; valid: {sorted(MODELS)}")
+        if seed is not None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                return MODELS[self.name](self.input_shape, self.num_classes,
+                                         hidden=self.hidden, norm=self.norm)
+        return MODELS[self.name](self.input_shape, self.num_classes, hidden=self.hidden,
+                                 norm=self.norm)

@@ -1,0 +1,48 @@
+"""Placement of a round's training tasks on actors: ``place(tasks, num_actors) -> groups``.
+
+The default is greedy longest-processing-time on an estimated cost (samples x epochs); the GBDT +
+genetic-algorithm scheduler plugs in behind the same interface.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+
+from actors.trainer import TrainTask
+
+
+def _cost(t: TrainTask) -> float:
+    return float(max(t.num_samples, 1) * t.epochs)
+
+
+def greedy(tasks: Sequence[TrainTask], num_actors: int) -> list[list[TrainTask]]:
+    """Largest task first onto the least-loaded actor (ties: lowest actor index)."""
+    groups: list[list[TrainTask]] = [[] for _ in range(num_actors)]
+    heap = [(0.0, i) for i in range(num_actors)]
+    for t in sorted(tasks, key=lambda t: (-_cost(t), t.client_id)):
+        load, i = heapq.heappop(heap)
+        groups[i].append(t)
+        heapq.heappush(heap, (load + _cost(t), i))
+    return groups
+
+
+def round_robin(tasks: Sequence[TrainTask], num_actors: int) -> list[list[TrainTask]]:
+    """Task j goes to actor j mod n."""
+    groups: list[list[TrainTask]] = [[] for _ in range(num_actors)]
+    for j, t in enumerate(tasks):
+        groups[j % num_actors].append(t)
+    return groups
+
+
+PLACERS: dict[str, Callable[[Sequence[TrainTask], int], list[list[TrainTask]]]] = {
+    "greedy": greedy, "round_robin": round_robin}
+
+
+def place(tasks: Sequence[TrainTask], num_actors: int, how: str = "greedy"
+          ) -> list[list[TrainTask]]:
+    if how not in PLACERS:
+        raise ValueError(f"placement: unknown {how!r}; valid: {sorted(PLACERS)}")
+    if num_actors < 1:
+        raise ValueError("placement: needs at least one actor")
+    return PLACERS[how](tasks, num_actors)
