@@ -3,7 +3,8 @@
 :class:`RayPool` keeps one :class:`~actors.trainer.ClientTrainer` actor per CPU (or GPU share).
 The training set and client index go to the object store once; the global model once per round.
 When an actor dies mid-round its tasks re-run on the surviving actors and a replacement actor is
-started for later rounds. :class:`LocalExecutor` runs the same trainer in-process (tests, debugging).
+started for later rounds. :class:`LocalExecutor` runs the same trainer in-process (tests,
+debugging).
 """
 
 from __future__ import annotations
@@ -21,16 +22,37 @@ log = logging.getLogger("fedsentry.actors")
 
 
 def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, Any]:
-    """Concatenate per-actor results and reorder rows to follow ``order`` (client ids)."""
+    """Combine per-actor results.
+
+    Per-client fields (``client_ids``, ``losses``, ``steps``, ``num_samples``, ``finite``) are
+    reordered to follow ``order``; returned rows (``row_ids``, ``updates``) likewise; partial sums
+    of pre-aggregated rows are added (``agg_sum``, ``agg_weight``); ``seconds`` is the slowest
+    actor's training time.
+    """
     parts = [p for p in parts if len(p["client_ids"])]
+    per_client = ("client_ids", "losses", "steps", "num_samples", "finite")
     if not parts:
-        return {"client_ids": np.zeros(0, np.int64), "updates": np.zeros((0, 0), np.float32),
-                "losses": np.zeros(0, np.float32), "steps": np.zeros(0, np.int64),
-                "num_samples": np.zeros(0, np.int64)}
-    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        out: dict[str, Any] = {k: np.zeros(0, np.int64) for k in per_client}
+        out.update(row_ids=np.zeros(0, np.int64), updates=None, agg_sum=None, agg_weight=0.0,
+                   seconds=0.0)
+        return out
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in per_client}
     pos = {int(c): i for i, c in enumerate(cat["client_ids"])}
-    perm = np.array([pos[c] for c in order], dtype=np.int64)
-    return {k: v[perm] for k, v in cat.items()}
+    out = {k: v[np.array([pos[c] for c in order], dtype=np.int64)] for k, v in cat.items()}
+    row_ids = np.concatenate([p["row_ids"] for p in parts])
+    rows = [p["updates"] for p in parts if len(p["row_ids"])]
+    if rows:
+        updates = np.concatenate(rows)
+        rank = {c: i for i, c in enumerate(order)}
+        perm = np.argsort([rank[int(c)] for c in row_ids], kind="stable")
+        out["row_ids"], out["updates"] = row_ids[perm], updates[perm]
+    else:
+        out["row_ids"], out["updates"] = row_ids, None
+    sums = [p["agg_sum"] for p in parts if p["agg_sum"] is not None]
+    out["agg_sum"] = np.sum(sums, axis=0) if sums else None
+    out["agg_weight"] = float(sum(p["agg_weight"] for p in parts))
+    out["seconds"] = max(float(p["seconds"]) for p in parts)
+    return out
 
 
 class LocalExecutor:

@@ -12,6 +12,7 @@ _OFFLINE_ENV = {
     "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
     "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
     "RAY_DEDUP_LOGS": "0",
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
 }
 
 

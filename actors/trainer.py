@@ -9,6 +9,7 @@ index array, so any actor can train any client (needed when an actor dies and it
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ class TrainTask:
     epochs: int
     seed: int
     num_samples: int = 0
+    weight: float = -1.0  # >= 0: add weight * update to the actor's partial sum; < 0: return row
 
 
 class ClientTrainer:
@@ -60,15 +62,27 @@ class ClientTrainer:
     def train(self, global_flat: np.ndarray, tasks: list[TrainTask], spec: LocalSpec,
               vectorize: bool = True) -> dict[str, Any]:
         """Train ``tasks`` from ``global_flat``; returns one update row per task, in order."""
+        t0 = time.perf_counter()
         g = torch.as_tensor(np.asarray(global_flat), dtype=torch.float32).to(self.device)
         idx = [self.client_index[t.client_id] for t in tasks]
         out = train_clients(self.model, self.layout, g, self.x, self.y, idx,
                             [t.epochs for t in tasks], [t.seed for t in tasks], spec,
                             vectorize=vectorize)
+        upd = out.updates
+        w = torch.tensor([t.weight for t in tasks], dtype=torch.float64, device=self.device)
+        finite = torch.isfinite(upd).all(dim=1)
+        summed = (w >= 0) & finite
+        agg = (w * summed) @ upd.double() if bool(summed.any()) else None
+        ret = (w < 0).cpu().numpy()
         return {
             "client_ids": np.array([t.client_id for t in tasks], dtype=np.int64),
-            "updates": out.updates.cpu().numpy(),
             "losses": out.losses,
             "steps": out.steps,
             "num_samples": np.array([len(i) for i in idx], dtype=np.int64),
+            "finite": finite.cpu().numpy(),
+            "row_ids": np.array([t.client_id for t in tasks], dtype=np.int64)[ret],
+            "updates": upd[torch.from_numpy(ret).to(self.device)].cpu().numpy(),
+            "agg_sum": None if agg is None else agg.cpu().numpy(),
+            "agg_weight": float((w * summed).sum()),
+            "seconds": time.perf_counter() - t0,
         }

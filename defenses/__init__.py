@@ -5,8 +5,15 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from defenses.base import (AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict,
-                           screen_malformed, weighted_mean)
+from defenses.base import (
+    AggregateResult,
+    Defense,
+    DefenseContext,
+    UpdateBatch,
+    Verdict,
+    screen_malformed,
+    weighted_mean,
+)
 from defenses.fedavg import FedAvgDefense
 
 DEFENSES: dict[str, type[Defense]] = {"fedavg": FedAvgDefense}

@@ -77,6 +77,13 @@ class Defense:
     """Base class: subclasses implement :meth:`aggregate`; parameters are keyword arguments."""
 
     name = "base"
+    #: a linear rule's aggregate is sum_k w_k u_k / sum_k w_k with weights known before training
+    #: (``row_weights``); the engine may then pre-aggregate rows on the actors.
+    linear = False
+
+    def row_weights(self, num_samples: np.ndarray) -> np.ndarray:
+        """Unnormalized weights of a linear rule; only called when ``linear`` is True."""
+        raise NotImplementedError
 
     def __init__(self, **params: Any) -> None:
         if params:
@@ -116,7 +123,8 @@ def screen_malformed(batch: UpdateBatch, size: int) -> tuple[np.ndarray, list[Ve
     if batch.updates.dim() != 2 or batch.updates.shape[1] != size:
         return np.zeros(0, np.int64), [Verdict(int(c), False, 0.0, float("nan"), "bad-shape")
                                        for c in batch.client_ids]
-    finite = torch.isfinite(batch.updates).all(dim=1).numpy()
+    # a float64 row sum is finite iff every float32 entry is (no float32 sum can overflow it)
+    finite = np.isfinite(batch.updates.numpy().sum(axis=1, dtype=np.float64))
     bad = [Verdict(int(c), False, 0.0, float("nan"), "non-finite")
            for c, ok in zip(batch.client_ids, finite, strict=True) if not ok]
     return np.flatnonzero(finite), bad

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
-from defenses.base import weighted_mean
+from defenses.base import (
+    AggregateResult,
+    Defense,
+    DefenseContext,
+    UpdateBatch,
+    Verdict,
+    weighted_mean,
+)
 
 
 class FedAvgDefense(Defense):
     """Keeps every row; weight_k = n_k / sum n (``weighting='uniform'`` for 1/K)."""
 
     name = "fedavg"
+    linear = True
 
     def __init__(self, weighting: str = "samples") -> None:
         if weighting not in ("samples", "uniform"):
@@ -19,9 +26,12 @@ class FedAvgDefense(Defense):
                              "['samples', 'uniform']")
         self.weighting = weighting
 
+    def row_weights(self, num_samples: np.ndarray) -> np.ndarray:
+        n = np.asarray(num_samples, dtype=np.float64)
+        return n if self.weighting == "samples" else np.ones_like(n)
+
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
-        w = (batch.num_samples.astype(np.float64) if self.weighting == "samples"
-             else np.ones(len(batch)))
+        w = self.row_weights(batch.num_samples)
         w = w / w.sum()
         verdicts = tuple(Verdict(int(c), True, float(wi), float("nan"))
                          for c, wi in zip(batch.client_ids, w, strict=True))

@@ -6,9 +6,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any
-
-from typing import get_type_hints
+from typing import Any, get_type_hints
 
 from simulator.config import SECTIONS, ConfigError, _type_name, field_index, load_config
 

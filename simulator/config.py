@@ -202,6 +202,8 @@ class ExecutionConfig:
     placement: str = _f("greedy", "how tasks are placed on actors", ("greedy", "round_robin"))
     vectorize: bool = _f(True, "train an actor's clients as one stacked vmap computation "
                                "(False: one client at a time)")
+    preaggregate: bool = _f(True, "for linear rules (fedavg) sum updates on the actors and "
+                                  "ship one partial sum per actor instead of every row")
 
     def __post_init__(self) -> None:
         _check_choice("execution", self)

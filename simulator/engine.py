@@ -38,8 +38,17 @@ def stream(seed: int, rnd: int, which: int) -> np.random.Generator:
     return np.random.default_rng([seed, rnd, which])
 
 
-def client_seed(seed: int, rnd: int, client: int) -> int:
-    return int(np.random.SeedSequence([seed, rnd, _CLIENT, client]).generate_state(1)[0])
+def client_seeds(seed: int, rnd: int, clients: np.ndarray) -> np.ndarray:
+    """Per-client training seeds of one round: a splitmix64 hash of (seed, round, client)."""
+    with np.errstate(over="ignore"):
+        z = (np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+             + np.uint64(rnd) * np.uint64(0xBF58476D1CE4E5B9)
+             + np.asarray(clients, dtype=np.uint64) * np.uint64(0x94D049BB133111EB)
+             + np.uint64(_CLIENT))
+        for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            z = (z ^ (z >> np.uint64(shift))) * np.uint64(mult)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(1)).astype(np.int64)
 
 
 @dataclass
@@ -135,62 +144,109 @@ class Simulation:
         selected = self.select(rnd)
         epochs = self.algorithm.client_epochs(len(selected), stream(seed, rnd, _EPOCHS))
         sizes = self.fed.client_sizes[selected]
-        tasks = [TrainTask(int(c), int(e), client_seed(seed, rnd, int(c)), int(n))
-                 for c, e, n in zip(selected, epochs, sizes, strict=True)]
+        start = self.clock.now
+        # clock first: arrival times depend on device profiles and task sizes, not on results
+        new = self._arrivals(rnd, selected, epochs, sizes, start)
+        outcome = self.policy.close_round(rnd, start, new, [f.arrival for f in self.in_flight])
+        now_ids = {a.client_id for a in outcome.arrived if a.base_round == rnd}
+        hold_ids = {a.client_id for a in outcome.pending if a.base_round == rnd}
+        verdicts: list[Verdict] = []
+        if not self.algorithm.keep_partial_work():
+            partial = {int(c) for c, e in zip(selected, epochs, strict=True)
+                       if e < cfg.algorithm.local_epochs}
+            verdicts += [Verdict(c, False, 0.0, float("nan"), "partial-work")
+                         for c in sorted(partial & now_ids)]
+            now_ids -= partial
+        fast = self.defense.linear and cfg.execution.preaggregate
+        weights = self.defense.row_weights(sizes) if fast else np.full(len(sizes), -1.0)
+        seeds = client_seeds(seed, rnd, selected)
+        tasks = [TrainTask(int(c), int(e), int(sd), int(n), float(w) if c in now_ids else -1.0)
+                 for c, e, sd, n, w in zip(selected, epochs, seeds, sizes, weights, strict=True)
+                 if c in now_ids or c in hold_ids]
         groups = place(tasks, self.executor.num_workers, cfg.execution.placement)
         res = self.executor.run(groups, self.global_flat.numpy(), self.spec,
                                 cfg.execution.vectorize)
-        # clock: when does each update reach the server?
-        pop = self.fed.population
-        dur = (compute_seconds(sizes, epochs, pop.compute_ms_per_sample[selected],
-                               cfg.clock.compute_factor)
-               + transfer_seconds(self.model_bytes, pop.up_kbps[selected],
-                                  pop.down_kbps[selected], pop.latency_ms[selected]))
-        dur = np.atleast_1d(np.asarray(dur, dtype=np.float64))
-        start = self.clock.now
-        new = [Arrival(int(c), rnd, start + float(d)) for c, d in zip(selected, dur, strict=True)]
-        rows = {(int(c), rnd): InFlight(a, res["updates"][i], int(res["num_samples"][i]),
-                                        float(res["losses"][i]))
-                for i, (c, a) in enumerate(zip(selected, new, strict=True))}
-        rows.update({(f.arrival.client_id, f.arrival.base_round): f for f in self.in_flight})
-        outcome = self.policy.close_round(rnd, start, new,
-                                          [f.arrival for f in self.in_flight])
-        self.in_flight = [rows[(a.client_id, a.base_round)] for a in outcome.pending]
-        arrived = [rows[(a.client_id, a.base_round)] for a in outcome.arrived]
-        verdicts: list[Verdict] = []
-        partial = {int(c) for c, e in zip(selected, epochs, strict=True)
-                   if e < cfg.algorithm.local_epochs}
-        if partial and not self.algorithm.keep_partial_work():
-            verdicts += [Verdict(f.arrival.client_id, False, 0.0, float("nan"), "partial-work")
-                         for f in arrived if f.arrival.client_id in partial
-                         and f.arrival.base_round == rnd]
-            arrived = [f for f in arrived if not (f.arrival.client_id in partial
-                                                  and f.arrival.base_round == rnd)]
-        batch = self._batch(arrived)
-        ok, bad = screen_malformed(batch, self.fed.layout.size)
-        verdicts += bad
-        ctx = DefenseContext(rnd, self.global_flat, self.fed.public_x, self.fed.public_y,
-                             self._evaluate, stream(seed, rnd, _DEFENSE))
-        result = self.defense(batch.subset(ok), ctx)
-        verdicts += list(result.verdicts)
-        self.global_flat = self.algorithm.server_update(self.global_flat, result.delta,
+        info = {int(c): (int(n), float(lo), bool(ok)) for c, n, lo, ok in zip(
+            res["client_ids"], res["num_samples"], res["losses"], res["finite"], strict=True)}
+        returned = {int(c): InFlight(new[int(np.searchsorted(selected, c))], row,
+                                     info[int(c)][0], info[int(c)][1])
+                    for c, row in zip(res["row_ids"], res["updates"]
+                                      if res["updates"] is not None else [], strict=True)}
+        arrived_keys = {(a.client_id, a.base_round) for a in outcome.arrived}
+        carried = [f for f in self.in_flight
+                   if (f.arrival.client_id, f.arrival.base_round) in arrived_keys]
+        pending_keys = {(a.client_id, a.base_round) for a in outcome.pending}
+        self.in_flight = ([f for f in self.in_flight
+                           if (f.arrival.client_id, f.arrival.base_round) in pending_keys]
+                          + [returned[c] for c in sorted(hold_ids)])
+        losses = [f.loss for f in carried] + [info[c][1] for c in sorted(now_ids)]
+        if fast:
+            delta, vs = self._combine_linear(res, now_ids, info, carried)
+        else:
+            arrived = [returned[c] for c in sorted(now_ids)] + carried
+            delta, vs = self._defend(rnd, self._batch(arrived))
+        verdicts += vs
+        self.global_flat = self.algorithm.server_update(self.global_flat, delta,
                                                         self.algo_state)
         self.clock.advance_to(max(outcome.round_end, start))
-        last = rnd == cfg.experiment.rounds - 1
         acc = loss = None
-        if (rnd + 1) % cfg.experiment.eval_every == 0 or last:
+        if (rnd + 1) % cfg.experiment.eval_every == 0 or rnd == cfg.experiment.rounds - 1:
             acc, loss = self._evaluate(self.global_flat)
-        kept = [v.client_id for v in verdicts if v.kept]
-        losses = [f.loss for f in arrived]
         return RoundRecord(
             round=rnd, virtual_time=self.clock.now,
             wall_time=self.wall_offset + time.perf_counter() - wall_start,
-            selected=[int(c) for c in selected], participants=kept,
+            selected=[int(c) for c in selected],
+            participants=[v.client_id for v in verdicts if v.kept],
             dropped=[a.client_id for a in outcome.dropped],
-            stale=[f.arrival.client_id for f in arrived if f.arrival.base_round < rnd],
+            stale=[f.arrival.client_id for f in carried],
             rejected=[v.client_id for v in verdicts if not v.kept],
             verdicts=[v.to_dict() for v in verdicts],
-            train_loss=float(np.mean(losses)) if losses else None, accuracy=acc, loss=loss)
+            train_loss=float(np.mean(losses)) if losses else None, accuracy=acc, loss=loss,
+            extra={"train_seconds": float(res["seconds"])})
+
+    def _arrivals(self, rnd: int, selected: np.ndarray, epochs: np.ndarray, sizes: np.ndarray,
+                  start: float) -> list[Arrival]:
+        """When each selected client's update reaches the server (compute + transfer)."""
+        pop, c = self.fed.population, self.cfg.clock
+        dur = (compute_seconds(sizes, epochs, pop.compute_ms_per_sample[selected],
+                               c.compute_factor)
+               + transfer_seconds(self.model_bytes, pop.up_kbps[selected],
+                                  pop.down_kbps[selected], pop.latency_ms[selected]))
+        dur = np.atleast_1d(np.asarray(dur, dtype=np.float64))
+        return [Arrival(int(k), rnd, start + float(d)) for k, d in zip(selected, dur,
+                                                                       strict=True)]
+
+    def _defend(self, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
+        """Screen malformed rows, then let the defense aggregate the rest."""
+        ok, bad = screen_malformed(batch, self.fed.layout.size)
+        ctx = DefenseContext(rnd, self.global_flat, self.fed.public_x, self.fed.public_y,
+                             self._evaluate, stream(self.cfg.experiment.seed, rnd, _DEFENSE))
+        result = self.defense(batch.subset(ok), ctx)
+        return result.delta, bad + list(result.verdicts)
+
+    def _combine_linear(self, res: dict[str, Any], now_ids: set[int],
+                        info: dict[int, tuple[int, float, bool]], carried: list[InFlight]
+                        ) -> tuple[torch.Tensor, list[Verdict]]:
+        """A linear defense's aggregate from actor partial sums plus carried-over rows."""
+        cb = self._batch(carried)
+        ok, bad = screen_malformed(cb, self.fed.layout.size)
+        w_now = {c: float(self.defense.row_weights(np.array([info[c][0]]))[0])
+                 for c in sorted(now_ids) if info[c][2]}
+        w_old = self.defense.row_weights(cb.num_samples[ok])
+        total = float(res["agg_weight"]) + float(w_old.sum())
+        acc = np.zeros(self.fed.layout.size, np.float64)
+        if res["agg_sum"] is not None:
+            acc += res["agg_sum"]
+        if len(ok):
+            acc += w_old @ cb.updates[torch.from_numpy(ok)].numpy().astype(np.float64)
+        delta = torch.from_numpy((acc / total if total > 0 else acc).astype(np.float32))
+        total = total or 1.0
+        vs = [Verdict(c, True, w / total, float("nan")) for c, w in w_now.items()]
+        vs += [Verdict(c, False, 0.0, float("nan"), "non-finite")
+               for c in sorted(now_ids) if not info[c][2]]
+        vs += [Verdict(int(c), True, float(w) / total, float("nan"))
+               for c, w in zip(cb.client_ids[ok], w_old, strict=True)]
+        return delta, vs + bad
 
     def _batch(self, arrived: list[InFlight]) -> UpdateBatch:
         p = self.fed.layout.size

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, grad_and_value, vmap
+from torch.func import functional_call, vmap
 
 
 class FlatLayout:
@@ -111,47 +111,30 @@ def make_schedule(sizes: Sequence[int], epochs: Sequence[int], seeds: Sequence[i
     return idx, mask
 
 
-def _loss(model: nn.Module, params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor,
-          m: torch.Tensor, global_params: dict, regularizer: Callable | None) -> torch.Tensor:
-    """One client's local objective on one (masked) batch: mean CE + the algorithm's term."""
-    logits = functional_call(model, (params, buffers), (x,))
-    ce = F.cross_entropy(logits, y, reduction="none")
-    loss = (ce * m).sum() / m.sum().clamp_min(1.0)
-    if regularizer is not None:
-        loss = loss + regularizer(params, global_params)
-    return loss
+def _client_losses(forward: Callable, params: dict, buffers: dict, x: torch.Tensor,
+                   y: torch.Tensor, m: torch.Tensor, global_params: dict,
+                   regularizer: Callable | None, batched: bool) -> torch.Tensor:
+    """Local objective of each client on its current (masked) batch: mean CE + algorithm term.
 
-
-def _client_step(model: nn.Module, spec: LocalSpec, params: dict, buffers: dict,
-                 x: torch.Tensor, y: torch.Tensor, m: torch.Tensor, global_params: dict
-                 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """One SGD step of one client; a step with no valid sample leaves the parameters unchanged.
-
-    Normalization layers update ``buffers`` in place (running statistics); the caller restores
-    them for clients whose step was inactive (see :func:`_keep_active`).
+    ``x`` is ``[K, B, ...]`` when ``batched`` (params stacked on dim 0), else ``[B, ...]``.
+    Returns ``[K]`` (or a scalar): clients are independent, so the gradient of the sum with
+    respect to the stacked parameters is each client's own gradient.
     """
-    grads, loss = grad_and_value(_loss, argnums=1)(model, params, buffers, x, y, m,
-                                                   global_params, spec.regularizer)
-    active = (m.sum() > 0).to(x.dtype)
-    new_params = {}
-    for n, p in params.items():
-        g = grads[n] + spec.weight_decay * p if spec.weight_decay else grads[n]
-        new_params[n] = p - spec.lr * active * g
-    return new_params, loss * active, active
-
-
-def _keep_active(buffers: dict, old: dict, active: torch.Tensor) -> None:
-    """Undo in-place buffer updates of inactive clients (``active`` is ``[K]`` or scalar)."""
-    for n, b in buffers.items():
-        a = active.reshape(-1, *([1] * (b.dim() - 1))) if active.dim() else active
-        b.copy_(torch.where(a > 0, b, old[n]))
+    logits = forward(params, buffers, x)
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
+    ce = ce.reshape(m.shape)
+    loss = (ce * m).sum(-1) / m.sum(-1).clamp_min(1.0)
+    if regularizer is not None:
+        reg = vmap(regularizer, in_dims=(0, None)) if batched else regularizer
+        loss = loss + reg(params, global_params)
+    return loss
 
 
 def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tensor,
                   x_all: torch.Tensor, y_all: torch.Tensor, client_idx: Sequence[np.ndarray],
                   epochs: Sequence[int], seeds: Sequence[int], spec: LocalSpec,
                   vectorize: bool = True) -> TrainOutput:
-    """Train K clients from the same global model.
+    """Train K clients from the same global model with local SGD.
 
     Parameters
     ----------
@@ -161,66 +144,86 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
     x_all, y_all : the samples this worker holds; ``client_idx[k]`` indexes client k's rows.
     epochs : local epochs per client (variable local work, FedProx).
     seeds : per-client shuffling seeds (derived from experiment seed, round and client id).
-    vectorize : stacked vmap computation (True) or one client at a time (False).
+    vectorize : all K clients as one stacked computation (True), or one at a time (False).
+
+    Notes
+    -----
+    The stacked path keeps the K clients' parameters in one ``[K, P]`` leaf tensor, runs the
+    model's forward under ``torch.func.vmap`` and differentiates the sum of the per-client
+    losses with ordinary autograd; one SGD step is then a single ``[K, P]`` update.
+    Normalization buffers are stacked too and updated in place by the forward.
     """
     model.train()
     k = len(client_idx)
-    device = global_flat.device
     sizes = [len(ix) for ix in client_idx]
     local, mask = make_schedule(sizes, epochs, seeds, spec.batch_size)
-    # map each client's local indices to rows of x_all: [K, S, B]
     rows = np.stack([np.asarray(ix, dtype=np.int64)[local[i]] if len(ix) else local[i]
                      for i, ix in enumerate(client_idx)])
+    device = global_flat.device
     rows_t = torch.from_numpy(rows).to(device)
     mask_t = torch.from_numpy(mask).to(device)
+    xs, ys = x_all[rows_t], y_all[rows_t]          # [K, S, B, ...]: one gather per round
+    active = mask_t.sum(-1) > 0                     # [K, S]
+    p_num = layout.num_params
     glob = layout.unflatten(global_flat)
     gparams = {n: glob[n] for n in layout.param_names}
-    n_steps = mask.shape[1]
+    pnames = layout.param_names
+    pnumels = layout.numels[: len(pnames)]
+    pshapes = layout.shapes[: len(pnames)]
+
+    def fwd(p: dict, b: dict, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, (p, b), (x,))
+
+    def run(pflat: torch.Tensor, buffers: dict, sl: slice | int, batched: bool
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        lead = (pflat.shape[0],) if batched else ()
+        forward = vmap(fwd) if batched else fwd
+        loss_sum = torch.zeros(lead, device=device)
+        for s in range(mask.shape[1]):
+            act = active[sl, s]
+            if not bool(act.any()):
+                break
+            parts = torch.split(pflat, pnumels, dim=-1)
+            params = {n: t.reshape(*lead, *sh) for n, t, sh in zip(pnames, parts, pshapes,
+                                                                   strict=True)}
+            old = {n: b.clone() for n, b in buffers.items()}
+            loss = _client_losses(forward, params, buffers, xs[sl, s], ys[sl, s],
+                                  mask_t[sl, s], gparams, spec.regularizer, batched)
+            (grad,) = torch.autograd.grad(loss.sum(), pflat)
+            a = act.to(pflat.dtype)
+            with torch.no_grad():
+                if spec.weight_decay:
+                    grad = grad + spec.weight_decay * pflat
+                pflat.sub_(spec.lr * (a.unsqueeze(-1) if batched else a) * grad)
+                loss_sum += loss.detach() * a
+                for n, b in buffers.items():
+                    am = a.reshape(-1, *([1] * (b.dim() - 1))) if batched else a
+                    b.copy_(torch.where(am > 0, b, old[n]))
+        return pflat.detach(), loss_sum
+
+    steps = active.sum(-1)
     if vectorize:
-        stacked = layout.unflatten(global_flat.expand(k, -1).clone())
-        params = {n: stacked[n] for n in layout.param_names}
-        buffers = {n: stacked[n].clone() for n in layout.buffer_names}
+        pflat = global_flat[:p_num].expand(k, -1).clone().requires_grad_(True)
+        buffers = {n: glob[n].expand(k, *glob[n].shape).clone() for n in layout.buffer_names}
         buffers.update({n: b.expand(k, *b.shape).clone() for n, b in layout.int_buffers.items()})
-        step = vmap(lambda p, b, x, y, m: _client_step(model, spec, p, b, x, y, m, gparams))
-        loss_sum = torch.zeros(k, device=device)
-        step_count = torch.zeros(k, device=device)
-        for s in range(n_steps):
-            r = rows_t[:, s]
-            old = {n: b.clone() for n, b in buffers.items()} if buffers else {}
-            params, loss, active = step(params, buffers, x_all[r], y_all[r], mask_t[:, s])
-            if buffers:
-                _keep_active(buffers, old, active)
-            loss_sum += loss.detach()
-            step_count += active
-        new = torch.cat([params[n].reshape(k, -1) for n in layout.param_names]
-                        + [buffers[n].reshape(k, -1) for n in layout.buffer_names], dim=1)
-        updates = new.detach() - global_flat
-        steps = step_count.cpu().numpy()
-        losses = (loss_sum / step_count.clamp_min(1)).cpu().numpy()
-        return TrainOutput(updates, losses, steps.astype(np.int64))
-    rows_out, losses, steps = [], [], []
-    for i in range(k):
-        st = layout.unflatten(global_flat.clone())
-        params = {n: st[n] for n in layout.param_names}
-        buffers = {n: st[n] for n in layout.buffer_names}
-        buffers.update({n: b.clone() for n, b in layout.int_buffers.items()})
-        ls, cnt = 0.0, 0.0
-        for s in range(n_steps):
-            r = rows_t[i, s]
-            old = {n: b.clone() for n, b in buffers.items()} if buffers else {}
-            params, loss, active = _client_step(model, spec, params, buffers, x_all[r],
-                                                y_all[r], mask_t[i, s], gparams)
-            if buffers:
-                _keep_active(buffers, old, active)
-            ls += float(loss)
-            cnt += float(active)
-        flat = torch.cat([params[n].reshape(-1) for n in layout.param_names]
-                         + [buffers[n].reshape(-1) for n in layout.buffer_names])
-        rows_out.append(flat.detach() - global_flat)
-        losses.append(ls / max(cnt, 1.0))
-        steps.append(int(cnt))
-    updates = torch.stack(rows_out) if rows_out else torch.zeros(0, layout.size)
-    return TrainOutput(updates, np.asarray(losses, np.float32), np.asarray(steps, np.int64))
+        new_p, loss_sum = run(pflat, buffers, slice(None), True)
+        bufs = [buffers[n].reshape(k, -1) for n in layout.buffer_names]
+        updates = torch.cat([new_p, *bufs], dim=1) - global_flat
+        losses = (loss_sum / steps.clamp_min(1)).cpu().numpy()
+    else:
+        out_rows, out_losses = [], []
+        for i in range(k):
+            pflat = global_flat[:p_num].clone().requires_grad_(True)
+            buffers = {n: glob[n].clone() for n in layout.buffer_names}
+            buffers.update({n: b.clone() for n, b in layout.int_buffers.items()})
+            new_p, loss_sum = run(pflat, buffers, i, False)
+            bufs = [buffers[n].reshape(-1) for n in layout.buffer_names]
+            out_rows.append(torch.cat([new_p, *bufs]) - global_flat)
+            out_losses.append(float(loss_sum) / max(int(steps[i]), 1))
+        updates = torch.stack(out_rows) if out_rows else torch.zeros(0, layout.size)
+        losses = np.asarray(out_losses, np.float32)
+    return TrainOutput(updates.detach(), np.asarray(losses, np.float32),
+                       steps.cpu().numpy().astype(np.int64))
 
 
 @torch.no_grad()

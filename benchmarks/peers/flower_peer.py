@@ -119,12 +119,12 @@ def _timed_fedavg(log: dict[str, dict[int, float]], **kwargs: Any) -> Any:
         def aggregate_train(self, server_round: int, replies: Any) -> Any:
             replies = list(replies)
             out = super().aggregate_train(server_round, replies)
-            ok = [m for m in replies if not m.has_error()]
             log["end"][server_round] = time.perf_counter()
+            ok = [m for m in replies if not m.has_error()]
             log["updates"][server_round] = len(ok)
+            log["failures"][server_round] = len(replies) - len(ok)
             log["samples"][server_round] = sum(
                 int(m.content["metrics"]["samples-processed"]) for m in ok)
-            log["failures"][server_round] = len(replies) - len(ok)
             return out
 
     return TimedFedAvg(**kwargs)
@@ -150,6 +150,8 @@ def _server_main(grid: Any, context: Any, *, spec: dict[str, Any],
                             num_rounds=spec["rounds"], timeout=ROUND_TIMEOUT_S,
                             train_config=train_config)
     final = result.arrays.to_torch_state_dict()
+    if not final:  # no round produced an aggregate (all client updates failed)
+        return
     model.load_state_dict(final, strict=True)  # raises if names or shapes are off
     log["final_weights_ok"] = (
         all(bool(torch.isfinite(t).all()) for t in final.values() if t.is_floating_point())
@@ -186,11 +188,9 @@ def _simulate(spec: dict[str, Any], model_fn: Callable[[], nn.Module]) -> dict[s
                    num_supernodes=spec["num_clients"], backend_name="ray",
                    backend_config=backend_config, verbose_logging=False)
     t_done = time.perf_counter()
-    if sum(log["failures"].values()):
-        raise RuntimeError(f"Flower client updates failed per round: {log['failures']}")
     first, last = spec["warmup_rounds"] + 1, spec["rounds"]
-    if first not in log["start"] or last not in log["end"]:
-        raise RuntimeError("Flower simulation ended before all rounds completed")
+    if sum(log["failures"].values()) or last not in log["end"]:
+        raise RuntimeError(f"Flower rounds incomplete; failed updates: {log['failures']}")
     timed = range(first, last + 1)
     seconds = log["end"][last] - log["start"][first]
     updates = sum(log["updates"][r] for r in timed)
@@ -201,6 +201,7 @@ def _simulate(spec: dict[str, Any], model_fn: Callable[[], nn.Module]) -> dict[s
         "samples_per_s": samples / seconds, "client_cpus": float(spec["client_cpus"]),
         "final_weights_ok": bool(log.get("final_weights_ok", False)),
         "startup_s": log["start"][first] - t_sim,
+        "round_s": [log["end"][r] - log["start"][r] for r in timed],
         "imports_s": t_sim - t_enter, "shutdown_s": t_done - log["end"][last],
     }
 
@@ -218,8 +219,8 @@ def _launch(spec: dict[str, Any], model_fn: Callable[[], nn.Module], workdir: st
     from ray import cloudpickle
     with open(os.path.join(workdir, "job.pkl"), "wb") as fh:
         cloudpickle.dump((spec, model_fn), fh)  # by value if model_fn lives in __main__
-    paths = [p or os.getcwd() for p in sys.path]
-    env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": os.pathsep.join(paths)}
+    pythonpath = os.pathsep.join(p or os.getcwd() for p in sys.path)
+    env = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": pythonpath}
     env.pop("RAY_ADDRESS", None)
     code = f"import importlib, sys; importlib.import_module({__name__!r})._child_main(sys.argv[1])"
     log_path = os.path.join(workdir, "child.log")
@@ -229,8 +230,8 @@ def _launch(spec: dict[str, Any], model_fn: Callable[[], nn.Module], workdir: st
     result_path = os.path.join(workdir, "result.pkl")
     if proc.returncode != 0 or not os.path.exists(result_path):
         with open(log_path, errors="replace") as fh:
-            tail = fh.read()[-6000:]
-        raise RuntimeError(f"Flower simulation failed (exit code {proc.returncode}):\n{tail}")
+            raise RuntimeError(f"Flower simulation failed (exit code {proc.returncode}):\n"
+                               + fh.read()[-6000:])
     with open(result_path, "rb") as fh:
         return pickle.load(fh)
 
@@ -271,7 +272,8 @@ def run_flower(
         ``rounds_timed, seconds, client_updates, samples, updates_per_s, samples_per_s,
         client_cpus, final_weights_ok`` plus diagnostics in seconds: ``startup_s`` (from
         ``run_simulation`` to the first timed round: Ray start, actor pool, warm-up rounds),
-        ``imports_s`` (child start to ``run_simulation``) and ``shutdown_s``.
+        ``imports_s`` (child start to ``run_simulation``), ``shutdown_s`` and ``round_s``
+        (list of timed rounds' durations).
     """
     n = len(client_data)
     if not 0 <= warmup_rounds < rounds:
@@ -282,11 +284,9 @@ def run_flower(
         raise ValueError("epochs, batch_size and client_cpus must be positive")
     with tempfile.TemporaryDirectory(prefix="flower_peer_") as tmp:
         path = os.path.join(tmp, "clients.npz")
-        arrays: dict[str, np.ndarray] = {"count": np.asarray(n)}
-        for i, (x, y) in enumerate(client_data):
-            arrays[f"x{i}"] = np.ascontiguousarray(x, dtype=np.float32)
-            arrays[f"y{i}"] = np.ascontiguousarray(y, dtype=np.int64)
-        np.savez(path, **arrays)
+        np.savez(path, count=np.asarray(n),
+                 **{f"x{i}": np.asarray(x, np.float32) for i, (x, _) in enumerate(client_data)},
+                 **{f"y{i}": np.asarray(y, np.int64) for i, (_, y) in enumerate(client_data)})
         spec = {"data_path": path, "num_clients": n, "rounds": rounds,
                 "clients_per_round": clients_per_round, "epochs": epochs,
                 "batch_size": batch_size, "lr": lr, "seed": seed,
@@ -319,6 +319,3 @@ def best_flower(
     runs = [run_flower(client_data, model_fn, client_cpus=c, **kwargs) for c in cpus_options]
     best = max(runs, key=lambda r: r["updates_per_s"])
     return {**best, "tried": {r["client_cpus"]: r["updates_per_s"] for r in runs}}
-
-
-__all__ = ["best_flower", "local_sgd", "run_flower"]

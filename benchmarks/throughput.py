@@ -1,0 +1,199 @@
+"""Training throughput: FedSentry vs Flower's simulation vs a fused in-process reference.
+
+On identical tasks (same partition, model, E, B, learning rate, clients per round) it measures
+client-updates/s and samples/s of
+
+* **fedsentry**: the full round loop (selection, placement, Ray device actors, virtual clock,
+  defense interface, verdicts);
+* **flower**: Flower 1.41's simulation engine (Ray backend) running FedAvg with a plain PyTorch
+  client, in its fastest tried client-resource setting;
+* **fused**: the same K clients trained as one stacked loop in one process with the same trainer
+  code and no Ray, clock, defense or logging: the practical ceiling.
+
+Start-up and the first (warm-up) rounds are excluded everywhere; evaluation is not timed.
+
+Usage::
+
+    python benchmarks/throughput.py --quick --json t.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from simulator.config import Config, build_config  # noqa: E402
+from simulator.engine import Simulation  # noqa: E402
+from simulator.models import ModelSpec  # noqa: E402
+from simulator.setup import Federation, build_federation  # noqa: E402
+from simulator.training import train_clients  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    dataset: str
+    model: str
+    clients_per_round: int
+
+
+TASKS = (
+    Task("digits-mlp-k10", "digits", "mlp", 10),
+    Task("digits-mlp-k100", "digits", "mlp", 100),
+    Task("mnist5k-cnn-k10", "mnist5k", "cnn", 10),
+    Task("mnist5k-cnn-k100", "mnist5k", "cnn", 100),
+)
+LR, EPOCHS, BATCH, CLIENTS = 0.05, 1, 10, 100
+
+
+def task_config(task: Task, seed: int, num_actors: int) -> Config:
+    return build_config(flat=dict(
+        dataset=task.dataset, model=task.model, num_clients=CLIENTS, partition="iid",
+        clients_per_round=task.clients_per_round, local_epochs=EPOCHS, batch_size=BATCH, lr=LR,
+        rounds=10**9, eval_every=10**9, seed=seed, backend="ray", num_actors=num_actors,
+        progress=False, plots=False, out="/tmp/fedsentry-throughput"))
+
+
+def _rates(updates: int, samples: int, seconds: float, rounds: int) -> dict[str, Any]:
+    return {"rounds_timed": rounds, "seconds": seconds, "client_updates": updates,
+            "samples": samples, "updates_per_s": updates / seconds,
+            "samples_per_s": samples / seconds}
+
+
+def measure_fedsentry(cfg: Config, fed: Federation, warmup: int, rounds: int) -> dict[str, Any]:
+    """Time ``rounds`` full engine rounds after ``warmup`` untimed ones."""
+    sim = Simulation(cfg, federation=fed)
+    try:
+        t0 = time.perf_counter()
+        for r in range(warmup):
+            sim.run_round(r, t0)
+        samples = updates = 0
+        start = time.perf_counter()
+        for r in range(warmup, warmup + rounds):
+            rec = sim.run_round(r, t0)
+            updates += len(rec.participants)
+            samples += int(fed.client_sizes[rec.participants].sum()) * EPOCHS
+        out = _rates(updates, samples, time.perf_counter() - start, rounds)
+        out["actors"] = sim.executor.num_workers
+        return out
+    finally:
+        sim.close()
+
+
+def measure_fused(cfg: Config, fed: Federation, warmup: int, rounds: int) -> dict[str, Any]:
+    """The same rounds as one stacked loop in this process: no Ray, clock, defense or logs."""
+    sim_cfg = cfg.replace(backend="local")
+    sel = Simulation(sim_cfg, federation=fed)  # only for its client sampling rule
+    x, y = torch.from_numpy(fed.x_train), torch.from_numpy(fed.y_train)
+    model, layout, spec = fed.model, fed.layout, sel.spec
+    g = layout.flatten(model)
+    samples = updates = 0
+    start = 0.0
+    for r in range(warmup + rounds):
+        if r == warmup:
+            start = time.perf_counter()
+        chosen = sel.select(r)
+        idx = [fed.client_index[c] for c in chosen]
+        out = train_clients(model, layout, g, x, y, idx, [EPOCHS] * len(idx),
+                            list(range(len(idx))), spec, vectorize=True)
+        w = torch.from_numpy(fed.client_sizes[chosen].astype(np.float32))
+        g = g + (w / w.sum()) @ out.updates
+        if r >= warmup:
+            updates += len(chosen)
+            samples += int(fed.client_sizes[chosen].sum()) * EPOCHS
+    return _rates(updates, samples, time.perf_counter() - start, rounds)
+
+
+def _build(spec: ModelSpec) -> torch.nn.Module:
+    return spec.build(seed=0)
+
+
+def measure_flower(fed: Federation, task: Task, seed: int, rounds: int,
+                   cpus: tuple[float, ...]) -> dict[str, Any]:
+    from benchmarks.peers.flower_peer import best_flower
+
+    data = [(fed.x_train[i], fed.y_train[i]) for i in fed.client_index]
+    return best_flower(data, functools.partial(_build, fed.model_spec), rounds=rounds + 1,
+                       clients_per_round=task.clients_per_round, epochs=EPOCHS,
+                       batch_size=BATCH, lr=LR, seed=seed, warmup_rounds=1, cpus_options=cpus)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description="Client-update throughput of FedSentry vs Flower vs a fused reference "
+                    "on identical tasks (100 clients, E=1, B=10, lr=0.05).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="fewer timed rounds (finishes in a few minutes on 2 cores)")
+    p.add_argument("--tasks", nargs="*", default=[t.name for t in TASKS],
+                   help=f"subset of tasks: {[t.name for t in TASKS]}")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="timed rounds for FedSentry and fused (default 30; quick: 10)")
+    p.add_argument("--flower-rounds", type=int, default=None,
+                   help="timed Flower rounds (default 5; quick: 2)")
+    p.add_argument("--flower-cpus", type=float, nargs="*", default=[1.0, 2.0],
+                   help="Flower client CPU settings to try; the fastest is reported")
+    p.add_argument("--no-flower", action="store_true", help="skip the Flower peer")
+    p.add_argument("--actors", type=int, default=0,
+                   help="FedSentry device actors (0 = one per CPU)")
+    p.add_argument("--seed", type=int, default=0, help="seed of partition and sampling")
+    p.add_argument("--json", metavar="FILE", help="write results as JSON")
+    args = p.parse_args(argv)
+    known = {t.name: t for t in TASKS}
+    bad = [t for t in args.tasks if t not in known]
+    if bad:
+        print(f"error: unknown task {bad[0]!r}; valid: {list(known)}", file=sys.stderr)
+        return 2
+    rounds = args.rounds or (10 if args.quick else 30)
+    frounds = args.flower_rounds or (2 if args.quick else 5)
+    if rounds < 1 or frounds < 1:
+        print("error: --rounds and --flower-rounds must be >= 1", file=sys.stderr)
+        return 2
+    results = []
+    for name in args.tasks:
+        task = known[name]
+        cfg = task_config(task, args.seed, args.actors)
+        fed = build_federation(cfg)
+        print(f"[{name}] fedsentry ...", file=sys.stderr, flush=True)
+        fs = measure_fedsentry(cfg, fed, warmup=3, rounds=rounds)
+        print(f"[{name}] fused ...", file=sys.stderr, flush=True)
+        fu = measure_fused(cfg, fed, warmup=3, rounds=rounds)
+        fl = None
+        if not args.no_flower:
+            print(f"[{name}] flower ...", file=sys.stderr, flush=True)
+            fl = measure_flower(fed, task, args.seed, frounds, tuple(args.flower_cpus))
+        rec = {"name": name, "fedsentry": fs, "flower": fl, "fused": fu,
+               "speedup_vs_flower": fs["updates_per_s"] / fl["updates_per_s"] if fl else None,
+               "fraction_of_fused": fs["updates_per_s"] / fu["updates_per_s"]}
+        results.append(rec)
+    hdr = (f"{'task':<18} {'fedsentry upd/s':>15} {'flower upd/s':>13} {'fused upd/s':>12} "
+           f"{'x flower':>9} {'/ fused':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in results:
+        fl = r["flower"]["updates_per_s"] if r["flower"] else float("nan")
+        sp = r["speedup_vs_flower"] if r["speedup_vs_flower"] else float("nan")
+        print(f"{r['name']:<18} {r['fedsentry']['updates_per_s']:>15.1f} {fl:>13.1f} "
+              f"{r['fused']['updates_per_s']:>12.1f} {sp:>9.1f} {r['fraction_of_fused']:>8.2f}")
+    meta = {"device": "cuda" if torch.cuda.is_available() else "cpu",
+            "torch": torch.__version__, "cpus": torch.get_num_threads()}
+    if args.json:
+        Path(args.json).write_text(json.dumps({"tasks": results, "meta": meta}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
