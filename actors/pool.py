@@ -20,6 +20,8 @@ from simulator.training import LocalSpec
 
 log = logging.getLogger("fedsentry.actors")
 
+INLINE_BYTES = 100 * 1024  # Ray's default max_direct_call_object_size
+
 
 def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, Any]:
     """Combine per-actor results.
@@ -106,7 +108,10 @@ class RayPool:
         """Run ``groups[i]`` on actor ``i``; a dead actor's tasks re-run on the others."""
         ray = self._ray
         order = [t.client_id for g in groups for t in g]
-        gref = ray.put(np.asarray(global_flat))
+        g = np.asarray(global_flat)
+        # above Ray's inline limit the model goes to the object store once per round; below it,
+        # it travels inside the call, which is faster than a put
+        gref = ray.put(g) if g.nbytes > INLINE_BYTES else g
         pending = {i: (self.actors[i].train.remote(gref, g, spec, vectorize), g)
                    for i, g in enumerate(groups) if g}
         parts: list[dict[str, Any]] = []

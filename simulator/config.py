@@ -200,6 +200,8 @@ class ExecutionConfig:
     ray_address: str | None = _f(None, "join an existing Ray cluster at this address "
                                        "(default: start a local one)")
     placement: str = _f("greedy", "how tasks are placed on actors", ("greedy", "round_robin"))
+    min_actor_mflop: float = _f(20.0, "do not split a round into actor groups of less training "
+                                      "compute than this (MFLOP; 0 = always use every actor)")
     vectorize: bool = _f(True, "train an actor's clients as one stacked vmap computation "
                                "(False: one client at a time)")
     preaggregate: bool = _f(True, "for linear rules (fedavg) sum updates on the actors and "
@@ -207,7 +209,8 @@ class ExecutionConfig:
 
     def __post_init__(self) -> None:
         _check_choice("execution", self)
-        _positive("execution", self, ("num_actors", "gpus_per_actor"), strict=False)
+        _positive("execution", self, ("num_actors", "gpus_per_actor", "min_actor_mflop"),
+                  strict=False)
 
 
 @dataclass(frozen=True)

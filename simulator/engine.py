@@ -126,6 +126,7 @@ class Simulation:
         self.in_flight: list[InFlight] = []
         self.next_round = 0
         self.model_bytes = 4 * self.fed.layout.size
+        self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
         self.wall_offset = 0.0
 
     # -- one round -------------------------------------------------------------------------
@@ -163,7 +164,8 @@ class Simulation:
         tasks = [TrainTask(int(c), int(e), int(sd), int(n), float(w) if c in now_ids else -1.0)
                  for c, e, sd, n, w in zip(selected, epochs, seeds, sizes, weights, strict=True)
                  if c in now_ids or c in hold_ids]
-        groups = place(tasks, self.executor.num_workers, cfg.execution.placement)
+        groups = place(tasks, self.executor.num_workers, cfg.execution.placement,
+                       cfg.execution.min_actor_mflop * 1e6 / self.flops_per_sample)
         res = self.executor.run(groups, self.global_flat.numpy(), self.spec,
                                 cfg.execution.vectorize)
         info = {int(c): (int(n), float(lo), bool(ok)) for c, n, lo, ok in zip(

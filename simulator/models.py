@@ -105,6 +105,15 @@ class ModelSpec:
     hidden: int = 64
     norm: str = "none"
 
+    def train_flops_per_sample(self) -> int:
+        """FLOPs of one training sample (forward + backward), counted by torch."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        m = self.build(seed=0)
+        with FlopCounterMode(display=False) as counter:
+            m(torch.zeros(2, *self.input_shape)).sum().backward()
+        return max(1, counter.get_total_flops() // 2)
+
     def build(self, seed: int | None = None) -> SplitModel:
         """Instantiate the model; with ``seed`` the initial weights are deterministic."""
         if self.name not in MODELS:

@@ -16,6 +16,19 @@ def _cost(t: TrainTask) -> float:
     return float(max(t.num_samples, 1) * t.epochs)
 
 
+def actors_worth_using(tasks: Sequence[TrainTask], num_actors: int, min_work: float) -> int:
+    """How many actors a round is split over: none gets less than ``min_work``.
+
+    ``min_work`` is in the tasks' cost unit (sample-epochs, or FLOPs when the caller scaled it).
+    A stacked step costs about the same for 5 clients as for 50 (it is dispatch-bound), so a
+    small round runs faster as one call than as several.
+    """
+    total = sum(_cost(t) for t in tasks)
+    if min_work <= 0:
+        return num_actors
+    return max(1, min(num_actors, int(total // min_work)))
+
+
 def greedy(tasks: Sequence[TrainTask], num_actors: int) -> list[list[TrainTask]]:
     """Largest task first onto the least-loaded actor (ties: lowest actor index)."""
     groups: list[list[TrainTask]] = [[] for _ in range(num_actors)]
@@ -39,10 +52,13 @@ PLACERS: dict[str, Callable[[Sequence[TrainTask], int], list[list[TrainTask]]]] 
     "greedy": greedy, "round_robin": round_robin}
 
 
-def place(tasks: Sequence[TrainTask], num_actors: int, how: str = "greedy"
-          ) -> list[list[TrainTask]]:
+def place(tasks: Sequence[TrainTask], num_actors: int, how: str = "greedy",
+          min_work: float = 0.0) -> list[list[TrainTask]]:
+    """Groups of tasks, one per actor (``len == num_actors``; some may be empty)."""
     if how not in PLACERS:
         raise ValueError(f"placement: unknown {how!r}; valid: {sorted(PLACERS)}")
     if num_actors < 1:
         raise ValueError("placement: needs at least one actor")
-    return PLACERS[how](tasks, num_actors)
+    used = actors_worth_using(tasks, num_actors, min_work)
+    groups = PLACERS[how](tasks, used)
+    return groups + [[] for _ in range(num_actors - used)]
