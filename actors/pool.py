@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.trainer import ClientTrainer, TrainTask
+from actors.trainer import ClientTrainer, TrainTask, pack_tasks
 from simulator.models import ModelSpec
 from simulator.training import LocalSpec
 
@@ -96,6 +96,7 @@ class RayPool:
         self.actors = [self._start() for _ in range(num_actors)]
         ray.get([a.ping.remote() for a in self.actors])
         self.restarts = 0
+        self._settings: tuple[LocalSpec, bool] | None = None
 
     def _start(self) -> Any:
         cls = self._ray.remote(ClientTrainer)
@@ -107,12 +108,15 @@ class RayPool:
             vectorize: bool = True) -> dict[str, Any]:
         """Run ``groups[i]`` on actor ``i``; a dead actor's tasks re-run on the others."""
         ray = self._ray
+        if self._settings != (spec, vectorize):
+            ray.get([a.configure.remote(spec, vectorize) for a in self.actors])
+            self._settings = (spec, vectorize)
         order = [t.client_id for g in groups for t in g]
         g = np.asarray(global_flat)
         # above Ray's inline limit the model goes to the object store once per round; below it,
         # it travels inside the call, which is faster than a put
         gref = ray.put(g) if g.nbytes > INLINE_BYTES else g
-        pending = {i: (self.actors[i].train.remote(gref, g, spec, vectorize), g)
+        pending = {i: (self.actors[i].train_packed.remote(gref, pack_tasks(g)), g)
                    for i, g in enumerate(groups) if g}
         parts: list[dict[str, Any]] = []
         while pending:
@@ -128,6 +132,7 @@ class RayPool:
                     dead.append(i)
             for i in dead:
                 self.actors[i] = self._start()
+                self.actors[i].configure.remote(spec, vectorize)
                 self.restarts += 1
             pending = {}
             if orphans:
@@ -136,7 +141,8 @@ class RayPool:
                 for i, rows in zip(alive, split, strict=True):
                     g = [orphans[r] for r in rows]
                     if g:
-                        pending[i] = (self.actors[i].train.remote(gref, g, spec, vectorize), g)
+                        pending[i] = (self.actors[i].train_packed.remote(gref, pack_tasks(g)),
+                                      g)
         return merge_results(parts, order)
 
     def kill(self, i: int) -> None:

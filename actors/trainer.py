@@ -31,6 +31,20 @@ class TrainTask:
     weight: float = -1.0  # >= 0: add weight * update to the actor's partial sum; < 0: return row
 
 
+def pack_tasks(tasks: list[TrainTask]) -> tuple[np.ndarray, np.ndarray]:
+    """Tasks as an int64 ``[n, 4]`` array and float64 weights (cheaper to ship than n objects;
+    seeds stay exact)."""
+    ints = np.array([(t.client_id, t.epochs, t.seed, t.num_samples) for t in tasks],
+                    dtype=np.int64).reshape(-1, 4)
+    return ints, np.array([t.weight for t in tasks], dtype=np.float64)
+
+
+def unpack_tasks(packed: tuple[np.ndarray, np.ndarray]) -> list[TrainTask]:
+    ints, weights = packed
+    return [TrainTask(int(c), int(e), int(sd), int(n), float(w))
+            for (c, e, sd, n), w in zip(ints.tolist(), weights.tolist(), strict=True)]
+
+
 class ClientTrainer:
     """Trains batches of clients that share one architecture.
 
@@ -58,6 +72,15 @@ class ClientTrainer:
 
     def ping(self) -> int:
         return self.pid
+
+    def configure(self, spec: LocalSpec, vectorize: bool) -> None:
+        """Keep the round-invariant training settings (sent once, not every round)."""
+        self.spec, self.vectorize = spec, vectorize
+
+    def train_packed(self, global_flat: np.ndarray, packed: tuple[np.ndarray, np.ndarray]
+                     ) -> dict[str, Any]:
+        """:meth:`train` with tasks from :func:`pack_tasks` and the configured settings."""
+        return self.train(global_flat, unpack_tasks(packed), self.spec, self.vectorize)
 
     def train(self, global_flat: np.ndarray, tasks: list[TrainTask], spec: LocalSpec,
               vectorize: bool = True) -> dict[str, Any]:

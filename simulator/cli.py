@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -20,8 +21,15 @@ def _kv(text: str) -> tuple[str, Any]:
     return k, yaml.safe_load(v)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Argument errors print one line (no usage block) and exit with code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _OneLineParser(
         prog="python -m simulator",
         description="Run one FedSentry federated simulation. Values come from the defaults, "
                     "then --config FILE (YAML, one mapping per section), then these flags.",
@@ -29,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="YAML config file")
     p.add_argument("--print-config", action="store_true",
                    help="print the resolved config as YAML and exit")
+    p.add_argument("--config-markdown", action="store_true",
+                   help="print the config reference as a Markdown table (as in README) and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     index = field_index()
     groups = {s: p.add_argument_group(f"{s} options") for s in SECTIONS}
@@ -51,13 +61,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def config_markdown() -> str:
+    """The config reference: one row per field (section, YAML key, flag, default, meaning)."""
+    lines = ["| section | key / flag | default | meaning |", "|---|---|---|---|"]
+    for name, (sec, f) in field_index().items():
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        ch = f.metadata.get("choices")
+        meaning = f.metadata.get("help", "").replace("%%", "%")
+        if ch:
+            meaning += f" ({', '.join(ch)})"
+        lines.append(f"| {sec} | `{name}` / `--{name.replace('_', '-')}` | `{default}` | "
+                     f"{meaning} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if args.config_markdown:
+        print(config_markdown(), end="")
+        return 0
     flat = {k: v for k, v in vars(args).items()
-            if k not in ("config", "print_config", "verbose") and v is not None}
+            if k not in ("config", "print_config", "verbose", "config_markdown")
+            and v is not None}
     for k in ("defense_params", "attack_params"):
         if k in flat:
             flat[k] = dict(flat[k])

@@ -106,8 +106,7 @@ class Simulation:
                  federation: Federation | None = None, executor: Any = None) -> None:
         self.cfg = cfg
         self.callbacks = list(callbacks)
-        self.fed = federation or build_federation(cfg)
-        self.executor = executor or make_executor(cfg, self.fed)
+        # cheap validation first: names and parameters fail before data loads or Ray starts
         self.algorithm = make_algorithm(cfg.algorithm)
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
         c = cfg.clock
@@ -119,6 +118,8 @@ class Simulation:
         if c.round_policy == "first_k":
             params["k"] = c.first_k or max(1, int(0.8 * cfg.experiment.clients_per_round))
         self.policy = make_policy(c.round_policy, **params)
+        self.fed = federation or build_federation(cfg)
+        self.executor = executor or make_executor(cfg, self.fed)
         self.spec = self.algorithm.local_spec()
         self.global_flat = self.fed.layout.flatten(self.fed.model).clone()
         self.algo_state = self.algorithm.init_state(self.global_flat)

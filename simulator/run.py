@@ -50,11 +50,11 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
     ``crash_after`` stops abruptly after that many rounds (tests of checkpoint/resume).
     """
     out = Path(cfg.output.out)
-    out.mkdir(parents=True, exist_ok=True)
     sim = Simulation(cfg, [Checkpointer(out, cfg.output.checkpoint_every), *callbacks],
                      federation=federation, executor=executor)
     events_path = out / "events.jsonl"
     try:
+        out.mkdir(parents=True, exist_ok=True)
         if cfg.output.resume:
             st = torch.load(out / "checkpoint.pt", weights_only=False)
             sim.load_state_dict(st)
