@@ -92,10 +92,12 @@ class ClientTrainer:
                             [t.epochs for t in tasks], [t.seed for t in tasks], spec,
                             vectorize=vectorize)
         upd = out.updates
-        w = torch.tensor([t.weight for t in tasks], dtype=torch.float64, device=self.device)
+        w = torch.tensor([t.weight for t in tasks], dtype=torch.float32, device=self.device)
         finite = torch.isfinite(upd).all(dim=1)
         summed = (w >= 0) & finite
-        agg = (w * summed) @ upd.double() if bool(summed.any()) else None
+        # rows that are not summed are zeroed, so a non-finite row cannot poison the sum
+        agg = ((w * summed) @ torch.where(summed[:, None], upd, 0.0)).double() \
+            if bool(summed.any()) else None
         ret = (w < 0).cpu().numpy()
         return {
             "client_ids": np.array([t.client_id for t in tasks], dtype=np.int64),
@@ -106,6 +108,6 @@ class ClientTrainer:
             "row_ids": np.array([t.client_id for t in tasks], dtype=np.int64)[ret],
             "updates": upd[torch.from_numpy(ret).to(self.device)].cpu().numpy(),
             "agg_sum": None if agg is None else agg.cpu().numpy(),
-            "agg_weight": float((w * summed).sum()),
+            "agg_weight": float((w.double() * summed).sum()),
             "seconds": time.perf_counter() - t0,
         }
