@@ -109,8 +109,7 @@ class RayPool:
         """Run ``groups[i]`` on actor ``i``; a dead actor's tasks re-run on the others."""
         ray = self._ray
         if self._settings != (spec, vectorize):
-            ray.get([a.configure.remote(spec, vectorize) for a in self.actors])
-            self._settings = (spec, vectorize)
+            self._configure_all(spec, vectorize)
         order = [t.client_id for g in groups for t in g]
         g = np.asarray(global_flat)
         # above Ray's inline limit the model goes to the object store once per round; below it,
@@ -144,6 +143,20 @@ class RayPool:
                         pending[i] = (self.actors[i].train_packed.remote(gref, pack_tasks(g)),
                                       g)
         return merge_results(parts, order)
+
+    def _configure_all(self, spec: LocalSpec, vectorize: bool) -> None:
+        """Send the training settings to every actor, replacing any actor found dead."""
+        ray = self._ray
+        refs = [a.configure.remote(spec, vectorize) for a in self.actors]
+        for i, ref in enumerate(refs):
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                log.warning("actor %d died before training; starting a replacement", i)
+                self.actors[i] = self._start()
+                ray.get(self.actors[i].configure.remote(spec, vectorize))
+                self.restarts += 1
+        self._settings = (spec, vectorize)
 
     def kill(self, i: int) -> None:
         """Kill actor ``i`` (fault injection for tests and studies)."""

@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m simulator",
         description="Run one FedSentry federated simulation. Values come from the defaults, "
                     "then --config FILE (YAML, one mapping per section), then these flags.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    )
     p.add_argument("--config", metavar="FILE", help="YAML config file")
     p.add_argument("--print-config", action="store_true",
                    help="print the resolved config as YAML and exit")
@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if flat.get("resume"):
+            others = sorted(k for k in flat if k not in ("resume", "progress"))
+            if others or args.config:
+                extra = "--config" if args.config else "--" + others[0].replace("_", "-")
+                raise ConfigError(f"output.resume: {extra} cannot be combined with --resume "
+                                  "(a resumed run keeps its saved config)")
             cfg = resume_config(flat["resume"])
         else:
             cfg = load_config(args.config, flat)

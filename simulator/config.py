@@ -9,6 +9,7 @@ Values are validated when the object is built, so a bad value fails before anyth
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -42,6 +43,8 @@ def _positive(section: str, obj: Any, names: tuple[str, ...], strict: bool = Tru
         v = getattr(obj, n)
         if v is None:
             continue
+        if not math.isfinite(v):
+            raise ConfigError(f"{section}.{n}: must be a finite number, got {v!r}")
         if (strict and v <= 0) or (not strict and v < 0):
             rel = "> 0" if strict else ">= 0"
             raise ConfigError(f"{section}.{n}: must be {rel}, got {v!r}")
@@ -56,6 +59,8 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         _positive("experiment", self, ("rounds", "clients_per_round", "eval_every"))
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"experiment.seed: must be in [0, 2**32), got {self.seed!r}")
 
 
 DATASET_NAMES = ("digits", "mnist5k", "synthetic", "mnist1d", "mnist_idx", "cifar10",
@@ -185,6 +190,10 @@ class AttackConfig:
     attack_params: dict[str, Any] = _f({}, "attack parameters, KEY=VALUE (repeatable)")
 
     def __post_init__(self) -> None:
+        from attacks import ATTACKS
+
+        if self.attack not in ATTACKS:
+            raise ConfigError(f"attack.attack: unknown {self.attack!r}; valid: {sorted(ATTACKS)}")
         if not 0.0 <= self.attack_fraction <= 1.0:
             raise ConfigError(f"attack.attack_fraction: must be in [0, 1], got "
                               f"{self.attack_fraction!r}")
@@ -302,6 +311,8 @@ def _coerce(sec: str, name: str, typ: Any, value: Any) -> Any:
         if t.startswith("float"):
             return float(value)
         return str(value)
+    except ConfigError:
+        raise
     except (TypeError, ValueError):
         kind = t.split(" ")[0].split("|")[0]
         raise ConfigError(f"{sec}.{name}: expected {kind}, got {value!r}") from None

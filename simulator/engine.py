@@ -29,6 +29,8 @@ from simulator.training import evaluate
 
 log = logging.getLogger("fedsentry")
 
+AVAILABILITY_PERIOD_S = 3600.0  # the cycle of the device availability model (devices.py)
+
 # independent random streams per round
 _SELECT, _EPOCHS, _CLIENT, _DEFENSE = 1, 2, 3, 4
 
@@ -119,6 +121,7 @@ class Simulation:
             params["k"] = c.first_k or max(1, int(0.8 * cfg.experiment.clients_per_round))
         self.policy = make_policy(c.round_policy, **params)
         self.fed = federation or build_federation(cfg)
+        self._own_executor = executor is None
         self.executor = executor or make_executor(cfg, self.fed)
         self.spec = self.algorithm.local_spec()
         self.global_flat = self.fed.layout.flatten(self.fed.model).clone()
@@ -132,14 +135,23 @@ class Simulation:
 
     # -- one round -------------------------------------------------------------------------
     def select(self, rnd: int) -> np.ndarray:
-        """Sample clients among the devices online at the current virtual time."""
-        online = np.flatnonzero(self.fed.population.available(self.clock.now,
-                                                               seed=self.cfg.experiment.seed))
-        m = min(self.cfg.experiment.clients_per_round, len(online))
+        """Sample clients among the devices online now and not busy with an earlier update.
+
+        When nobody is online the clock first moves to the moment the next device comes online.
+        """
+        seed, pop = self.cfg.experiment.seed, self.fed.population
+        online = pop.available(self.clock.now, seed=seed)
+        if not online.any():
+            wait = np.mod(pop.phases(seed=seed) - self.clock.now, AVAILABILITY_PERIOD_S)
+            self.clock.advance_to(self.clock.now + float(wait.min()) + 1e-6)
+            online = pop.available(self.clock.now, seed=seed)
+        busy = np.array([f.arrival.client_id for f in self.in_flight], dtype=np.int64)
+        online[busy] = False
+        candidates = np.flatnonzero(online)
+        m = min(self.cfg.experiment.clients_per_round, len(candidates))
         if m == 0:
             return np.zeros(0, np.int64)
-        return np.sort(stream(self.cfg.experiment.seed, rnd, _SELECT).choice(online, m,
-                                                                            replace=False))
+        return np.sort(stream(seed, rnd, _SELECT).choice(candidates, m, replace=False))
 
     def run_round(self, rnd: int, wall_start: float) -> RoundRecord:
         cfg, seed = self.cfg, self.cfg.experiment.seed
@@ -157,8 +169,9 @@ class Simulation:
             partial = {int(c) for c, e in zip(selected, epochs, strict=True)
                        if e < cfg.algorithm.local_epochs}
             verdicts += [Verdict(c, False, 0.0, float("nan"), "partial-work")
-                         for c in sorted(partial & now_ids)]
+                         for c in sorted(partial & (now_ids | hold_ids))]
             now_ids -= partial
+            hold_ids -= partial
         fast = self.defense.linear and cfg.execution.preaggregate
         weights = self.defense.row_weights(sizes) if fast else np.full(len(sizes), -1.0)
         seeds = client_seeds(seed, rnd, selected)
@@ -182,7 +195,8 @@ class Simulation:
         self.in_flight = ([f for f in self.in_flight
                            if (f.arrival.client_id, f.arrival.base_round) in pending_keys]
                           + [returned[c] for c in sorted(hold_ids)])
-        losses = [f.loss for f in carried] + [info[c][1] for c in sorted(now_ids)]
+        losses = [lo for lo in [f.loss for f in carried] + [info[c][1] for c in sorted(now_ids)]
+                  if np.isfinite(lo)]
         if fast:
             delta, vs = self._combine_linear(res, now_ids, info, carried)
         else:
@@ -307,7 +321,9 @@ class Simulation:
         self.wall_offset = float(st.get("wall_time", 0.0))
 
     def close(self) -> None:
-        self.executor.shutdown()
+        """Shut down the executor if this simulation created it."""
+        if self._own_executor:
+            self.executor.shutdown()
 
 
 def save_checkpoint(sim: Simulation, directory: Path, wall_time: float) -> Path:

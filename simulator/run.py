@@ -18,17 +18,6 @@ from simulator.output import EventLog, plot, read_events, summarize, truncate_ev
 log = logging.getLogger("fedsentry")
 
 
-class Checkpointer:
-    """Round callback that saves ``checkpoint.pt`` every ``every`` rounds."""
-
-    def __init__(self, directory: Path, every: int) -> None:
-        self.directory, self.every = directory, every
-
-    def on_round_end(self, sim: Simulation, record: RoundRecord) -> None:
-        if self.every and (record.round + 1) % self.every == 0:
-            save_checkpoint(sim, self.directory, record.wall_time)
-
-
 def resume_config(run_dir: str | Path) -> Config:
     """The config saved in a run directory, set to resume it in place."""
     d = Path(run_dir)
@@ -50,8 +39,8 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
     ``crash_after`` stops abruptly after that many rounds (tests of checkpoint/resume).
     """
     out = Path(cfg.output.out)
-    sim = Simulation(cfg, [Checkpointer(out, cfg.output.checkpoint_every), *callbacks],
-                     federation=federation, executor=executor)
+    sim = Simulation(cfg, callbacks, federation=federation, executor=executor)
+    every = cfg.output.checkpoint_every
     events_path = out / "events.jsonl"
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -67,8 +56,12 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
         done = 0
 
         def on_record(rec: RoundRecord) -> None:
+            # the event is written first, then the checkpoint: a checkpoint never runs ahead
+            # of the log, so a resumed run rewrites nothing it lost
             nonlocal done
             events.write(rec.to_event())
+            if every and (rec.round + 1) % every == 0:
+                save_checkpoint(sim, out, rec.wall_time)
             done += 1
             if crash_after is not None and done >= crash_after:
                 raise KeyboardInterrupt("simulated crash")

@@ -242,10 +242,6 @@ def test_actor_killed_between_rounds(pool: RayPool, fed: Federation) -> None:
     assert_same(again, ref)
 
 
-@pytest.mark.xfail(reason="BUG: RayPool.run sends configure() to every actor with a bare "
-                          "ray.get outside the fault handling, so an actor that died before "
-                          "the first round (or before a settings change) crashes the run with "
-                          "RayActorError instead of being replaced", strict=True)
 def test_actor_dead_before_first_round(pool: RayPool, fed: Federation) -> None:
     groups = place(TASKS, 2, "greedy")
     pool.kill(0)
@@ -342,10 +338,6 @@ sys.exit(0)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="BUG: RayPool asks for num_cpus=1 per actor and waits on ping "
-                          "without a timeout, so num_actors > cluster CPUs blocks forever "
-                          "instead of failing with an error naming execution.num_actors",
-                   strict=True)
 def test_more_actors_than_cpus_fails_fast() -> None:
     """Runs in a child process with its own 2-CPU Ray (a hang must not block this session)."""
     import os
