@@ -152,6 +152,11 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
     model's forward under ``torch.func.vmap`` and differentiates the sum of the per-client
     losses with ordinary autograd; one SGD step is then a single ``[K, P]`` update.
     Normalization buffers are stacked too and updated in place by the forward.
+
+    Known limitation: a partial last batch is padded to ``B`` rows (masked out of the loss), and
+    BatchNorm's batch statistics include those padded rows, so a BN model's step on a partial
+    batch differs from plain PyTorch on the shorter batch (models without BN match exactly;
+    ``tests/test_models_training.py`` keeps a strict xfail on this).
     """
     model.train()
     k = len(client_idx)
