@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="FedSentry device actors (0 = one per CPU)")
     p.add_argument("--seed", type=int, default=0, help="seed of partition and sampling")
     p.add_argument("--json", metavar="FILE", help="write results as JSON")
+    p.add_argument("--plot", metavar="PNG", help="write a bar chart of updates/s per task")
     args = p.parse_args(argv)
     known = {t.name: t for t in TASKS}
     bad = [t for t in args.tasks if t not in known]
@@ -192,7 +193,32 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "cpus": torch.get_num_threads()}
     if args.json:
         Path(args.json).write_text(json.dumps({"tasks": results, "meta": meta}, indent=2))
+    if args.plot:
+        plot(results, Path(args.plot))
     return 0
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Grouped bars (log scale): client updates/s of each system on each task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = [("fedsentry", "FedSentry"), ("flower", "Flower 1.41"), ("fused", "fused ref.")]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.27
+    for j, (key, label) in enumerate(systems):
+        vals = [r[key]["updates_per_s"] if r[key] else 0.0 for r in results]
+        ax.bar([i + (j - 1) * width for i in range(len(results))], vals, width, label=label)
+    ax.set_xticks(range(len(results)), [r["name"] for r in results], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("client updates / s")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
