@@ -1,0 +1,92 @@
+"""Per-round building blocks of the engine: random streams, round records, in-flight updates,
+callbacks and checkpoint files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+
+from simulator.clock import Arrival
+
+if TYPE_CHECKING:
+    from simulator.engine import Simulation
+
+AVAILABILITY_PERIOD_S = 3600.0  # the cycle of the device availability model (devices.py)
+
+# independent random streams per round
+_SELECT, _EPOCHS, _CLIENT, _DEFENSE = 1, 2, 3, 4
+
+
+def stream(seed: int, rnd: int, which: int) -> np.random.Generator:
+    """The generator of one purpose in one round: a pure function of (seed, round, purpose)."""
+    return np.random.default_rng([seed, rnd, which])
+
+
+def client_seeds(seed: int, rnd: int, clients: np.ndarray) -> np.ndarray:
+    """Per-client training seeds of one round: a splitmix64 hash of (seed, round, client)."""
+    with np.errstate(over="ignore"):
+        z = (np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+             + np.uint64(rnd) * np.uint64(0xBF58476D1CE4E5B9)
+             + np.asarray(clients, dtype=np.uint64) * np.uint64(0x94D049BB133111EB)
+             + np.uint64(_CLIENT))
+        for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            z = (z ^ (z >> np.uint64(shift))) * np.uint64(mult)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(1)).astype(np.int64)
+
+
+@dataclass
+class RoundRecord:
+    """Everything one round produced; written as one JSONL event."""
+
+    round: int
+    virtual_time: float
+    wall_time: float
+    selected: list[int]
+    participants: list[int]
+    dropped: list[int]
+    stale: list[int]
+    rejected: list[int]
+    verdicts: list[dict[str, Any]]
+    train_loss: float | None
+    accuracy: float | None = None
+    loss: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_event(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        d.update(self.extra)
+        return d
+
+
+class RoundCallback(Protocol):
+    """Side effects (ledger, checkpoints, logging) hang here, never inside aggregation."""
+
+    def on_round_end(self, sim: Simulation, record: RoundRecord) -> None: ...
+
+
+@dataclass
+class InFlight:
+    """An update computed but not yet aggregated (carry-over policy)."""
+
+    arrival: Arrival
+    row: np.ndarray
+    num_samples: int
+    loss: float
+
+
+
+def save_checkpoint(sim: Simulation, directory: Path, wall_time: float) -> Path:
+    """Atomically write ``checkpoint.pt`` (write to a temporary file, then rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    st = sim.state_dict()
+    st["wall_time"] = wall_time
+    tmp = directory / "checkpoint.pt.tmp"
+    torch.save(st, tmp)
+    final = directory / "checkpoint.pt"
+    tmp.replace(final)
+    return final
