@@ -1,5 +1,10 @@
-"""The round loop: select -> place -> train -> report -> clock -> defend/aggregate -> callbacks ->
-evaluate (DESIGN.md, "One round, as data flows").
+"""The round loop (DESIGN.md, "One round, as data flows").
+
+select -> clock -> place -> train -> report -> defend/aggregate -> evaluate -> callbacks.
+The clock runs before training: an update's arrival time depends only on its device profile and
+task size, so the round policy decides up front which updates arrive now, which are carried to a
+later round and which are dropped; dropped clients are not trained. For a linear rule (FedAvg) the
+actors return one partial sum each instead of every row (``execution.preaggregate``).
 
 :class:`Simulation` owns no global state: everything a round needs is derived from the config, the
 round index and the state objects it carries (global model, virtual clock, in-flight updates,
