@@ -1,0 +1,36 @@
+"""benchmarks/throughput.py: its JSON schema and ratios on one small task (no Flower here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import throughput
+
+
+def test_throughput_json_schema(ray_session: None, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "t.json"
+    png = tmp_path / "t.png"
+    rc = throughput.main(["--tasks", "digits-mlp-k10", "--rounds", "2", "--no-flower",
+                          "--actors", "2", "--json", str(out), "--plot", str(png)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    (task,) = data["tasks"]
+    assert set(task) == {"name", "fedsentry", "flower", "fused", "speedup_vs_flower",
+                         "fraction_of_fused"}
+    assert task["name"] == "digits-mlp-k10" and task["flower"] is None
+    fs, fu = task["fedsentry"], task["fused"]
+    # 2 timed rounds of 10 clients each, E=1: every count is exact
+    assert fs["client_updates"] == fu["client_updates"] == 20
+    assert fs["samples"] == fu["samples"] > 0
+    assert task["fraction_of_fused"] == pytest.approx(fs["updates_per_s"] / fu["updates_per_s"])
+    assert png.stat().st_size > 0
+    assert "digits-mlp-k10" in capsys.readouterr().out
+
+
+def test_unknown_task_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert throughput.main(["--tasks", "nope"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: unknown task 'nope'; valid:")
