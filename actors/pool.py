@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from actors.trainer import ClientTrainer, TrainTask, pack_tasks
+from simulator.config import ConfigError
 from simulator.models import ModelSpec
 from simulator.training import LocalSpec
 
@@ -90,6 +91,15 @@ class RayPool:
         import ray
 
         self._ray = ray
+        res = ray.cluster_resources()
+        cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
+        # an actor that cannot be scheduled would wait forever: refuse up front
+        if num_actors > cpus:
+            raise ConfigError(f"execution.num_actors: {num_actors} actors need {num_actors} "
+                              f"CPUs; the Ray cluster has {cpus:g}")
+        if gpus_per_actor > 0 and num_actors * gpus_per_actor > gpus + 1e-9:
+            raise ConfigError(f"execution.gpus_per_actor: {num_actors} actors x "
+                              f"{gpus_per_actor:g} GPU exceed the cluster's {gpus:g} GPUs")
         self.num_workers = num_actors
         self._args = (model_spec, ray.put(x), ray.put(y), ray.put(client_index))
         self._gpus = gpus_per_actor
