@@ -25,7 +25,7 @@ from actors.trainer import TrainTask
 from defenses import DefenseContext, UpdateBatch, Verdict, make_defense, screen_malformed
 from simulator.algorithms import make_algorithm
 from simulator.clock import Arrival, VirtualClock, compute_seconds, make_policy, transfer_seconds
-from simulator.config import Config
+from simulator.config import Config, ConfigError
 from simulator.placement import place
 from simulator.rounds import (  # noqa: F401 (re-exported for callers of the engine)
     _CLIENT,
@@ -62,6 +62,9 @@ class Simulation:
         self.cfg = cfg
         self.callbacks = list(callbacks)
         # cheap validation first: names and parameters fail before data loads or Ray starts
+        if cfg.attack.attack != "none":
+            raise ConfigError(f"attack.attack: {cfg.attack.attack!r} is registered but the round "
+                              "loop does not apply attacks yet; only 'none' runs")
         self.algorithm = make_algorithm(cfg.algorithm)
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
         c = cfg.clock
