@@ -1,9 +1,56 @@
 """Byzantine attacks, one module each, registered by name.
 
-``none`` is the only entry until the attack modules land (robustness issue); the registry exists
-now so that an unknown ``--attack`` fails at once instead of silently running a clean experiment.
+``ATTACKS`` maps each name the config accepts to its class; ``none`` maps to None (no attack).
+Model attacks (:class:`attacks.base.ModelAttack`) rewrite the malicious clients' ``[f, P]``
+updates after training; :func:`make_attack` builds one from its name and parameters.
 """
 
-ATTACKS: dict[str, object] = {"none": None}
+from __future__ import annotations
 
-__all__ = ["ATTACKS"]
+from typing import Any
+
+from attacks.alie import ALIE
+from attacks.base import (
+    AttackContext,
+    ModelAttack,
+    pick_malicious,
+    redraw_malicious,
+)
+from attacks.gaussian import Gaussian
+from attacks.ipm import IPM
+from attacks.minmax import MinMax, MinSum
+from attacks.scale import ScaleModel
+from attacks.signflip import SignFlip
+
+ATTACKS: dict[str, object] = {
+    "none": None,
+    "signflip": SignFlip,
+    "gaussian": Gaussian,
+    "scale": ScaleModel,
+    "alie": ALIE,
+    "ipm": IPM,
+    "minmax": MinMax,
+    "minsum": MinSum,
+}
+
+
+def make_attack(name: str, **params: Any) -> ModelAttack | None:
+    """The attack registered as ``name`` built with ``params``; None for ``"none"``.
+
+    Raises ``ValueError`` listing the valid names (unknown ``name``) or the valid parameters
+    (unknown or bad parameter).
+    """
+    if name not in ATTACKS:
+        raise ValueError(f"unknown attack {name!r}; valid: {sorted(ATTACKS)}")
+    cls = ATTACKS[name]
+    if cls is None:
+        if params:
+            raise ValueError(f"attack {name!r}: unknown parameter {sorted(params)[0]!r}; "
+                             "valid: []")
+        return None
+    assert isinstance(cls, type) and issubclass(cls, ModelAttack)
+    return cls(**params)
+
+
+__all__ = ["ATTACKS", "AttackContext", "ModelAttack", "make_attack", "pick_malicious",
+           "redraw_malicious"]

@@ -190,10 +190,14 @@ class AttackConfig:
     attack_params: dict[str, Any] = _f({}, "attack parameters, KEY=VALUE (repeatable)")
 
     def __post_init__(self) -> None:
-        from attacks import ATTACKS
+        from attacks import ATTACKS, make_attack
 
         if self.attack not in ATTACKS:
             raise ConfigError(f"attack.attack: unknown {self.attack!r}; valid: {sorted(ATTACKS)}")
+        try:
+            make_attack(self.attack, **self.attack_params)
+        except ValueError as e:
+            raise ConfigError(f"attack.attack_params: {e}") from None
         if not 0.0 <= self.attack_fraction <= 1.0:
             raise ConfigError(f"attack.attack_fraction: must be in [0, 1], got "
                               f"{self.attack_fraction!r}")

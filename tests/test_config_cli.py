@@ -191,7 +191,7 @@ def test_file_dataset_needs_data_path(dataset: str, tmp_path: Path) -> None:
 def test_save_load_roundtrip(tmp_path: Path) -> None:
     cfg = build_config(flat={"rounds": 3, "lr": 0.025, "partition": "shards",
                              "defense_params": {"weighting": "uniform"},
-                             "attack_params": {"scale": 2.5, "targets": [1, 2]},
+                             "attack": "signflip", "attack_params": {"scale": 2.5},
                              "drop_stragglers": True, "data_path": None, "vectorize": False,
                              "out": str(tmp_path / "x")})
     cfg.save(tmp_path / "c.yaml")
@@ -416,3 +416,8 @@ def test_resume_refuses_other_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
                            "(a resumed run keeps its saved config)")
     rc, outp, _ = run_cli(["--resume", str(out), "--no-progress"], capsys)
     assert rc == 0 and "final test accuracy:" in outp
+
+
+def test_attack_params_validated_at_load() -> None:
+    with pytest.raises(ConfigError, match=r"^attack\.attack_params: "):
+        build_config(flat={"attack": "signflip", "attack_params": {"nope": 1}})
