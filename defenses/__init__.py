@@ -14,9 +14,20 @@ from defenses.base import (
     screen_malformed,
     weighted_mean,
 )
+from defenses.bulyan import BulyanDefense
+from defenses.centeredclip import CenteredClipDefense
 from defenses.fedavg import FedAvgDefense
+from defenses.geomed import GeoMedDefense
+from defenses.krum import KrumDefense, MultiKrumDefense
+from defenses.median import MedianDefense
+from defenses.normclip import NormClipDefense
+from defenses.trimmedmean import TrimmedMeanDefense
 
-DEFENSES: dict[str, type[Defense]] = {"fedavg": FedAvgDefense}
+DEFENSES: dict[str, type[Defense]] = {
+    cls.name: cls for cls in (
+        FedAvgDefense, KrumDefense, MultiKrumDefense, MedianDefense, TrimmedMeanDefense,
+        GeoMedDefense, NormClipDefense, CenteredClipDefense, BulyanDefense)
+}
 
 
 def make_defense(name: str, **params: Any) -> Defense:

@@ -1,0 +1,69 @@
+"""Coordinate-wise trimmed mean (Yin et al., ICML 2018).
+
+References
+----------
+D. Yin, Y. Chen, K. Ramchandran, P. Bartlett. "Byzantine-Robust Distributed Learning: Towards
+Optimal Statistical Rates". ICML 2018.
+"""
+
+from __future__ import annotations
+
+import math
+
+from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch
+from defenses.krum import check_count
+from defenses.median import coordinate_verdicts, sorted_rows
+
+
+class TrimmedMeanDefense(Defense):
+    """Per coordinate, drop the ``k`` largest and ``k`` smallest values and average the rest.
+
+    Parameters
+    ----------
+    f : int or None
+        Values trimmed on each side (``k = f``). Default 1 when ``beta`` is not given.
+    beta : float or None
+        Fraction trimmed on each side, ``0 <= beta < 0.5``: ``k = floor(beta * n)``. Give ``f``
+        or ``beta``, not both.
+
+    Notes
+    -----
+    Requires ``n > 2k``. Unweighted (sample counts ignored). Every row is kept (weight ``1/n``,
+    reason ``"coordinate-wise"``); the verdict score is the row's distance to the aggregate.
+    """
+
+    name = "trimmedmean"
+
+    def __init__(self, f: int | None = None, beta: float | None = None) -> None:
+        if f is not None and beta is not None:
+            raise ValueError(f"defense {self.name!r}: give f or beta, not both (f={f!r}, "
+                             f"beta={beta!r})")
+        self.beta: float | None = None
+        self.f: int | None = None
+        if beta is not None:
+            if (isinstance(beta, bool) or not isinstance(beta, int | float)
+                    or not 0 <= beta < 0.5):
+                raise ValueError(f"defense {self.name!r}: beta {beta!r} invalid; valid: "
+                                 "0 <= beta < 0.5")
+            self.beta = float(beta)
+        else:
+            self.f = check_count(self.name, "f", 1 if f is None else f, 0)
+
+    def trim(self, n: int) -> int:
+        """Values dropped on each side for a batch of ``n`` rows."""
+        if self.beta is not None:
+            k = math.floor(self.beta * n)
+            cond = f"2*floor(beta*n) < n (n={n}, beta={self.beta}, k={k})"
+        else:
+            assert self.f is not None
+            k = self.f
+            cond = f"n > 2f (n={n}, f={k})"
+        if 2 * k >= n:
+            raise ValueError(f"defense {self.name!r}: needs {cond}")
+        return k
+
+    def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
+        n = len(batch)
+        k = self.trim(n)
+        delta = sorted_rows(batch)[k:n - k].mean(dim=0).to(batch.updates.dtype)
+        return AggregateResult(delta, coordinate_verdicts(batch, delta))
