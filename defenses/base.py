@@ -65,6 +65,13 @@ class DefenseContext:
     public_y: torch.Tensor | None = None
     evaluate: Callable[[torch.Tensor], tuple[float, float]] | None = None  # flat -> (acc, loss)
     rng: np.random.Generator | None = None
+    #: scores each row of a ``[K, P]`` matrix of full model vectors on the server's public set:
+    #: ``{"accuracy": [K], "loss": [K], "entropy": [K]}`` (mean softmax entropy, nats); None when
+    #: the run has no public set (``--public-fraction 0``)
+    score_models: Callable[[torch.Tensor], dict[str, np.ndarray]] | None = None
+    #: the global model of an earlier round (the base a stale row was trained from): a row's full
+    #: model is ``base_model(base_round) + update``; kept for ``max_staleness`` rounds
+    base_model: Callable[[int], torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from simulator.rounds import (  # noqa: F401 (re-exported for callers of the eng
     stream,
 )
 from simulator.setup import Federation, build_federation, make_executor
-from simulator.training import evaluate
+from simulator.training import evaluate, score_models
 
 log = logging.getLogger("fedsentry")
 
@@ -84,6 +84,7 @@ class Simulation:
         self.algo_state = self.algorithm.init_state(self.global_flat)
         self.clock = VirtualClock()
         self.in_flight: list[InFlight] = []
+        self.history: dict[int, torch.Tensor] = {}  # round -> global model it started from
         self.next_round = 0
         self.model_bytes = 4 * self.fed.layout.size
         self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
@@ -111,6 +112,9 @@ class Simulation:
 
     def run_round(self, rnd: int, wall_start: float) -> RoundRecord:
         cfg, seed = self.cfg, self.cfg.experiment.seed
+        self.history[rnd] = self.global_flat
+        for old in [r for r in self.history if r < rnd - cfg.clock.max_staleness]:
+            del self.history[old]
         selected = self.select(rnd)
         epochs = self.algorithm.client_epochs(len(selected), stream(seed, rnd, _EPOCHS))
         sizes = self.fed.client_sizes[selected]
@@ -193,7 +197,9 @@ class Simulation:
         """Screen malformed rows, then let the defense aggregate the rest."""
         ok, bad = screen_malformed(batch, self.fed.layout.size)
         ctx = DefenseContext(rnd, self.global_flat, self.fed.public_x, self.fed.public_y,
-                             self._evaluate, stream(self.cfg.experiment.seed, rnd, _DEFENSE))
+                             self._evaluate, stream(self.cfg.experiment.seed, rnd, _DEFENSE),
+                             self._score_models if self.fed.public_x is not None else None,
+                             self._base_model)
         result = self.defense(batch.subset(ok), ctx)
         return result.delta, bad + list(result.verdicts)
 
@@ -231,6 +237,17 @@ class Simulation:
             np.array([f.arrival.base_round for f in arrived], np.int64),
             {"loss": np.array([f.loss for f in arrived], np.float32)})
 
+    def _base_model(self, rnd: int) -> torch.Tensor:
+        """The global model that round ``rnd``'s clients trained from."""
+        if rnd not in self.history:
+            raise KeyError(f"global model of round {rnd} is no longer kept (max_staleness)")
+        return self.history[rnd]
+
+    def _score_models(self, models: torch.Tensor) -> dict[str, np.ndarray]:
+        """Accuracy, loss and mean softmax entropy of each model row on the public set."""
+        return score_models(self.fed.model, self.fed.layout, models, self.fed.public_x,
+                            self.fed.public_y)
+
     def _evaluate(self, flat: torch.Tensor) -> tuple[float, float]:
         return evaluate(self.fed.model, self.fed.layout, flat, self.fed.test_x, self.fed.test_y)
 
@@ -263,7 +280,7 @@ class Simulation:
             "now": self.clock.now, "algo_state": self.algo_state,
             "defense": self.defense.state_dict(),
             "in_flight": [(f.arrival, f.row, f.num_samples, f.loss) for f in self.in_flight],
-            "wall_time": self.wall_offset,
+            "wall_time": self.wall_offset, "history": dict(self.history),
         }
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
@@ -275,6 +292,7 @@ class Simulation:
         self.defense.load_state_dict(st["defense"])
         self.in_flight = [InFlight(a, r, n, lo) for a, r, n, lo in st["in_flight"]]
         self.wall_offset = float(st.get("wall_time", 0.0))
+        self.history = dict(st.get("history", {}))
 
     def close(self) -> None:
         """Shut down the executor if this simulation created it."""

@@ -244,3 +244,20 @@ def evaluate(model: nn.Module, layout: FlatLayout, flat: torch.Tensor, x: torch.
         correct += int((out.argmax(1) == y[i:i + batch]).sum())
     n = max(len(y), 1)
     return correct / n, loss_sum / n
+
+
+@torch.no_grad()
+def score_models(model: nn.Module, layout: FlatLayout, models: torch.Tensor, x: torch.Tensor,
+                 y: torch.Tensor) -> dict[str, np.ndarray]:
+    """Accuracy, mean cross-entropy and mean softmax entropy of each row of ``models`` on
+    ``(x, y)`` (Sageflow's entropy filter and Siren's root-set screening read these)."""
+    acc, loss, ent = [], [], []
+    for row in models:
+        layout.load(model, row)
+        model.eval()
+        out = model(x)
+        logp = F.log_softmax(out, dim=1)
+        acc.append(float((out.argmax(1) == y).float().mean()))
+        loss.append(float(F.nll_loss(logp, y)))
+        ent.append(float(-(logp.exp() * logp).sum(1).mean()))
+    return {"accuracy": np.array(acc), "loss": np.array(loss), "entropy": np.array(ent)}
