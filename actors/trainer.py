@@ -29,20 +29,21 @@ class TrainTask:
     seed: int
     num_samples: int = 0
     weight: float = -1.0  # >= 0: add weight * update to the actor's partial sum; < 0: return row
+    poisoned: bool = False  # a malicious client under a data attack
 
 
 def pack_tasks(tasks: list[TrainTask]) -> tuple[np.ndarray, np.ndarray]:
-    """Tasks as an int64 ``[n, 4]`` array and float64 weights (cheaper to ship than n objects;
+    """Tasks as an int64 ``[n, 5]`` array and float64 weights (cheaper to ship than n objects;
     seeds stay exact)."""
-    ints = np.array([(t.client_id, t.epochs, t.seed, t.num_samples) for t in tasks],
-                    dtype=np.int64).reshape(-1, 4)
+    ints = np.array([(t.client_id, t.epochs, t.seed, t.num_samples, t.poisoned) for t in tasks],
+                    dtype=np.int64).reshape(-1, 5)
     return ints, np.array([t.weight for t in tasks], dtype=np.float64)
 
 
 def unpack_tasks(packed: tuple[np.ndarray, np.ndarray]) -> list[TrainTask]:
     ints, weights = packed
-    return [TrainTask(int(c), int(e), int(sd), int(n), float(w))
-            for (c, e, sd, n), w in zip(ints.tolist(), weights.tolist(), strict=True)]
+    return [TrainTask(int(c), int(e), int(sd), int(n), float(w), bool(p))
+            for (c, e, sd, n, p), w in zip(ints.tolist(), weights.tolist(), strict=True)]
 
 
 class ClientTrainer:
@@ -90,7 +91,7 @@ class ClientTrainer:
         idx = [self.client_index[t.client_id] for t in tasks]
         out = train_clients(self.model, self.layout, g, self.x, self.y, idx,
                             [t.epochs for t in tasks], [t.seed for t in tasks], spec,
-                            vectorize=vectorize)
+                            vectorize=vectorize, poisoned=[t.poisoned for t in tasks])
         upd = out.updates
         w = torch.tensor([t.weight for t in tasks], dtype=torch.float32, device=self.device)
         finite = torch.isfinite(upd).all(dim=1)

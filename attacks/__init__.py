@@ -11,13 +11,16 @@ from typing import Any
 
 from attacks.alie import ALIE
 from attacks.base import (
+    Attack,
     AttackContext,
+    DataAttack,
     ModelAttack,
     pick_malicious,
     redraw_malicious,
 )
 from attacks.gaussian import Gaussian
 from attacks.ipm import IPM
+from attacks.labelflip import LabelFlip
 from attacks.minmax import MinMax, MinSum
 from attacks.scale import ScaleModel
 from attacks.signflip import SignFlip
@@ -31,10 +34,11 @@ ATTACKS: dict[str, object] = {
     "ipm": IPM,
     "minmax": MinMax,
     "minsum": MinSum,
+    "labelflip": LabelFlip,
 }
 
 
-def make_attack(name: str, **params: Any) -> ModelAttack | None:
+def make_attack(name: str, **params: Any) -> Attack | None:
     """The attack registered as ``name`` built with ``params``; None for ``"none"``.
 
     Raises ``ValueError`` listing the valid names (unknown ``name``) or the valid parameters
@@ -48,9 +52,9 @@ def make_attack(name: str, **params: Any) -> ModelAttack | None:
             raise ValueError(f"attack {name!r}: unknown parameter {sorted(params)[0]!r}; "
                              "valid: []")
         return None
-    assert isinstance(cls, type) and issubclass(cls, ModelAttack)
+    assert isinstance(cls, type) and issubclass(cls, Attack)
     return cls(**params)
 
 
-__all__ = ["ATTACKS", "AttackContext", "ModelAttack", "make_attack", "pick_malicious",
-           "redraw_malicious"]
+__all__ = ["ATTACKS", "Attack", "AttackContext", "DataAttack", "ModelAttack", "make_attack",
+           "pick_malicious", "redraw_malicious"]

@@ -34,15 +34,15 @@ class AttackContext:
     rng: np.random.Generator
 
 
-class ModelAttack:
-    """Base class: subclasses set ``name`` and ``defaults`` and implement :meth:`attack`.
+class Attack:
+    """Parameters shared by every attack: subclasses set ``name`` and ``defaults``.
 
     Parameters are keyword arguments; an unknown name raises ``ValueError`` listing the valid ones,
     and :meth:`check` rejects bad values with a message that names the parameter.
     """
 
     name: ClassVar[str] = "base"
-    kind: ClassVar[str] = "model"
+    kind: ClassVar[str] = "base"
     defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **params: Any) -> None:
@@ -79,6 +79,15 @@ class ModelAttack:
         self.params[key] = v
         return v
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.params.items())})"
+
+
+class ModelAttack(Attack):
+    """A model attack: implement :meth:`attack` (malicious rows and context -> sent rows)."""
+
+    kind: ClassVar[str] = "model"
+
     def attack(self, malicious: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
         raise NotImplementedError
 
@@ -102,8 +111,18 @@ class ModelAttack:
     def __call__(self, malicious: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
         return self.apply(malicious, ctx)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.params.items())})"
+
+
+class DataAttack(Attack):
+    """A data attack acts inside a malicious client's training: it rewrites the client's
+    gathered batches ``x [S, B, ...]``, ``y [S, B]`` before its local steps. Must be picklable
+    (it travels to the actors) and deterministic in ``seed``."""
+
+    kind: ClassVar[str] = "data"
+
+    def poison(self, x: torch.Tensor, y: torch.Tensor, *, num_classes: int, seed: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
 
 
 def reference_rows(malicious: torch.Tensor, ctx: AttackContext) -> torch.Tensor:

@@ -186,11 +186,16 @@ class DefenseConfig:
 @dataclass(frozen=True)
 class AttackConfig:
     attack: str = _f("none", "Byzantine attack (see attacks/)")
-    attack_fraction: float = _f(0.0, "fraction of the population that is malicious")
+    attack_fraction: float = _f(0.0, "fraction of clients that are malicious")
+    malicious_mode: str = _f("fixed", "'fixed': one seeded malicious set of the population for the "
+                                      "whole run; 'redraw': re-drawn each round among the "
+                                      "selected (Sageflow)", ("fixed", "redraw"))
     attack_params: dict[str, Any] = _f({}, "attack parameters, KEY=VALUE (repeatable)")
 
     def __post_init__(self) -> None:
         from attacks import ATTACKS, make_attack
+
+        _check_choice("attack", self)
 
         if self.attack not in ATTACKS:
             raise ConfigError(f"attack.attack: unknown {self.attack!r}; valid: {sorted(ATTACKS)}")

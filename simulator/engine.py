@@ -13,6 +13,7 @@ algorithm and defense state), which is exactly what a checkpoint stores.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -22,12 +23,15 @@ import numpy as np
 import torch
 
 from actors.trainer import TrainTask
+from attacks import make_attack
 from defenses import DefenseContext, UpdateBatch, Verdict, make_defense, screen_malformed
+from simulator.adversary import Adversary, detection
 from simulator.algorithms import make_algorithm
 from simulator.clock import Arrival, VirtualClock, compute_seconds, make_policy, transfer_seconds
-from simulator.config import Config, ConfigError
+from simulator.config import Config
 from simulator.placement import place
 from simulator.rounds import (  # noqa: F401 (re-exported for callers of the engine)
+    _ATTACK,
     _CLIENT,
     _DEFENSE,
     _EPOCHS,
@@ -62,9 +66,7 @@ class Simulation:
         self.cfg = cfg
         self.callbacks = list(callbacks)
         # cheap validation first: names and parameters fail before data loads or Ray starts
-        if cfg.attack.attack != "none":
-            raise ConfigError(f"attack.attack: {cfg.attack.attack!r} is registered but the round "
-                              "loop does not apply attacks yet; only 'none' runs")
+        self.attack = make_attack(cfg.attack.attack, **cfg.attack.attack_params)
         self.algorithm = make_algorithm(cfg.algorithm)
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
         c = cfg.clock
@@ -80,6 +82,11 @@ class Simulation:
         self._own_executor = executor is None
         self.executor = executor or make_executor(cfg, self.fed)
         self.spec = self.algorithm.local_spec()
+        self.adversary = Adversary(self.attack, cfg.attack, self.fed.num_clients,
+                                   cfg.experiment.seed)
+        if self.adversary.is_data_attack:
+            self.spec = dataclasses.replace(self.spec, data_attack=self.attack,
+                                            num_classes=self.fed.dataset.num_classes)
         self.global_flat = self.fed.layout.flatten(self.fed.model).clone()
         self.algo_state = self.algorithm.init_state(self.global_flat)
         self.clock = VirtualClock()
@@ -116,6 +123,7 @@ class Simulation:
         for old in [r for r in self.history if r < rnd - cfg.clock.max_staleness]:
             del self.history[old]
         selected = self.select(rnd)
+        mal = self.adversary.malicious(selected, stream(seed, rnd, _ATTACK))
         epochs = self.algorithm.client_epochs(len(selected), stream(seed, rnd, _EPOCHS))
         sizes = self.fed.client_sizes[selected]
         start = self.clock.now
@@ -132,10 +140,14 @@ class Simulation:
                          for c in sorted(partial & (now_ids | hold_ids))]
             now_ids -= partial
             hold_ids -= partial
-        fast = self.defense.linear and cfg.execution.preaggregate
+        # a model attack needs the rows; so do non-linear rules
+        fast = (self.defense.linear and cfg.execution.preaggregate
+                and not self.adversary.is_model_attack)
         weights = self.defense.row_weights(sizes) if fast else np.full(len(sizes), -1.0)
         seeds = client_seeds(seed, rnd, selected)
-        tasks = [TrainTask(int(c), int(e), int(sd), int(n), float(w) if c in now_ids else -1.0)
+        poison = self.adversary.is_data_attack
+        tasks = [TrainTask(int(c), int(e), int(sd), int(n), float(w) if c in now_ids else -1.0,
+                           poison and int(c) in mal)
                  for c, e, sd, n, w in zip(selected, epochs, seeds, sizes, weights, strict=True)
                  if c in now_ids or c in hold_ids]
         groups = place(tasks, self.executor.num_workers, cfg.execution.placement,
@@ -145,9 +157,11 @@ class Simulation:
         info = {int(c): (int(n), float(lo), bool(ok)) for c, n, lo, ok in zip(
             res["client_ids"], res["num_samples"], res["losses"], res["finite"], strict=True)}
         returned = {int(c): InFlight(new[int(np.searchsorted(selected, c))], row,
-                                     info[int(c)][0], info[int(c)][1])
+                                     info[int(c)][0], info[int(c)][1], int(c) in mal)
                     for c, row in zip(res["row_ids"], res["updates"]
                                       if res["updates"] is not None else [], strict=True)}
+        self.adversary.rewrite(rnd, self.global_flat, returned, mal,
+                               stream(seed, rnd, _ATTACK + 100))
         arrived_keys = {(a.client_id, a.base_round) for a in outcome.arrived}
         carried = [f for f in self.in_flight
                    if (f.arrival.client_id, f.arrival.base_round) in arrived_keys]
@@ -163,6 +177,8 @@ class Simulation:
             arrived = [returned[c] for c in sorted(now_ids)] + carried
             delta, vs = self._defend(rnd, self._batch(arrived))
         verdicts += vs
+        arrived_ids = now_ids | {f.arrival.client_id for f in carried}
+        mal_arrived = (now_ids & mal) | {f.arrival.client_id for f in carried if f.malicious}
         self.global_flat = self.algorithm.server_update(self.global_flat, delta,
                                                         self.algo_state)
         self.clock.advance_to(max(outcome.round_end, start))
@@ -179,7 +195,9 @@ class Simulation:
             rejected=[v.client_id for v in verdicts if not v.kept],
             verdicts=[v.to_dict() for v in verdicts],
             train_loss=float(np.mean(losses)) if losses else None, accuracy=acc, loss=loss,
-            extra={"train_seconds": float(res["seconds"])})
+            extra={"train_seconds": float(res["seconds"]), "malicious": sorted(mal),
+                   "detection": detection(arrived_ids, mal_arrived,
+                                          [v.client_id for v in verdicts if not v.kept])})
 
     def _arrivals(self, rnd: int, selected: np.ndarray, epochs: np.ndarray, sizes: np.ndarray,
                   start: float) -> list[Arrival]:
@@ -279,7 +297,8 @@ class Simulation:
             "next_round": self.next_round, "global": self.global_flat.clone(),
             "now": self.clock.now, "algo_state": self.algo_state,
             "defense": self.defense.state_dict(),
-            "in_flight": [(f.arrival, f.row, f.num_samples, f.loss) for f in self.in_flight],
+            "in_flight": [(f.arrival, f.row, f.num_samples, f.loss, f.malicious)
+                          for f in self.in_flight],
             "wall_time": self.wall_offset, "history": dict(self.history),
         }
 
@@ -290,7 +309,7 @@ class Simulation:
         self.clock.advance_to(float(st["now"]))
         self.algo_state = st["algo_state"]
         self.defense.load_state_dict(st["defense"])
-        self.in_flight = [InFlight(a, r, n, lo) for a, r, n, lo in st["in_flight"]]
+        self.in_flight = [InFlight(*f) for f in st["in_flight"]]
         self.wall_offset = float(st.get("wall_time", 0.0))
         self.history = dict(st.get("history", {}))
 

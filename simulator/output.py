@@ -86,6 +86,20 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "stale_total": sum(len(e.get("stale", [])) for e in events),
         "rejected_total": sum(len(e.get("rejected", [])) for e in events),
         "updates_per_second": updates / wall if wall else None,
+        **_detection_summary(events),
+    }
+
+
+def _detection_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Precision / recall of the excluded clients over the run, and the benign false-rejection
+    rate (None where undefined)."""
+    tot = {k: sum(e.get("detection", {}).get(k, 0) for e in events)
+           for k in ("tp", "fp", "fn", "tn")}
+    tp, fp, fn, tn = tot["tp"], tot["fp"], tot["fn"], tot["tn"]
+    return {
+        "detection_precision": tp / (tp + fp) if tp + fp else None,
+        "detection_recall": tp / (tp + fn) if tp + fn else None,
+        "benign_false_rejection": fp / (fp + tn) if fp + tn else None,
     }
 
 

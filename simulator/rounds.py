@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 AVAILABILITY_PERIOD_S = 3600.0  # the cycle of the device availability model (devices.py)
 
 # independent random streams per round
-_SELECT, _EPOCHS, _CLIENT, _DEFENSE = 1, 2, 3, 4
+_SELECT, _EPOCHS, _CLIENT, _DEFENSE, _ATTACK = 1, 2, 3, 4, 5
 
 
 def stream(seed: int, rnd: int, which: int) -> np.random.Generator:
@@ -77,6 +77,7 @@ class InFlight:
     row: np.ndarray
     num_samples: int
     loss: float
+    malicious: bool = False  # the client was malicious in the round it trained
 
 
 

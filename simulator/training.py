@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,6 +76,9 @@ class LocalSpec:
     batch_size: int
     weight_decay: float = 0.0
     regularizer: Callable[[dict, dict], torch.Tensor] | None = None
+    #: a data attack (``attacks.base.DataAttack``) applied to the batches of poisoned clients
+    data_attack: Any = None
+    num_classes: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,8 @@ def _client_losses(forward: Callable, params: dict, buffers: dict, x: torch.Tens
 def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tensor,
                   x_all: torch.Tensor, y_all: torch.Tensor, client_idx: Sequence[np.ndarray],
                   epochs: Sequence[int], seeds: Sequence[int], spec: LocalSpec,
-                  vectorize: bool = True) -> TrainOutput:
+                  vectorize: bool = True, poisoned: Sequence[bool] | None = None
+                  ) -> TrainOutput:
     """Train K clients from the same global model with local SGD.
 
     Parameters
@@ -145,6 +150,7 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
     epochs : local epochs per client (variable local work, FedProx).
     seeds : per-client shuffling seeds (derived from experiment seed, round and client id).
     vectorize : all K clients as one stacked computation (True), or one at a time (False).
+    poisoned : which clients are malicious; their batches go through ``spec.data_attack``.
 
     Notes
     -----
@@ -168,6 +174,10 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
     rows_t = torch.from_numpy(rows).to(device)
     mask_t = torch.from_numpy(mask).to(device)
     xs, ys = x_all[rows_t], y_all[rows_t]          # [K, S, B, ...]: one gather per round
+    if spec.data_attack is not None and poisoned is not None:
+        for i in np.flatnonzero(np.asarray(poisoned, dtype=bool)):
+            xs[i], ys[i] = spec.data_attack.poison(xs[i], ys[i], num_classes=spec.num_classes,
+                                                   seed=int(seeds[i]))
     active = mask_t.sum(-1) > 0                     # [K, S]
     p_num = layout.num_params
     glob = layout.unflatten(global_flat)

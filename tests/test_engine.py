@@ -463,11 +463,3 @@ def test_close_keeps_a_callers_executor(make_config: MakeConfig) -> None:
     sim.run()
     sim.close()
     assert not ex.closed
-
-
-def test_registered_attack_is_refused_until_wired(make_config: MakeConfig) -> None:
-    # attacks exist as functions but the round loop does not apply them yet: never a silent
-    # clean run
-    cfg = make_config(attack="signflip", attack_fraction=0.2)
-    with pytest.raises(ValueError, match=r"attack\.attack: 'signflip' is registered but"):
-        Simulation(cfg)
