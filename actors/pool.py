@@ -67,9 +67,11 @@ class LocalExecutor:
         self.num_workers = num_workers
 
     def run(self, groups: list[list[TrainTask]], global_flat: np.ndarray, spec: LocalSpec,
-            vectorize: bool = True) -> dict[str, Any]:
+            vectorize: bool = True, starts: dict[int, np.ndarray] | None = None
+            ) -> dict[str, Any]:
         order = [t.client_id for g in groups for t in g]
-        parts = [self.trainer.train(global_flat, g, spec, vectorize) for g in groups if g]
+        parts = [self.trainer.train(global_flat, g, spec, vectorize, starts)
+                 for g in groups if g]
         return merge_results(parts, order)
 
     def shutdown(self) -> None:
@@ -115,8 +117,11 @@ class RayPool:
             *self._args, threads=1, device=device)
 
     def run(self, groups: list[list[TrainTask]], global_flat: np.ndarray, spec: LocalSpec,
-            vectorize: bool = True) -> dict[str, Any]:
-        """Run ``groups[i]`` on actor ``i``; a dead actor's tasks re-run on the others."""
+            vectorize: bool = True, starts: dict[int, np.ndarray] | None = None
+            ) -> dict[str, Any]:
+        """Run ``groups[i]`` on actor ``i``; a dead actor's tasks re-run on the others.
+
+        ``starts`` maps clients to their own start model (only those are sent to each actor)."""
         ray = self._ray
         if self._settings != (spec, vectorize):
             self._configure_all(spec, vectorize)
@@ -125,8 +130,12 @@ class RayPool:
         # above Ray's inline limit the model goes to the object store once per round; below it,
         # it travels inside the call, which is faster than a put
         gref = ray.put(g) if g.nbytes > INLINE_BYTES else g
-        pending = {i: (self.actors[i].train_packed.remote(gref, pack_tasks(g)), g)
-                   for i, g in enumerate(groups) if g}
+        def submit(i: int, g: list[TrainTask]) -> Any:
+            own = {t.client_id: starts[t.client_id] for t in g if starts and
+                   t.client_id in starts} or None
+            return self.actors[i].train_packed.remote(gref, pack_tasks(g), own)
+
+        pending = {i: (submit(i, g), g) for i, g in enumerate(groups) if g}
         parts: list[dict[str, Any]] = []
         while pending:
             orphans: list[TrainTask] = []
@@ -150,8 +159,7 @@ class RayPool:
                 for i, rows in zip(alive, split, strict=True):
                     g = [orphans[r] for r in rows]
                     if g:
-                        pending[i] = (self.actors[i].train_packed.remote(gref, pack_tasks(g)),
-                                      g)
+                        pending[i] = (submit(i, g), g)
         return merge_results(parts, order)
 
     def _configure_all(self, spec: LocalSpec, vectorize: bool) -> None:

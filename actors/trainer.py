@@ -78,20 +78,25 @@ class ClientTrainer:
         """Keep the round-invariant training settings (sent once, not every round)."""
         self.spec, self.vectorize = spec, vectorize
 
-    def train_packed(self, global_flat: np.ndarray, packed: tuple[np.ndarray, np.ndarray]
-                     ) -> dict[str, Any]:
+    def train_packed(self, global_flat: np.ndarray, packed: tuple[np.ndarray, np.ndarray],
+                     starts: dict[int, np.ndarray] | None = None) -> dict[str, Any]:
         """:meth:`train` with tasks from :func:`pack_tasks` and the configured settings."""
-        return self.train(global_flat, unpack_tasks(packed), self.spec, self.vectorize)
+        return self.train(global_flat, unpack_tasks(packed), self.spec, self.vectorize, starts)
 
     def train(self, global_flat: np.ndarray, tasks: list[TrainTask], spec: LocalSpec,
-              vectorize: bool = True) -> dict[str, Any]:
+              vectorize: bool = True, starts: dict[int, np.ndarray] | None = None
+              ) -> dict[str, Any]:
         """Train ``tasks`` from ``global_flat``; returns one update row per task, in order."""
         t0 = time.perf_counter()
         g = torch.as_tensor(np.asarray(global_flat), dtype=torch.float32).to(self.device)
         idx = [self.client_index[t.client_id] for t in tasks]
         out = train_clients(self.model, self.layout, g, self.x, self.y, idx,
                             [t.epochs for t in tasks], [t.seed for t in tasks], spec,
-                            vectorize=vectorize, poisoned=[t.poisoned for t in tasks])
+                            vectorize=vectorize, poisoned=[t.poisoned for t in tasks],
+                            starts={i: torch.as_tensor(np.asarray(starts[t.client_id]),
+                                                       dtype=torch.float32).to(self.device)
+                                    for i, t in enumerate(tasks) if starts and
+                                    t.client_id in starts})
         upd = out.updates
         w = torch.tensor([t.weight for t in tasks], dtype=torch.float32, device=self.device)
         finite = torch.isfinite(upd).all(dim=1)

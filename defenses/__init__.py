@@ -22,12 +22,14 @@ from defenses.krum import KrumDefense, MultiKrumDefense
 from defenses.median import MedianDefense
 from defenses.normclip import NormClipDefense
 from defenses.sageflow import SageflowDefense
+from defenses.siren import SirenDefense
 from defenses.trimmedmean import TrimmedMeanDefense
 
 DEFENSES: dict[str, type[Defense]] = {
     cls.name: cls for cls in (
         FedAvgDefense, KrumDefense, MultiKrumDefense, MedianDefense, TrimmedMeanDefense,
-        GeoMedDefense, NormClipDefense, CenteredClipDefense, BulyanDefense, SageflowDefense)
+        GeoMedDefense, NormClipDefense, CenteredClipDefense, BulyanDefense, SageflowDefense,
+        SirenDefense)
 }
 
 

@@ -25,6 +25,7 @@ import torch
 from actors.trainer import TrainTask
 from attacks import make_attack
 from defenses import DefenseContext, UpdateBatch, Verdict, make_defense, screen_malformed
+from defenses.siren_client import CLIENT_SIDE
 from simulator.adversary import Adversary, detection
 from simulator.algorithms import make_algorithm
 from simulator.clock import Arrival, VirtualClock, compute_seconds, make_policy, transfer_seconds
@@ -79,6 +80,13 @@ class Simulation:
             params["k"] = c.first_k or max(1, int(0.8 * cfg.experiment.clients_per_round))
         self.policy = make_policy(c.round_policy, **params)
         self.fed = federation or build_federation(cfg)
+        side = CLIENT_SIDE.get(cfg.defense.defense)
+        self.client_side = side() if side is not None else None
+        if self.client_side is not None:  # holdouts leave training before the actors get data
+            train = self.client_side.split(self.fed.client_index, cfg.experiment.seed)
+            self.fed = dataclasses.replace(
+                self.fed, client_index=train,
+                client_sizes=np.array([len(i) for i in train], np.int64))
         self._own_executor = executor is None
         self.executor = executor or make_executor(cfg, self.fed)
         self.spec = self.algorithm.local_spec()
@@ -144,6 +152,12 @@ class Simulation:
         fast = (self.defense.linear and cfg.execution.preaggregate
                 and not self.adversary.is_model_attack)
         weights = self.defense.row_weights(sizes) if fast else np.full(len(sizes), -1.0)
+        alarms: dict[int, bool] = {}
+        starts = None
+        if self.client_side is not None:
+            alarms = self.client_side.alarms(selected, mal, self.global_flat,
+                                             self._holdout_accuracy)
+            starts = self.client_side.start_models(alarms, mal) or None
         seeds = client_seeds(seed, rnd, selected)
         poison = self.adversary.is_data_attack
         tasks = [TrainTask(int(c), int(e), int(sd), int(n), float(w) if c in now_ids else -1.0,
@@ -153,13 +167,18 @@ class Simulation:
         groups = place(tasks, self.executor.num_workers, cfg.execution.placement,
                        cfg.execution.min_actor_mflop * 1e6 / self.flops_per_sample)
         res = self.executor.run(groups, self.global_flat.numpy(), self.spec,
-                                cfg.execution.vectorize)
+                                cfg.execution.vectorize, starts)
         info = {int(c): (int(n), float(lo), bool(ok)) for c, n, lo, ok in zip(
             res["client_ids"], res["num_samples"], res["losses"], res["finite"], strict=True)}
         returned = {int(c): InFlight(new[int(np.searchsorted(selected, c))], row,
-                                     info[int(c)][0], info[int(c)][1], int(c) in mal)
+                                     info[int(c)][0], info[int(c)][1], int(c) in mal,
+                                     alarms.get(int(c), False))
                     for c, row in zip(res["row_ids"], res["updates"]
                                       if res["updates"] is not None else [], strict=True)}
+        if self.client_side is not None:
+            for c, f in returned.items():
+                if c not in mal:
+                    self.client_side.remember(c, self.global_flat.numpy() + f.row)
         self.adversary.rewrite(rnd, self.global_flat, returned, mal,
                                stream(seed, rnd, _ATTACK + 100))
         arrived_keys = {(a.client_id, a.base_round) for a in outcome.arrived}
@@ -196,6 +215,7 @@ class Simulation:
             verdicts=[v.to_dict() for v in verdicts],
             train_loss=float(np.mean(losses)) if losses else None, accuracy=acc, loss=loss,
             extra={"train_seconds": float(res["seconds"]), "malicious": sorted(mal),
+                   "alarms": sorted(c for c, a in alarms.items() if a),
                    "detection": detection(arrived_ids, mal_arrived,
                                           [v.client_id for v in verdicts if not v.kept])})
 
@@ -253,7 +273,8 @@ class Simulation:
             upd, np.array([f.arrival.client_id for f in arrived], np.int64),
             np.array([f.num_samples for f in arrived], np.int64),
             np.array([f.arrival.base_round for f in arrived], np.int64),
-            {"loss": np.array([f.loss for f in arrived], np.float32)})
+            {"loss": np.array([f.loss for f in arrived], np.float32),
+             "alarm": np.array([f.alarm for f in arrived], bool)})
 
     def _base_model(self, rnd: int) -> torch.Tensor:
         """The global model that round ``rnd``'s clients trained from."""
@@ -265,6 +286,12 @@ class Simulation:
         """Accuracy, loss and mean softmax entropy of each model row on the public set."""
         return score_models(self.fed.model, self.fed.layout, models, self.fed.public_x,
                             self.fed.public_y)
+
+    def _holdout_accuracy(self, flat: torch.Tensor, rows: np.ndarray) -> float:
+        """Accuracy of a model on some training-set rows (a client's holdout)."""
+        x = torch.from_numpy(self.fed.x_train[rows])
+        y = torch.from_numpy(self.fed.y_train[rows])
+        return evaluate(self.fed.model, self.fed.layout, flat, x, y)[0]
 
     def _evaluate(self, flat: torch.Tensor) -> tuple[float, float]:
         return evaluate(self.fed.model, self.fed.layout, flat, self.fed.test_x, self.fed.test_y)
@@ -297,8 +324,10 @@ class Simulation:
             "next_round": self.next_round, "global": self.global_flat.clone(),
             "now": self.clock.now, "algo_state": self.algo_state,
             "defense": self.defense.state_dict(),
-            "in_flight": [(f.arrival, f.row, f.num_samples, f.loss, f.malicious)
+            "in_flight": [(f.arrival, f.row, f.num_samples, f.loss, f.malicious, f.alarm)
                           for f in self.in_flight],
+            "client_side": (self.client_side.state_dict() if self.client_side is not None
+                            else None),
             "wall_time": self.wall_offset, "history": dict(self.history),
         }
 
@@ -312,6 +341,8 @@ class Simulation:
         self.in_flight = [InFlight(*f) for f in st["in_flight"]]
         self.wall_offset = float(st.get("wall_time", 0.0))
         self.history = dict(st.get("history", {}))
+        if self.client_side is not None and st.get("client_side") is not None:
+            self.client_side.load_state_dict(st["client_side"])
 
     def close(self) -> None:
         """Shut down the executor if this simulation created it."""

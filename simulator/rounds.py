@@ -78,6 +78,7 @@ class InFlight:
     num_samples: int
     loss: float
     malicious: bool = False  # the client was malicious in the round it trained
+    alarm: bool = False  # the client raised an alarm (Siren) in the round it trained
 
 
 

@@ -137,8 +137,8 @@ def _client_losses(forward: Callable, params: dict, buffers: dict, x: torch.Tens
 def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tensor,
                   x_all: torch.Tensor, y_all: torch.Tensor, client_idx: Sequence[np.ndarray],
                   epochs: Sequence[int], seeds: Sequence[int], spec: LocalSpec,
-                  vectorize: bool = True, poisoned: Sequence[bool] | None = None
-                  ) -> TrainOutput:
+                  vectorize: bool = True, poisoned: Sequence[bool] | None = None,
+                  starts: dict[int, torch.Tensor] | None = None) -> TrainOutput:
     """Train K clients from the same global model with local SGD.
 
     Parameters
@@ -151,6 +151,8 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
     seeds : per-client shuffling seeds (derived from experiment seed, round and client id).
     vectorize : all K clients as one stacked computation (True), or one at a time (False).
     poisoned : which clients are malicious; their batches go through ``spec.data_attack``.
+    starts : ``{position k: [P] model}`` for clients that start from their own model instead of
+        the global one (Siren's alarming clients); their update is still relative to the global.
 
     Notes
     -----
@@ -218,8 +220,12 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
 
     steps = active.sum(-1)
     if vectorize:
-        pflat = global_flat[:p_num].expand(k, -1).clone().requires_grad_(True)
-        buffers = {n: glob[n].expand(k, *glob[n].shape).clone() for n in layout.buffer_names}
+        init = global_flat.expand(k, -1).clone()
+        for i, start in (starts or {}).items():
+            init[i] = start
+        pflat = init[:, :p_num].clone().requires_grad_(True)
+        stacked = layout.unflatten(init)
+        buffers = {n: stacked[n].clone() for n in layout.buffer_names}
         buffers.update({n: b.expand(k, *b.shape).clone() for n, b in layout.int_buffers.items()})
         new_p, loss_sum = run(pflat, buffers, slice(None), True)
         bufs = [buffers[n].reshape(k, -1) for n in layout.buffer_names]
@@ -228,8 +234,10 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
     else:
         out_rows, out_losses = [], []
         for i in range(k):
-            pflat = global_flat[:p_num].clone().requires_grad_(True)
-            buffers = {n: glob[n].clone() for n in layout.buffer_names}
+            init = (starts or {}).get(i, global_flat)
+            pflat = init[:p_num].clone().requires_grad_(True)
+            own = layout.unflatten(init)
+            buffers = {n: own[n].clone() for n in layout.buffer_names}
             buffers.update({n: b.clone() for n, b in layout.int_buffers.items()})
             new_p, loss_sum = run(pflat, buffers, i, False)
             bufs = [buffers[n].reshape(-1) for n in layout.buffer_names]

@@ -164,8 +164,8 @@ PARAMS: dict[str, dict[str, Any]] = {
 NOT_ROBUST = {"fedavg", "normclip"}
 # defenses that score models on the server's public set: the contexts below have none (they
 # raise ValueError without ctx.score_models); tests/test_sageflow.py checks the same properties
-# with a stub scorer
-NEEDS_PUBLIC = {"sageflow"}
+# with a stub scorer, as does tests/test_siren.py for siren
+NEEDS_PUBLIC = {"sageflow", "siren"}
 N, P = 7, 4
 
 
