@@ -42,6 +42,8 @@ from simulator.rounds import (  # noqa: F401 (re-exported for callers of the eng
     RoundCallback,
     RoundRecord,
     client_seeds,
+    combine_linear,
+    make_batch,
     save_checkpoint,
     stream,
 )
@@ -191,10 +193,11 @@ class Simulation:
         losses = [lo for lo in [f.loss for f in carried] + [info[c][1] for c in sorted(now_ids)]
                   if np.isfinite(lo)]
         if fast:
-            delta, vs = self._combine_linear(res, now_ids, info, carried)
+            delta, vs = combine_linear(self.defense, res, now_ids, info, carried,
+                                       self.fed.layout.size)
         else:
             arrived = [returned[c] for c in sorted(now_ids)] + carried
-            delta, vs = self._defend(rnd, self._batch(arrived))
+            delta, vs = self._defend(rnd, make_batch(arrived, self.fed.layout.size))
         verdicts += vs
         arrived_ids = now_ids | {f.arrival.client_id for f in carried}
         mal_arrived = (now_ids & mal) | {f.arrival.client_id for f in carried if f.malicious}
@@ -240,41 +243,6 @@ class Simulation:
                              self._base_model)
         result = self.defense(batch.subset(ok), ctx)
         return result.delta, bad + list(result.verdicts)
-
-    def _combine_linear(self, res: dict[str, Any], now_ids: set[int],
-                        info: dict[int, tuple[int, float, bool]], carried: list[InFlight]
-                        ) -> tuple[torch.Tensor, list[Verdict]]:
-        """A linear defense's aggregate from actor partial sums plus carried-over rows."""
-        cb = self._batch(carried)
-        ok, bad = screen_malformed(cb, self.fed.layout.size)
-        w_now = {c: float(self.defense.row_weights(np.array([info[c][0]]))[0])
-                 for c in sorted(now_ids) if info[c][2]}
-        w_old = self.defense.row_weights(cb.num_samples[ok])
-        total = float(res["agg_weight"]) + float(w_old.sum())
-        acc = np.zeros(self.fed.layout.size, np.float64)
-        if res["agg_sum"] is not None:
-            acc += res["agg_sum"]
-        if len(ok):
-            acc += w_old @ cb.updates[torch.from_numpy(ok)].numpy().astype(np.float64)
-        delta = torch.from_numpy((acc / total if total > 0 else acc).astype(np.float32))
-        total = total or 1.0
-        vs = [Verdict(c, True, w / total, float("nan")) for c, w in w_now.items()]
-        vs += [Verdict(c, False, 0.0, float("nan"), "non-finite")
-               for c in sorted(now_ids) if not info[c][2]]
-        vs += [Verdict(int(c), True, float(w) / total, float("nan"))
-               for c, w in zip(cb.client_ids[ok], w_old, strict=True)]
-        return delta, vs + bad
-
-    def _batch(self, arrived: list[InFlight]) -> UpdateBatch:
-        p = self.fed.layout.size
-        upd = (torch.from_numpy(np.stack([f.row for f in arrived])) if arrived
-               else torch.zeros(0, p))
-        return UpdateBatch(
-            upd, np.array([f.arrival.client_id for f in arrived], np.int64),
-            np.array([f.num_samples for f in arrived], np.int64),
-            np.array([f.arrival.base_round for f in arrived], np.int64),
-            {"loss": np.array([f.loss for f in arrived], np.float32),
-             "alarm": np.array([f.alarm for f in arrived], bool)})
 
     def _base_model(self, rnd: int) -> torch.Tensor:
         """The global model that round ``rnd``'s clients trained from."""

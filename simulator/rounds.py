@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from defenses import Defense, UpdateBatch, Verdict, screen_malformed
 from simulator.clock import Arrival
 
 if TYPE_CHECKING:
@@ -92,3 +93,41 @@ def save_checkpoint(sim: Simulation, directory: Path, wall_time: float) -> Path:
     final = directory / "checkpoint.pt"
     tmp.replace(final)
     return final
+
+
+def combine_linear(defense: Defense, res: dict[str, Any], now_ids: set[int],
+                   info: dict[int, tuple[int, float, bool]], carried: list[InFlight],
+                   size: int) -> tuple[torch.Tensor, list[Verdict]]:
+    """A linear defense's aggregate from actor partial sums plus carried-over rows."""
+    cb = make_batch(carried, size)
+    ok, bad = screen_malformed(cb, size)
+    w_now = {c: float(defense.row_weights(np.array([info[c][0]]))[0])
+             for c in sorted(now_ids) if info[c][2]}
+    w_old = defense.row_weights(cb.num_samples[ok])
+    total = float(res["agg_weight"]) + float(w_old.sum())
+    acc = np.zeros(size, np.float64)
+    if res["agg_sum"] is not None:
+        acc += res["agg_sum"]
+    if len(ok):
+        acc += w_old @ cb.updates[torch.from_numpy(ok)].numpy().astype(np.float64)
+    delta = torch.from_numpy((acc / total if total > 0 else acc).astype(np.float32))
+    total = total or 1.0
+    vs = [Verdict(c, True, w / total, float("nan")) for c, w in w_now.items()]
+    vs += [Verdict(c, False, 0.0, float("nan"), "non-finite")
+           for c in sorted(now_ids) if not info[c][2]]
+    vs += [Verdict(int(c), True, float(w) / total, float("nan"))
+           for c, w in zip(cb.client_ids[ok], w_old, strict=True)]
+    return delta, vs + bad
+
+
+def make_batch(arrived: list[InFlight], size: int) -> UpdateBatch:
+    """The update batch of the rows aggregated this round."""
+    p = size
+    upd = (torch.from_numpy(np.stack([f.row for f in arrived])) if arrived
+           else torch.zeros(0, p))
+    return UpdateBatch(
+        upd, np.array([f.arrival.client_id for f in arrived], np.int64),
+        np.array([f.num_samples for f in arrived], np.int64),
+        np.array([f.arrival.base_round for f in arrived], np.int64),
+        {"loss": np.array([f.loss for f in arrived], np.float32),
+         "alarm": np.array([f.alarm for f in arrived], bool)})
