@@ -56,12 +56,11 @@ F_DEFENSES: dict[str, tuple[str, Any]] = {
 }
 
 
-def train_size(dataset: str, seed: int = 0, **flat: Any) -> int:
+def train_size(dataset: str, data_path: str | None = None, test_fraction: float = 0.2) -> int:
     """Number of training samples of ``dataset`` (before the public set is carved out)."""
     from simulator.data import load_dataset
 
-    ds = load_dataset(dataset, seed=seed, path=flat.get("data_path"),
-                      test_fraction=flat.get("test_fraction", 0.2))
+    ds = load_dataset(dataset, seed=0, path=data_path, test_fraction=test_fraction)
     return len(ds.y_train)
 
 
@@ -92,7 +91,8 @@ def resolve_scenario(name: str, dataset: str, rounds: int | None,
         flat["rounds"] = rounds
     flat.update(extra or {})
     if "public_fraction" not in flat:
-        n = train_size(dataset, **flat)
+        n = train_size(dataset, data_path=flat.get("data_path"),
+                       test_fraction=flat.get("test_fraction", 0.2))
         flat["public_fraction"] = round(min(PUBLIC_SAMPLES / n, 0.5), 4)
     if flat.get("round_policy") in ("deadline", "deadline_carryover") and "deadline_s" not in flat:
         flat["deadline_s"] = round_deadline(flat)

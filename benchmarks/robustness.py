@@ -1,0 +1,300 @@
+"""Robustness grid: every defense against one attack, over malicious fractions and seeds.
+
+Runs the grid defense x malicious fraction x seed, each cell a full FedSentry run (``backend
+local``) in a pool of worker processes, and writes into ``--out`` (default
+``runs/robustness-<attack>``):
+
+* ``runs/<attack>-<defense>-f<fraction>-s<seed>/``: each run's events.jsonl, summary.json, ...
+  (fraction 0 is the clean baseline, attack ``none``, run once per defense and seed);
+* ``results.json`` / ``results.csv``: one record per run (accuracy, detection precision/recall,
+  server seconds per round, error);
+* ``accuracy_vs_round.png`` (largest fraction, mean over seeds) and ``accuracy_vs_fraction.png``;
+* ``grid.yaml``: the resolved settings (scenario overrides, fractions, seeds, defense params).
+
+A cell whose defense precondition cannot hold (Krum needs n > 2f+2, Bulyan n >= 4f+3, trimmed
+mean n > 2f, with f = ceil(fraction x clients per round), at least 1) is recorded as
+``n/a (precondition)`` without running; a run that fails mid-way is recorded with its error.
+
+Usage::
+
+    python benchmarks/robustness.py --attack labelflip
+    python benchmarks/robustness.py --attack signflip --quick --defenses fedavg krum median
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import robustness_grid as grid  # noqa: E402
+
+FIELDS = ("attack", "defense", "malicious_fraction", "seed", "final_accuracy", "last5_accuracy",
+          "attack_success_rate", "detection_precision", "detection_recall",
+          "benign_false_rejection", "server_seconds_per_round", "rounds", "stale_total",
+          "error", "run_dir")
+QUICK = {"rounds": 20, "seeds": 3, "fractions": [0.0, 0.2, 0.4]}
+
+
+def _kv(text: str) -> tuple[str, Any]:
+    import yaml
+
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    return k, yaml.safe_load(v)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(2, f"error: {message}\n")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from attacks import ATTACKS, make_attack
+    from defenses import DEFENSES
+
+    p = _Parser(description="Accuracy and detection of every defense against one attack, over "
+                            "malicious fractions and seeds (one FedSentry run per cell).")
+    attacks = sorted(set(ATTACKS) - {"none"})
+    p.add_argument("--attack", required=True, help=f"attack to benchmark: {attacks}")
+    p.add_argument("--defenses", nargs="+", default=sorted(DEFENSES),
+                   help=f"defenses to compare (default: all registered: {sorted(DEFENSES)})")
+    p.add_argument("--fractions", nargs="+", type=float, default=None,
+                   help="fractions of malicious clients; 0 is the clean baseline (attack none) "
+                        "(default 0 0.2 0.4 0.6 0.8; quick: 0 0.2 0.4)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="number of seeds per cell, seeds 0..N-1 (default 3; quick: 2)")
+    p.add_argument("--dataset", default="digits", help="dataset of every run (default: digits)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="rounds per run (default: the scenario's, 30; quick: 20)")
+    p.add_argument("--quick", action="store_true",
+                   help="20 rounds, fractions 0 0.2 0.4 (about 1.5 minutes on 2 cores); "
+                        "explicit --rounds/--fractions still win")
+    p.add_argument("--scenario", default="default", choices=sorted(grid.SCENARIOS),
+                   help="default: README task (20 clients, Dirichlet 0.5, 10 a round); siren: "
+                        "10 clients all selected, Dirichlet 0.5; sageflow: 100 clients, 2-class "
+                        "shards, 20 a round, re-drawn attackers, deadline with carry-over "
+                        "(default: default)")
+    p.add_argument("--out", default=None, help="output directory (default runs/robustness-ATTACK)")
+    p.add_argument("--attack-param", type=_kv, action="append", default=[], metavar="KEY=VALUE",
+                   help="attack parameter (repeatable), e.g. --attack-param scale=10")
+    p.add_argument("--set", type=_kv, action="append", default=[], metavar="KEY=VALUE",
+                   dest="overrides", help="extra flat config override for every run "
+                                          "(repeatable), e.g. --set num_clients=8")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="runs in parallel (spawned processes, one torch thread each; 1 = in this "
+                        "process; default: CPU count)")
+    args = p.parse_args(argv)
+
+    if args.attack not in ATTACKS or args.attack == "none":
+        p.error(f"unknown attack {args.attack!r}; valid: {attacks}")
+    bad = [d for d in args.defenses if d not in DEFENSES]
+    if bad:
+        p.error(f"unknown defense {bad[0]!r}; valid: {sorted(DEFENSES)}")
+    try:
+        make_attack(args.attack, **dict(args.attack_param))
+    except ValueError as e:
+        p.error(f"--attack-param: {e}")
+    args.rounds = args.rounds or (QUICK["rounds"] if args.quick else None)
+    args.seeds = args.seeds or (QUICK["seeds"] if args.quick else 3)
+    args.fractions = args.fractions or (QUICK["fractions"] if args.quick
+                                        else [0.0, 0.2, 0.4, 0.6, 0.8])
+    if any(not 0 <= f < 1 for f in args.fractions) or args.seeds < 1 or args.workers < 1 \
+            or (args.rounds is not None and args.rounds < 1):
+        p.error("--fractions must be in [0, 1); --seeds, --rounds, --workers >= 1")
+    args.fractions = sorted(set(args.fractions))
+    args.out = Path(args.out or f"runs/robustness-{args.attack}")
+    return args
+
+
+def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, Any]]:
+    from defenses import DEFENSES
+
+    n, rounds = int(base["clients_per_round"]), int(base["rounds"])
+    jobs = []
+    for d in args.defenses:
+        for frac in args.fractions:
+            attack = args.attack if frac > 0 else "none"
+            params, na = grid.defense_preset(d, frac, n, rounds, set(DEFENSES))
+            for s in range(args.seeds):
+                out = args.out / "runs" / f"{attack}-{d}-f{frac:g}-s{s}"
+                flat = {**base, "seed": s, "defense": d, "defense_params": params,
+                        "attack": attack, "attack_fraction": frac,
+                        "attack_params": dict(args.attack_param) if frac > 0 else {},
+                        "backend": "local", "progress": False, "plots": False,
+                        "out": str(out)}
+                jobs.append({"attack": attack, "defense": d, "malicious_fraction": frac,
+                             "seed": s, "flat": flat, "error": na})
+    return jobs
+
+
+def run_all(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
+    from tqdm import tqdm
+
+    results: list[dict[str, Any]] = []
+    bar = tqdm(total=len(jobs), desc="runs", unit="run", file=sys.stderr)
+    if workers == 1:
+        import torch
+
+        threads = torch.get_num_threads()
+        grid.init_worker()
+        try:
+            for j in jobs:
+                results.append(grid.run_job(j))
+                bar.update()
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=grid.init_worker) as ex:
+            futs = [ex.submit(grid.run_job, j) for j in jobs]
+            for fu in as_completed(futs):
+                results.append(fu.result())
+                bar.update()
+    bar.close()
+    order = {(j["defense"], j["malicious_fraction"], j["seed"]): i for i, j in enumerate(jobs)}
+    return sorted(results, key=lambda r: order[(r["defense"], r["malicious_fraction"],
+                                                r["seed"])])
+
+
+def _cells(results: list[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
+    out: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for r in results:
+        out.setdefault((r["defense"], r["malicious_fraction"]), []).append(r)
+    return out
+
+
+def _mean(vals: list[Any]) -> float | None:
+    v = [x for x in vals if x is not None]
+    return float(np.mean(v)) if v else None
+
+
+def cell_text(rs: list[dict[str, Any]]) -> str:
+    ok = [r for r in rs if r["error"] is None and r["final_accuracy"] is not None]
+    if not ok:
+        err = rs[0]["error"] if rs else ""
+        if err.startswith("n/a"):
+            return "n/a (precond)"
+        return "n/a (mid-run)" if err.startswith("ValueError") and "needs" in err else "error"
+    acc = [r["final_accuracy"] for r in ok]
+    txt = f"{np.mean(acc):.3f}±{np.std(acc):.3f}"
+    if all(r["malicious_fraction"] == 0 for r in ok):  # clean: benign false rejection only
+        fr = _mean([r["benign_false_rejection"] for r in ok])
+        return txt + (f" FR{fr:.2f}" if fr else "")
+    p = _mean([r["detection_precision"] for r in ok])
+    rc = _mean([r["detection_recall"] for r in ok])
+    if p is not None or rc is not None:
+        txt += " P" + ("-" if p is None else f"{p:.2f}") + "/R" + ("-" if rc is None
+                                                                   else f"{rc:.2f}")
+    if len(ok) < len(rs):
+        txt += f" ({len(rs) - len(ok)} err)"
+    return txt
+
+
+def table(results: list[dict[str, Any]], defenses: list[str], fractions: list[float]) -> str:
+    cells = _cells(results)
+    width = max([len(cell_text(v)) for v in cells.values()] + [10])
+    head = f"{'defense':<12}" + "".join(f" {'f=' + format(f, 'g'):>{width}}" for f in fractions)
+    lines = [head, "-" * len(head)]
+    for d in defenses:
+        lines.append(f"{d:<12}" + "".join(f" {cell_text(cells.get((d, f), [])):>{width}}"
+                                          for f in fractions))
+    return "\n".join(lines)
+
+
+def plots(results: list[dict[str, Any]], defenses: list[str], fractions: list[float],
+          out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = _cells(results)
+    top = max(fractions)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for d in defenses:
+        dirs = [r["run_dir"] for r in cells.get((d, top), []) if r["error"] is None]
+        xs, ys = grid.mean_curve(dirs)
+        if xs:
+            ax.plot(xs, ys, label=d)
+    ax.set(xlabel="round", ylabel="test accuracy", ylim=(0, 1),
+           title=f"accuracy vs round, malicious fraction {top:g} (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_vs_round.png", dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for d in defenses:
+        pts = [(f, _mean([r["final_accuracy"] for r in cells.get((d, f), [])
+                          if r["error"] is None])) for f in fractions]
+        pts = [(f, a) for f, a in pts if a is not None]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", label=d)
+    ax.set(xlabel="malicious fraction", ylabel="final test accuracy (mean over seeds)",
+           ylim=(0, 1), title="accuracy vs malicious fraction")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_vs_fraction.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import yaml
+
+    args = parse_args(argv)
+    try:
+        base = grid.resolve_scenario(args.scenario, args.dataset, args.rounds,
+                                     dict(args.overrides))
+        from simulator.config import build_config
+
+        build_config(flat={**base, "backend": "local"})  # fail fast on a bad override
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs = make_jobs(args, base)
+    (args.out / "grid.yaml").write_text(yaml.safe_dump({
+        "attack": args.attack, "attack_params": dict(args.attack_param),
+        "scenario": args.scenario, "config": base, "defenses": args.defenses,
+        "fractions": args.fractions, "seeds": list(range(args.seeds)),
+        "workers": args.workers, "runs": len(jobs),
+        "defense_params": {f"{j['defense']}@{j['malicious_fraction']:g}":
+                           j["flat"]["defense_params"] for j in jobs if j["seed"] == 0},
+    }, sort_keys=False))
+    results = run_all(jobs, args.workers)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    with (args.out / "results.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(results)
+    plots(results, args.defenses, args.fractions, args.out)
+    print(f"attack {args.attack}, scenario {args.scenario}, {base['rounds']} rounds, "
+          f"{args.seeds} seed(s); final accuracy mean±std over seeds; P/R: detection "
+          "precision/recall of the malicious updates; FR: benign false-rejection rate")
+    print(table(results, args.defenses, args.fractions))
+    failed = [r for r in results if r["error"] and not r["error"].startswith("n/a")]
+    for r in failed:
+        print(f"error: {r['defense']} f={r['malicious_fraction']:g} s{r['seed']}: "
+              f"{r['error']}", file=sys.stderr)
+    print(f"wrote {args.out}/results.json, results.csv, accuracy_vs_round.png, "
+          "accuracy_vs_fraction.png, grid.yaml")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""benchmarks/robustness.py: a tiny grid end to end, bad input, preconditions, worker pool."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import robustness, robustness_grid  # noqa: E402
+
+TINY = ["--seeds", "1", "--rounds", "2", "--set", "num_clients=8",
+        "--set", "clients_per_round=4", "--set", "local_epochs=1"]
+
+
+def test_tiny_grid_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "rb"
+    rc = robustness.main(["--attack", "labelflip", "--defenses", "fedavg", "median", "bulyan",
+                          "--fractions", "0", "0.4", "--workers", "1", "--out", str(out), *TINY])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "fedavg" in printed and "f=0.4" in printed and "n/a (precond)" in printed
+    recs = json.loads((out / "results.json").read_text())
+    assert len(recs) == 3 * 2 * 1
+    for r in recs:
+        assert set(robustness.FIELDS) <= set(r)
+        assert r["attack"] == ("none" if r["malicious_fraction"] == 0 else "labelflip")
+    ok = [r for r in recs if r["defense"] != "bulyan"]
+    assert all(r["error"] is None and 0 <= r["final_accuracy"] <= 1 for r in ok)
+    assert all(r["server_seconds_per_round"] >= 0 and r["rounds"] == 2 for r in ok)
+    attacked = [r for r in ok if r["malicious_fraction"] == 0.4]
+    assert all(r["detection_recall"] is not None for r in attacked)
+    # bulyan needs n >= 4f + 3 rows: impossible with 4 clients a round -> recorded, not run
+    bul = [r for r in recs if r["defense"] == "bulyan"]
+    assert all(r["error"].startswith("n/a (precondition)") for r in bul)
+    assert all(r["final_accuracy"] is None for r in bul)
+    with (out / "results.csv").open() as fh:
+        rows = list(csv.reader(fh))
+    assert tuple(rows[0]) == robustness.FIELDS and len(rows) == 1 + len(recs)
+    for png in ("accuracy_vs_round.png", "accuracy_vs_fraction.png"):
+        assert (out / png).stat().st_size > 0
+    assert (out / "grid.yaml").is_file()
+    assert (out / "runs" / "labelflip-median-f0.4-s0" / "events.jsonl").is_file()
+    assert (out / "runs" / "none-fedavg-f0-s0" / "summary.json").is_file()
+
+
+def test_unknown_attack_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        robustness.main(["--attack", "nope"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nope" in err and "labelflip" in err
+
+
+def test_unknown_defense_and_bad_attack_param_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--attack", "signflip", "--defenses", "nope"],
+                 ["--attack", "scale", "--attack-param", "bogus=1"]):
+        with pytest.raises(SystemExit) as e:
+            robustness.main(argv)
+        assert e.value.code == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_presets_respect_preconditions() -> None:
+    reg = {"krum", "bulyan", "siren", "sageflow"}
+    assert robustness_grid.defense_preset("krum", 0.2, 10, 30, reg) == ({"f": 2}, None)
+    params, na = robustness_grid.defense_preset("krum", 0.4, 10, 30, reg)
+    assert na and na.startswith("n/a (precondition)")
+    assert robustness_grid.defense_preset("bulyan", 0.0, 10, 30, reg) == ({"f": 1}, None)
+    assert robustness_grid.defense_preset("bulyan", 0.2, 10, 30, reg)[1] is not None
+    assert robustness_grid.defense_preset("siren", 0.2, 10, 30, reg)[0] == {"rounds_total": 30}
+    assert "entropy_threshold" in robustness_grid.defense_preset("sageflow", 0.2, 10, 30, reg)[0]
+
+
+def test_midrun_precondition_error_is_recorded(tmp_path: Path) -> None:
+    """A defense that raises ValueError during a round gives a record with the error."""
+    flat = dict(num_clients=8, clients_per_round=4, local_epochs=1, rounds=2, seed=0,
+                defense="krum", defense_params={"f": 3}, attack="none", attack_fraction=0.0,
+                backend="local", progress=False, plots=False, out=str(tmp_path / "r"))
+    rec = robustness_grid.run_job({"attack": "none", "defense": "krum",
+                                   "malicious_fraction": 0.0, "seed": 0, "flat": flat})
+    assert rec["error"].startswith("ValueError") and "2f + 2" in rec["error"]
+    assert rec["final_accuracy"] is None
+
+
+def test_worker_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "pool"
+    rc = robustness.main(["--attack", "signflip", "--defenses", "fedavg", "--fractions", "0",
+                          "0.25", "--workers", "2", "--out", str(out), *TINY])
+    assert rc == 0
+    recs = json.loads((out / "results.json").read_text())
+    assert [r["malicious_fraction"] for r in recs] == [0.0, 0.25]
+    assert all(r["error"] is None for r in recs)
