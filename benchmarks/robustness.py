@@ -84,8 +84,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="20 rounds, fractions 0 0.2 0.4 (about 1.5 minutes on 2 cores); "
                         "explicit --rounds/--fractions still win")
     p.add_argument("--scenario", default="default", choices=sorted(grid.SCENARIOS),
-                   help="default: README task (20 clients, Dirichlet 0.5, 10 a round); siren: "
-                        "10 clients all selected, Dirichlet 0.5; sageflow: 100 clients, 2-class "
+                   help="default: README task, IID split (20 clients, 10 a round, E=5); siren: "
+                        "10 IID clients all selected; sageflow: 100 clients, 2-class "
                         "shards, 20 a round, re-drawn attackers, deadline with carry-over "
                         "(default: default)")
     p.add_argument("--out", default=None, help="output directory (default runs/robustness-ATTACK)")
@@ -128,7 +128,7 @@ def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, 
     for d in args.defenses:
         for frac in args.fractions:
             attack = args.attack if frac > 0 else "none"
-            params, na = grid.defense_preset(d, frac, n, rounds, set(DEFENSES))
+            params, na = grid.defense_preset(d, frac, n, rounds, set(DEFENSES), args.scenario)
             for s in range(args.seeds):
                 out = args.out / "runs" / f"{attack}-{d}-f{frac:g}-s{s}"
                 flat = {**base, "seed": s, "defense": d, "defense_params": params,
