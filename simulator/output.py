@@ -96,10 +96,18 @@ def _detection_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
     tot = {k: sum(e.get("detection", {}).get(k, 0) for e in events)
            for k in ("tp", "fp", "fn", "tn")}
     tp, fp, fn, tn = tot["tp"], tot["fp"], tot["fn"], tot["tn"]
+    first_ban: dict[int, int] = {}
+    for e in events:
+        for v in e.get("verdicts", []):
+            if v.get("reason") == "banned":
+                first_ban.setdefault(int(v["client"]), int(e["round"]))
     return {
         "detection_precision": tp / (tp + fp) if tp + fp else None,
         "detection_recall": tp / (tp + fn) if tp + fn else None,
+        "detection_f1": 2 * tp / (2 * tp + fp + fn) if tp else (0.0 if fp + fn else None),
         "benign_false_rejection": fp / (fp + tn) if fp + tn else None,
+        # round at which each banned client was first refused as banned (Siren's penalty)
+        "first_ban_round": dict(sorted(first_ban.items())),
     }
 
 

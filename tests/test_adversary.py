@@ -123,3 +123,22 @@ def test_labelflip_hurts_fedavg_and_siren_recovers(tmp_path: Path) -> None:
     assert fedavg < clean - 0.1          # the attack visibly hurts plain averaging
     assert siren > fedavg + 0.05         # Siren recovers most of it (seed 0: 0.900 vs 0.791)
     assert siren >= 0.9 * clean
+
+
+def test_detection_summary_by_hand() -> None:
+    from simulator.output import summarize
+
+    events = [
+        {"round": 0, "detection": {"tp": 1, "fp": 1, "fn": 1, "tn": 3},
+         "verdicts": [{"client": 4, "kept": False, "reason": "abnormal-accuracy"}]},
+        {"round": 1, "detection": {"tp": 2, "fp": 0, "fn": 0, "tn": 4},
+         "verdicts": [{"client": 4, "kept": False, "reason": "banned"}]},
+        {"round": 2, "detection": {"tp": 1, "fp": 1, "fn": 1, "tn": 3},
+         "verdicts": [{"client": 4, "kept": False, "reason": "banned"},
+                      {"client": 7, "kept": False, "reason": "banned"}]},
+    ]
+    s = summarize(events)
+    # tp 4, fp 2, fn 2, tn 10
+    assert s["detection_precision"] == 4 / 6 and s["detection_recall"] == 4 / 6
+    assert s["detection_f1"] == 8 / 12 and s["benign_false_rejection"] == 2 / 12
+    assert s["first_ban_round"] == {4: 1, 7: 2}
