@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from attacks.alie import ALIE
+from attacks.backdoor import Backdoor
 from attacks.base import (
     Attack,
     AttackContext,
@@ -22,6 +23,7 @@ from attacks.gaussian import Gaussian
 from attacks.ipm import IPM
 from attacks.labelflip import LabelFlip
 from attacks.minmax import MinMax, MinSum
+from attacks.model_replacement import ModelReplacement
 from attacks.scale import ScaleModel
 from attacks.signflip import SignFlip
 
@@ -35,6 +37,8 @@ ATTACKS: dict[str, object] = {
     "minmax": MinMax,
     "minsum": MinSum,
     "labelflip": LabelFlip,
+    "backdoor": Backdoor,
+    "model_replacement": ModelReplacement,
 }
 
 

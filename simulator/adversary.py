@@ -9,6 +9,7 @@ rows explicitly through :class:`attacks.AttackContext`; nothing here reaches int
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,8 +35,22 @@ class Adversary:
         return self.attack is not None and self.attack.kind == "model"
 
     @property
+    def data_attack(self) -> Any:
+        """What poisons the malicious clients' training: a data attack, or the data part of a
+        model attack (model replacement trains on backdoored data, then boosts)."""
+        if self.attack is None:
+            return None
+        return self.attack if self.attack.kind == "data" else getattr(self.attack, "data", None)
+
+    @property
     def is_data_attack(self) -> bool:
-        return self.attack is not None and self.attack.kind == "data"
+        return self.data_attack is not None
+
+    @property
+    def trigger(self) -> Any:
+        """The backdoor whose success rate is measured at evaluation, if any."""
+        d = self.data_attack
+        return d if d is not None and hasattr(d, "stamp") else None
 
     def malicious(self, selected: np.ndarray, rng: np.random.Generator) -> set[int]:
         """The malicious clients among this round's selected ones."""

@@ -95,7 +95,7 @@ class Simulation:
         self.adversary = Adversary(self.attack, cfg.attack, self.fed.num_clients,
                                    cfg.experiment.seed)
         if self.adversary.is_data_attack:
-            self.spec = dataclasses.replace(self.spec, data_attack=self.attack,
+            self.spec = dataclasses.replace(self.spec, data_attack=self.adversary.data_attack,
                                             num_classes=self.fed.dataset.num_classes)
         self.global_flat = self.fed.layout.flatten(self.fed.model).clone()
         self.algo_state = self.algorithm.init_state(self.global_flat)
@@ -204,9 +204,10 @@ class Simulation:
         self.global_flat = self.algorithm.server_update(self.global_flat, delta,
                                                         self.algo_state)
         self.clock.advance_to(max(outcome.round_end, start))
-        acc = loss = None
+        acc = loss = asr = None
         if (rnd + 1) % cfg.experiment.eval_every == 0 or rnd == cfg.experiment.rounds - 1:
             acc, loss = self._evaluate(self.global_flat)
+            asr = self._attack_success_rate()
         return RoundRecord(
             round=rnd, virtual_time=self.clock.now,
             wall_time=self.wall_offset + time.perf_counter() - wall_start,
@@ -218,6 +219,7 @@ class Simulation:
             verdicts=[v.to_dict() for v in verdicts],
             train_loss=float(np.mean(losses)) if losses else None, accuracy=acc, loss=loss,
             extra={"train_seconds": float(res["seconds"]), "malicious": sorted(mal),
+                   "attack_success_rate": asr,
                    "alarms": sorted(c for c, a in alarms.items() if a),
                    "detection": detection(arrived_ids, mal_arrived,
                                           [v.client_id for v in verdicts if not v.kept])})
@@ -260,6 +262,20 @@ class Simulation:
         x = torch.from_numpy(self.fed.x_train[rows])
         y = torch.from_numpy(self.fed.y_train[rows])
         return evaluate(self.fed.model, self.fed.layout, flat, x, y)[0]
+
+    @torch.no_grad()
+    def _attack_success_rate(self) -> float | None:
+        """Backdoor success: share of non-target test samples classified as the target once
+        the trigger is stamped on them (None without a backdoor)."""
+        trig = self.adversary.trigger
+        if trig is None:
+            return None
+        from attacks.backdoor import attack_success_rate
+
+        self.fed.layout.load(self.fed.model, self.global_flat)
+        self.fed.model.eval()
+        pred = self.fed.model(trig.stamp(self.fed.test_x)).argmax(1)
+        return attack_success_rate(pred, self.fed.test_y, trig.target)
 
     def _evaluate(self, flat: torch.Tensor) -> tuple[float, float]:
         return evaluate(self.fed.model, self.fed.layout, flat, self.fed.test_x, self.fed.test_y)

@@ -86,6 +86,8 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "stale_total": sum(len(e.get("stale", [])) for e in events),
         "rejected_total": sum(len(e.get("rejected", [])) for e in events),
         "updates_per_second": updates / wall if wall else None,
+        "attack_success_rate": next((e["attack_success_rate"] for e in reversed(events)
+                                     if e.get("attack_success_rate") is not None), None),
         **_detection_summary(events),
     }
 

@@ -142,3 +142,33 @@ def test_detection_summary_by_hand() -> None:
     assert s["detection_precision"] == 4 / 6 and s["detection_recall"] == 4 / 6
     assert s["detection_f1"] == 8 / 12 and s["benign_false_rejection"] == 2 / 12
     assert s["first_ban_round"] == {4: 1, 7: 2}
+
+
+def test_backdoor_success_rate_is_measured(make_config: MakeConfig) -> None:
+    clean = make_config("clean", rounds=8, partition="iid", local_epochs=2)
+    bd = make_config("bd", rounds=8, partition="iid", local_epochs=2, attack="backdoor",
+                     attack_fraction=0.4, attack_params={"target": 0, "poison_fraction": 1.0})
+    runs = {}
+    for name, cfg in (("clean", clean), ("bd", bd)):
+        sim = Simulation(cfg)
+        try:
+            runs[name] = sim.run()
+        finally:
+            sim.close()
+    assert runs["clean"][-1].extra["attack_success_rate"] is None
+    asr = runs["bd"][-1].extra["attack_success_rate"]
+    assert asr is not None and asr > 0.5  # the trigger now steers most inputs to class 0
+
+
+def test_model_replacement_poisons_training_with_its_backdoor(make_config: MakeConfig) -> None:
+    cfg = make_config(rounds=1, num_clients=10, clients_per_round=10,
+                      attack="model_replacement", attack_fraction=0.2,
+                      attack_params={"target": 0})
+    sim = Simulation(cfg)
+    try:
+        assert sim.spec.data_attack is sim.attack.data
+        assert sim.adversary.trigger is sim.attack.data
+        rec = sim.run_round(0, 0.0)
+        assert len(rec.extra["malicious"]) == 2 and rec.extra["attack_success_rate"] is not None
+    finally:
+        sim.close()

@@ -170,7 +170,7 @@ def test_numeric_string_params_are_accepted() -> None:
 def test_registry() -> None:
     assert ATTACKS["none"] is None and make_attack("none") is None
     assert set(ATTACKS) == {"none", "signflip", "gaussian", "scale", "alie", "ipm", "minmax",
-                            "minsum", "labelflip"}
+                            "minsum", "labelflip", "backdoor", "model_replacement"}
     with pytest.raises(ValueError, match=r"unknown attack 'nope'; valid: \['alie'"):
         make_attack("nope")
 
