@@ -26,10 +26,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import multiprocessing
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -94,9 +92,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--set", type=_kv, action="append", default=[], metavar="KEY=VALUE",
                    dest="overrides", help="extra flat config override for every run "
                                           "(repeatable), e.g. --set num_clients=8")
+    p.add_argument("--ray-address", default=None,
+                   help="run the grid on an existing Ray cluster (default: a local Ray)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                   help="runs in parallel (spawned processes, one torch thread each; 1 = in this "
-                        "process; default: CPU count)")
+                   help="runs in parallel on a pool of Ray actors, one CPU and one torch "
+                        "thread each (1 = in this process; default: CPU count)")
     args = p.parse_args(argv)
 
     if args.attack not in ATTACKS or args.attack == "none":
@@ -141,7 +141,8 @@ def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, 
     return jobs
 
 
-def run_all(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
+def run_all(jobs: list[dict[str, Any]], workers: int, ray_address: str | None = None
+            ) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
     results: list[dict[str, Any]] = []
@@ -158,12 +159,21 @@ def run_all(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
         finally:
             torch.set_num_threads(threads)
     else:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=grid.init_worker) as ex:
-            futs = [ex.submit(grid.run_job, j) for j in jobs]
-            for fu in as_completed(futs):
-                results.append(fu.result())
-                bar.update()
+        # a pool of Ray actors, one CPU and one torch thread each; each run trains its clients
+        # in-process (the stacked trainer), so the grid's parallelism is across runs
+        from actors.ray_setup import ensure_ray
+
+        ensure_ray(ray_address)
+        import ray
+        from ray.util import ActorPool
+
+        worker = ray.remote(num_cpus=1)(grid.GridWorker)
+        pool = ActorPool([worker.remote() for _ in range(workers)])
+        for rec in pool.map_unordered(lambda a, j: a.run.remote(j), jobs):
+            results.append(rec)
+            bar.update()
+        for a in pool._idle_actors:  # noqa: SLF001 - all are idle once the map is drained
+            ray.kill(a)
     bar.close()
     order = {(j["defense"], j["malicious_fraction"], j["seed"]): i for i, j in enumerate(jobs)}
     return sorted(results, key=lambda r: order[(r["defense"], r["malicious_fraction"],
@@ -276,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         "defense_params": {f"{j['defense']}@{j['malicious_fraction']:g}":
                            j["flat"]["defense_params"] for j in jobs if j["seed"] == 0},
     }, sort_keys=False))
-    results = run_all(jobs, args.workers)
+    results = run_all(jobs, args.workers, args.ray_address)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     with (args.out / "results.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")

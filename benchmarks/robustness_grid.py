@@ -140,6 +140,16 @@ def init_worker() -> None:
     torch.set_num_threads(1)
 
 
+class GridWorker:
+    """A Ray actor that runs grid cells one after another on one torch thread."""
+
+    def __init__(self) -> None:
+        init_worker()
+
+    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        return run_job(job)
+
+
 def _server_seconds(events: list[dict[str, Any]]) -> float | None:
     """Mean per-round wall time not spent in client training: (last cumulative wall_time -
     sum of train_seconds) / rounds. Includes defense, clock, bookkeeping and evaluation."""
