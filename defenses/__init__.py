@@ -17,6 +17,7 @@ from defenses.base import (
 from defenses.bulyan import BulyanDefense
 from defenses.centeredclip import CenteredClipDefense
 from defenses.fedavg import FedAvgDefense
+from defenses.fltrust import FLTrustDefense
 from defenses.geomed import GeoMedDefense
 from defenses.krum import KrumDefense, MultiKrumDefense
 from defenses.median import MedianDefense
@@ -29,7 +30,7 @@ DEFENSES: dict[str, type[Defense]] = {
     cls.name: cls for cls in (
         FedAvgDefense, KrumDefense, MultiKrumDefense, MedianDefense, TrimmedMeanDefense,
         GeoMedDefense, NormClipDefense, CenteredClipDefense, BulyanDefense, SageflowDefense,
-        SirenDefense)
+        SirenDefense, FLTrustDefense)
 }
 
 

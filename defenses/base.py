@@ -72,6 +72,9 @@ class DefenseContext:
     #: the global model of an earlier round (the base a stale row was trained from): a row's full
     #: model is ``base_model(base_round) + update``; kept for ``max_staleness`` rounds
     base_model: Callable[[int], torch.Tensor] | None = None
+    #: the server's own update this round: the global model trained on the public/root set with
+    #: the clients' optimizer and local epochs (FLTrust); None without a public set
+    server_update: Callable[[], torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ algorithm and defense state), which is exactly what a checkpoint stores.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -48,7 +49,7 @@ from simulator.rounds import (  # noqa: F401 (re-exported for callers of the eng
     stream,
 )
 from simulator.setup import Federation, build_federation, make_executor
-from simulator.training import evaluate, score_models
+from simulator.training import evaluate, score_models, train_clients
 
 log = logging.getLogger("fedsentry")
 
@@ -91,7 +92,7 @@ class Simulation:
                 client_sizes=np.array([len(i) for i in train], np.int64))
         self._own_executor = executor is None
         self.executor = executor or make_executor(cfg, self.fed)
-        self.spec = self.algorithm.local_spec()
+        self.spec = self.spec_clean = self.algorithm.local_spec()
         self.adversary = Adversary(self.attack, cfg.attack, self.fed.num_clients,
                                    cfg.experiment.seed)
         if self.adversary.is_data_attack:
@@ -242,7 +243,9 @@ class Simulation:
         ctx = DefenseContext(rnd, self.global_flat, self.fed.public_x, self.fed.public_y,
                              self._evaluate, stream(self.cfg.experiment.seed, rnd, _DEFENSE),
                              self._score_models if self.fed.public_x is not None else None,
-                             self._base_model)
+                             self._base_model,
+                             functools.partial(self._server_update, rnd)
+                             if self.fed.public_x is not None else None)
         result = self.defense(batch.subset(ok), ctx)
         return result.delta, bad + list(result.verdicts)
 
@@ -262,6 +265,15 @@ class Simulation:
         x = torch.from_numpy(self.fed.x_train[rows])
         y = torch.from_numpy(self.fed.y_train[rows])
         return evaluate(self.fed.model, self.fed.layout, flat, x, y)[0]
+
+    def _server_update(self, rnd: int) -> torch.Tensor:
+        """The global model trained on the public set (one client's worth of local work)."""
+        n = len(self.fed.public_y)
+        seed = int(client_seeds(self.cfg.experiment.seed, rnd, np.array([2**31 - 1]))[0])
+        out = train_clients(self.fed.model, self.fed.layout, self.global_flat,
+                            self.fed.public_x, self.fed.public_y, [np.arange(n)],
+                            [self.cfg.algorithm.local_epochs], [seed], self.spec_clean)
+        return out.updates[0]
 
     @torch.no_grad()
     def _attack_success_rate(self) -> float | None:

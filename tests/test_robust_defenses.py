@@ -165,7 +165,7 @@ NOT_ROBUST = {"fedavg", "normclip"}
 # defenses that score models on the server's public set: the contexts below have none (they
 # raise ValueError without ctx.score_models); tests/test_sageflow.py checks the same properties
 # with a stub scorer, as does tests/test_siren.py for siren
-NEEDS_PUBLIC = {"sageflow", "siren"}
+NEEDS_PUBLIC = {"sageflow", "siren", "fltrust"}  # need a server root set
 N, P = 7, 4
 
 

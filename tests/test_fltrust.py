@@ -1,0 +1,65 @@
+"""FLTrust on hand-checkable vectors, and through the engine."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+
+from defenses import DefenseContext, UpdateBatch, make_defense
+from defenses.fltrust import fltrust
+from simulator.config import Config
+from simulator.engine import Simulation
+
+
+def batch(rows: list[list[float]]) -> UpdateBatch:
+    n = len(rows)
+    return UpdateBatch(torch.tensor(rows), np.arange(n), np.ones(n, np.int64),
+                       np.zeros(n, np.int64))
+
+
+def test_trust_scores_and_rescaling_by_hand() -> None:
+    g0 = torch.tensor([1.0, 0.0], dtype=torch.float64)       # ||g0|| = 1
+    # row 0: same direction, norm 2 -> cos 1, rescaled to [1, 0]
+    # row 1: 45 degrees, norm sqrt(2) -> cos 1/sqrt(2), rescaled to [1/sqrt2, 1/sqrt2]
+    # row 2: opposite -> cos -1 -> trust 0 (rejected)
+    res = fltrust(batch([[2.0, 0.0], [1.0, 1.0], [-5.0, 0.0]]), g0)
+    t1 = 1 / math.sqrt(2)
+    total = 1 + t1
+    expected = (1 * np.array([1.0, 0.0]) + t1 * np.array([t1, t1])) / total
+    np.testing.assert_allclose(res.delta.numpy(), expected, rtol=1e-6)
+    assert [v.kept for v in res.verdicts] == [True, True, False]
+    assert res.verdicts[2].reason == "zero-trust"
+    assert [round(v.score, 6) for v in res.verdicts] == [1.0, round(t1, 6), 0.0]
+    assert sum(v.weight for v in res.verdicts) == pytest.approx(1.0)
+
+
+def test_all_distrusted_gives_zero_update() -> None:
+    res = fltrust(batch([[-1.0, 0.0], [0.0, -2.0]]), torch.tensor([1.0, 1.0], dtype=torch.float64))
+    assert torch.count_nonzero(res.delta) == 0 and not any(v.kept for v in res.verdicts)
+
+
+def test_needs_root_set_and_valid_eps() -> None:
+    d = make_defense("fltrust")
+    with pytest.raises(ValueError, match="needs a server root set"):
+        d(batch([[1.0, 0.0]]), DefenseContext(round=0, global_flat=torch.zeros(2)))
+    with pytest.raises(ValueError, match="eps"):
+        make_defense("fltrust", eps=0.0)
+
+
+def test_fltrust_through_the_engine(make_config: Callable[..., Config]) -> None:
+    cfg = make_config(defense="fltrust", public_fraction=0.07, rounds=3, attack="signflip",
+                      attack_fraction=0.3, attack_params={"scale": 4})
+    sim = Simulation(cfg)
+    try:
+        recs = sim.run()
+    finally:
+        sim.close()
+    # sign-flipped rows point away from the server's update: zero trust
+    for r in recs:
+        mal = set(r.extra["malicious"])
+        assert mal and mal <= set(r.rejected)
+    assert recs[-1].accuracy is not None
