@@ -138,3 +138,25 @@ def screen_malformed(batch: UpdateBatch, size: int) -> tuple[np.ndarray, list[Ve
     bad = [Verdict(int(c), False, 0.0, float("nan"), "non-finite")
            for c, ok in zip(batch.client_ids, finite, strict=True) if not ok]
     return np.flatnonzero(finite), bad
+
+
+def base_models(batch: UpdateBatch, ctx: DefenseContext, name: str) -> torch.Tensor:
+    """``[K, P]``: the global model each row trained from (stale rows use ``ctx.base_model``;
+    fresh rows fall back to ``ctx.global_flat`` when there is no history)."""
+    bases = {}
+    for tau in sorted({int(b) for b in batch.base_rounds}):
+        if tau > ctx.round:
+            raise ValueError(f"defense {name!r}: base round {tau} is after the current round "
+                             f"{ctx.round}")
+        if ctx.base_model is not None:
+            bases[tau] = ctx.base_model(tau)
+        elif tau == ctx.round:
+            bases[tau] = ctx.global_flat
+        else:
+            raise ValueError(f"defense {name!r}: stale rows need ctx.base_model")
+    return torch.stack([bases[int(b)].to(batch.updates.dtype) for b in batch.base_rounds])
+
+
+def full_models(batch: UpdateBatch, ctx: DefenseContext, name: str) -> torch.Tensor:
+    """``[K, P]`` full models of the rows: :func:`base_models` plus each row's update."""
+    return base_models(batch, ctx, name) + batch.updates

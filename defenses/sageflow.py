@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import (
+    AggregateResult,
+    Defense,
+    DefenseContext,
+    UpdateBatch,
+    Verdict,
+    base_models,
+)
 from defenses.geomed import check_positive
 from defenses.krum import check_count
 
@@ -104,18 +111,7 @@ class SageflowDefense(Defense):
 
     def base_models(self, batch: UpdateBatch, ctx: DefenseContext) -> torch.Tensor:
         """``[K, P]``: the global model each row trained from (its full model minus update)."""
-        bases = {}
-        for tau in sorted({int(b) for b in batch.base_rounds}):
-            if tau > ctx.round:
-                raise ValueError(f"defense {self.name!r}: base round {tau} is after the "
-                                 f"current round {ctx.round}")
-            if ctx.base_model is not None:
-                bases[tau] = ctx.base_model(tau)
-            elif tau == ctx.round:
-                bases[tau] = ctx.global_flat
-            else:
-                raise ValueError(f"defense {self.name!r}: stale rows need ctx.base_model")
-        return torch.stack([bases[int(b)].to(batch.updates.dtype) for b in batch.base_rounds])
+        return base_models(batch, ctx, self.name)
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if ctx.score_models is None:

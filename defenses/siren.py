@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import (
+    AggregateResult,
+    Defense,
+    DefenseContext,
+    UpdateBatch,
+    Verdict,
+    full_models,
+)
 from defenses.geomed import check_positive
 from defenses.krum import check_count
 
@@ -209,19 +216,7 @@ class SirenDefense(Defense):
                   ) -> np.ndarray:
         """Root-set accuracy of the full models of ``rows`` (one ``score_models`` call)."""
         sub = batch.subset(rows)
-        bases = {}
-        for tau in sorted({int(b) for b in sub.base_rounds}):
-            if tau > ctx.round:
-                raise ValueError(f"defense {self.name!r}: base round {tau} is after the "
-                                 f"current round {ctx.round}")
-            if ctx.base_model is not None:
-                bases[tau] = ctx.base_model(tau)
-            elif tau == ctx.round:
-                bases[tau] = ctx.global_flat
-            else:
-                raise ValueError(f"defense {self.name!r}: stale rows need ctx.base_model")
-        full = torch.stack([bases[int(b)].to(sub.updates.dtype) for b in sub.base_rounds])
-        acc = np.asarray(ctx.score_models(full + sub.updates)["accuracy"],
+        acc = np.asarray(ctx.score_models(full_models(sub, ctx, self.name))["accuracy"],
                          dtype=np.float64).reshape(-1)
         if acc.shape != (len(rows),):
             raise ValueError(f"defense {self.name!r}: score_models must return one accuracy "
