@@ -31,6 +31,7 @@ from simulator.adversary import Adversary, detection
 from simulator.algorithms import make_algorithm
 from simulator.clock import Arrival, VirtualClock, compute_seconds, make_policy, transfer_seconds
 from simulator.config import Config
+from simulator.evaluation import ServerEval
 from simulator.placement import place
 from simulator.rounds import (  # noqa: F401 (re-exported for callers of the engine)
     _ATTACK,
@@ -49,7 +50,6 @@ from simulator.rounds import (  # noqa: F401 (re-exported for callers of the eng
     stream,
 )
 from simulator.setup import Federation, build_federation, make_executor
-from simulator.training import evaluate, score_models, train_clients
 
 log = logging.getLogger("fedsentry")
 
@@ -92,7 +92,9 @@ class Simulation:
                 client_sizes=np.array([len(i) for i in train], np.int64))
         self._own_executor = executor is None
         self.executor = executor or make_executor(cfg, self.fed)
-        self.spec = self.spec_clean = self.algorithm.local_spec()
+        self.spec = self.algorithm.local_spec()
+        self.server = ServerEval(self.fed, cfg.experiment.seed, cfg.algorithm.local_epochs,
+                                 self.spec)  # the clean spec: built before any data attack
         self.adversary = Adversary(self.attack, cfg.attack, self.fed.num_clients,
                                    cfg.experiment.seed)
         if self.adversary.is_data_attack:
@@ -159,7 +161,7 @@ class Simulation:
         starts = None
         if self.client_side is not None:
             alarms = self.client_side.alarms(selected, mal, self.global_flat,
-                                             self._holdout_accuracy)
+                                             self.server.holdout_accuracy)
             starts = self.client_side.start_models(alarms, mal) or None
         seeds = client_seeds(seed, rnd, selected)
         poison = self.adversary.is_data_attack
@@ -208,7 +210,7 @@ class Simulation:
         acc = loss = asr = None
         if (rnd + 1) % cfg.experiment.eval_every == 0 or rnd == cfg.experiment.rounds - 1:
             acc, loss = self._evaluate(self.global_flat)
-            asr = self._attack_success_rate()
+            asr = self.server.attack_success_rate(self.global_flat, self.adversary.trigger)
         return RoundRecord(
             round=rnd, virtual_time=self.clock.now,
             wall_time=self.wall_offset + time.perf_counter() - wall_start,
@@ -242,9 +244,9 @@ class Simulation:
         ok, bad = screen_malformed(batch, self.fed.layout.size)
         ctx = DefenseContext(rnd, self.global_flat, self.fed.public_x, self.fed.public_y,
                              self._evaluate, stream(self.cfg.experiment.seed, rnd, _DEFENSE),
-                             self._score_models if self.fed.public_x is not None else None,
+                             self.server.score_models if self.fed.public_x is not None else None,
                              self._base_model,
-                             functools.partial(self._server_update, rnd)
+                             functools.partial(self.server.server_update, rnd, self.global_flat)
                              if self.fed.public_x is not None else None)
         result = self.defense(batch.subset(ok), ctx)
         return result.delta, bad + list(result.verdicts)
@@ -255,42 +257,8 @@ class Simulation:
             raise KeyError(f"global model of round {rnd} is no longer kept (max_staleness)")
         return self.history[rnd]
 
-    def _score_models(self, models: torch.Tensor) -> dict[str, np.ndarray]:
-        """Accuracy, loss and mean softmax entropy of each model row on the public set."""
-        return score_models(self.fed.model, self.fed.layout, models, self.fed.public_x,
-                            self.fed.public_y)
-
-    def _holdout_accuracy(self, flat: torch.Tensor, rows: np.ndarray) -> float:
-        """Accuracy of a model on some training-set rows (a client's holdout)."""
-        x = torch.from_numpy(self.fed.x_train[rows])
-        y = torch.from_numpy(self.fed.y_train[rows])
-        return evaluate(self.fed.model, self.fed.layout, flat, x, y)[0]
-
-    def _server_update(self, rnd: int) -> torch.Tensor:
-        """The global model trained on the public set (one client's worth of local work)."""
-        n = len(self.fed.public_y)
-        seed = int(client_seeds(self.cfg.experiment.seed, rnd, np.array([2**31 - 1]))[0])
-        out = train_clients(self.fed.model, self.fed.layout, self.global_flat,
-                            self.fed.public_x, self.fed.public_y, [np.arange(n)],
-                            [self.cfg.algorithm.local_epochs], [seed], self.spec_clean)
-        return out.updates[0]
-
-    @torch.no_grad()
-    def _attack_success_rate(self) -> float | None:
-        """Backdoor success: share of non-target test samples classified as the target once
-        the trigger is stamped on them (None without a backdoor)."""
-        trig = self.adversary.trigger
-        if trig is None:
-            return None
-        from attacks.backdoor import attack_success_rate
-
-        self.fed.layout.load(self.fed.model, self.global_flat)
-        self.fed.model.eval()
-        pred = self.fed.model(trig.stamp(self.fed.test_x)).argmax(1)
-        return attack_success_rate(pred, self.fed.test_y, trig.target)
-
     def _evaluate(self, flat: torch.Tensor) -> tuple[float, float]:
-        return evaluate(self.fed.model, self.fed.layout, flat, self.fed.test_x, self.fed.test_y)
+        return self.server.test(flat)
 
     # -- whole run -------------------------------------------------------------------------
     def run(self, progress: bool = False, on_record: Any = None) -> list[RoundRecord]:
