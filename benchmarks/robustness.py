@@ -38,6 +38,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import robustness_grid as grid  # noqa: E402
+from simulator.cli import OneLineParser, parse_kv  # noqa: E402
 
 FIELDS = ("attack", "defense", "malicious_fraction", "seed", "final_accuracy", "last5_accuracy",
           "attack_success_rate", "detection_precision", "detection_recall",
@@ -46,26 +47,15 @@ FIELDS = ("attack", "defense", "malicious_fraction", "seed", "final_accuracy", "
 QUICK = {"rounds": 20, "seeds": 3, "fractions": [0.0, 0.2, 0.4]}
 
 
-def _kv(text: str) -> tuple[str, Any]:
-    import yaml
-
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    k, v = text.split("=", 1)
-    return k, yaml.safe_load(v)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        self.exit(2, f"error: {message}\n")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from attacks import ATTACKS, make_attack
     from defenses import DEFENSES
 
-    p = _Parser(description="Accuracy and detection of every defense against one attack, over "
-                            "malicious fractions and seeds (one FedSentry run per cell).")
+    p = OneLineParser(description="Accuracy and detection of every defense against one attack, "
+                                  "over malicious fractions and seeds (one FedSentry run per "
+                                  "cell).")
     attacks = sorted(set(ATTACKS) - {"none"})
     p.add_argument("--attack", required=True, help=f"attack to benchmark: {attacks}")
     p.add_argument("--defenses", nargs="+", default=sorted(DEFENSES),
@@ -87,9 +77,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "shards, 20 a round, re-drawn attackers, deadline with carry-over "
                         "(default: default)")
     p.add_argument("--out", default=None, help="output directory (default runs/robustness-ATTACK)")
-    p.add_argument("--attack-param", type=_kv, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--attack-param", type=parse_kv, action="append", default=[],
+                   metavar="KEY=VALUE",
                    help="attack parameter (repeatable), e.g. --attack-param scale=10")
-    p.add_argument("--set", type=_kv, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", type=parse_kv, action="append", default=[], metavar="KEY=VALUE",
                    dest="overrides", help="extra flat config override for every run "
                                           "(repeatable), e.g. --set num_clients=8")
     p.add_argument("--ray-address", default=None,

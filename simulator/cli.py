@@ -12,7 +12,7 @@ from typing import Any, get_type_hints
 from simulator.config import SECTIONS, ConfigError, _type_name, field_index, load_config
 
 
-def _kv(text: str) -> tuple[str, Any]:
+def parse_kv(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     k, v = text.split("=", 1)
@@ -21,7 +21,7 @@ def _kv(text: str) -> tuple[str, Any]:
     return k, yaml.safe_load(v)
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """Argument errors print one line (no usage block) and exit with code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -29,7 +29,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
+    p = OneLineParser(
         prog="python -m simulator",
         description="Run one FedSentry federated simulation. Values come from the defaults, "
                     "then --config FILE (YAML, one mapping per section), then these flags.",
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         t = _type_name(get_type_hints(SECTIONS[sec])[name])
         default = f.default if f.default is not f.default_factory else None  # type: ignore
         if t.startswith("dict"):
-            groups[sec].add_argument(flag, dest=name, type=_kv, action="append",
+            groups[sec].add_argument(flag, dest=name, type=parse_kv, action="append",
                                      metavar="KEY=VALUE", help=help_, default=None)
         elif t.startswith("bool"):
             groups[sec].add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
