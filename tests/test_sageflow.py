@@ -4,18 +4,16 @@ the properties every defense has (row order, identical rows, planted outlier), a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from defense_stubs import Scorer, ctx_of, stub_scorer
 
 from defenses import DEFENSES, DefenseContext, UpdateBatch, make_defense
 from defenses.sageflow import sageflow_gamma
-
-Scorer = Callable[[torch.Tensor], dict[str, np.ndarray]]
 
 
 def batch_of(rows: list[list[float]], samples: list[int], taus: list[int] | None = None,
@@ -30,26 +28,8 @@ def batch_of(rows: list[list[float]], samples: list[int], taus: list[int] | None
 def fixed_scorer(entropy: list[float], loss: list[float],
                  expect: list[list[float]] | None = None,
                  seen: list[torch.Tensor] | None = None) -> Scorer:
-    """Returns the given scores; checks it got the full ``[K, P]`` models (``expect``)."""
-
-    def score(models: torch.Tensor) -> dict[str, np.ndarray]:
-        assert models.dim() == 2 and models.shape[0] == len(entropy)
-        if expect is not None:
-            torch.testing.assert_close(models, torch.tensor(expect), rtol=0, atol=1e-6)
-        if seen is not None:
-            seen.append(models.clone())
-        return {"accuracy": np.zeros(len(entropy)), "loss": np.array(loss),
-                "entropy": np.array(entropy)}
-
-    return score
-
-
-def ctx_of(score: Scorer | None, rnd: int = 0,
-           bases: dict[int, list[float]] | None = None) -> DefenseContext:
-    bases = bases or {rnd: [0.0, 0.0]}
-    table = {r: torch.tensor(b) for r, b in bases.items()}
-    return DefenseContext(round=rnd, global_flat=table[rnd], score_models=score,
-                          base_model=table.__getitem__)
+    """Returns the given entropies and losses; checks it got the full ``[K, P]`` models."""
+    return stub_scorer([0.0] * len(entropy), loss, entropy, expect, seen)
 
 
 ROWS = [[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]

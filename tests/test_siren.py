@@ -5,18 +5,17 @@ roll-back, state, row order, parameters, and one run through the engine."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from defense_stubs import Scorer, ctx_of, stub_scorer
 
 from defenses import DEFENSES, DefenseContext, UpdateBatch, make_defense
 from defenses.siren import SirenDefense, screen
 
-Scorer = Callable[[torch.Tensor], dict[str, np.ndarray]]
 KEPT = (True, "")
 
 
@@ -35,25 +34,7 @@ def batch_of(rows: list[list[float]], alarms: list[int] | None = None,
 def fixed_scorer(acc: list[float], expect: list[list[float]] | None = None,
                  seen: list[torch.Tensor] | None = None) -> Scorer:
     """Returns the given accuracies in row order; checks it got the full models (``expect``)."""
-
-    def score(models: torch.Tensor) -> dict[str, np.ndarray]:
-        assert models.dim() == 2 and models.shape[0] == len(acc)
-        if expect is not None:
-            torch.testing.assert_close(models, torch.tensor(expect), rtol=0, atol=1e-6)
-        if seen is not None:
-            seen.append(models.clone())
-        return {"accuracy": np.array(acc, np.float64), "loss": np.ones(len(acc)),
-                "entropy": np.ones(len(acc))}
-
-    return score
-
-
-def ctx_of(score: Scorer | None, rnd: int = 0,
-           bases: dict[int, list[float]] | None = None) -> DefenseContext:
-    bases = bases or {rnd: [0.0, 0.0]}
-    table = {r: torch.tensor(b) for r, b in bases.items()}
-    return DefenseContext(round=rnd, global_flat=table[rnd], score_models=score,
-                          base_model=table.__getitem__)
+    return stub_scorer(acc, [1.0] * len(acc), [1.0] * len(acc), expect, seen)
 
 
 def outcome(res: Any) -> list[tuple[bool, str]]:
