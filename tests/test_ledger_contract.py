@@ -37,7 +37,7 @@ def _submit(contract, rnd: int = 0, samples: int = 10):
 
 
 def _finalize(contract, rnd: int):
-    return contract.functions.finalize(rnd, b"\x05" * 32, b"\x06" * 32, b"\x07" * 32)
+    return contract.functions.finalize(rnd, b"\x05" * 32, b"\x06" * 32, b"\x07" * 32, b"\x08" * 32)
 
 
 def test_compile_deterministic_and_cached(compiled) -> None:

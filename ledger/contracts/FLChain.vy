@@ -26,11 +26,13 @@ event Finalized:
     global_hash: bytes32
     merkle_root: bytes32
     verdict_hash: bytes32
+    attestation_hash: bytes32
 
 struct RoundRecord:
     global_hash: bytes32
     merkle_root: bytes32
     verdict_hash: bytes32
+    attestation_hash: bytes32
     submissions: uint256
 
 aggregator: public(address)
@@ -81,17 +83,26 @@ def submit(round: uint256, update_hash: bytes32, samples: uint256, base_hash: by
 
 
 @external
-def finalize(round: uint256, global_hash: bytes32, merkle_root: bytes32, verdict_hash: bytes32):
+def finalize(
+    round: uint256,
+    global_hash: bytes32,
+    merkle_root: bytes32,
+    verdict_hash: bytes32,
+    attestation_hash: bytes32,
+):
     """
     @notice Seal a round in order (aggregator only) and open the next one.
+    @param attestation_hash Hash of the edge committee's aggregate BLS signature
+           over (channel, round, global_hash, merkle_root); zero without a committee.
     """
     assert msg.sender == self.aggregator, "not aggregator"
     assert round == self.current_round, "out of order"
     self.rounds[round].global_hash = global_hash
     self.rounds[round].merkle_root = merkle_root
     self.rounds[round].verdict_hash = verdict_hash
+    self.rounds[round].attestation_hash = attestation_hash
     self.current_round = round + 1
     log Finalized(
         round=round, global_hash=global_hash, merkle_root=merkle_root,
-        verdict_hash=verdict_hash
+        verdict_hash=verdict_hash, attestation_hash=attestation_hash
     )
