@@ -16,6 +16,7 @@ backend reports them (eth-tester's ``TransactionFailed``, web3's
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,39 @@ def _reason(exc: BaseException) -> str:
     return msg.strip() or "execution reverted"
 
 
+@dataclass(frozen=True)
+class Call:
+    """One transaction of a :meth:`Chain.send_batch`.
+
+    Attributes
+    ----------
+    sender : LocalAccount
+        Signing account (a client submits from its own account).
+    to : str
+        Contract (or payee) address.
+    data : str or bytes
+        ABI-encoded call data (``b""`` for a plain transfer).
+    label : str
+        Name recorded in :attr:`Chain.gas_log` (the function name).
+    gas : int
+        Gas limit; only the gas used is charged.
+    value : int
+        Wei sent along.
+    """
+
+    sender: LocalAccount
+    to: str
+    data: str | bytes
+    label: str
+    gas: int = EMBEDDED_CALL_GAS
+    value: int = 0
+
+    @classmethod
+    def of(cls, fn: Any, sender: LocalAccount, gas: int = EMBEDDED_CALL_GAS) -> Call:
+        """A contract function call, e.g. ``Call.of(c.functions.submit(...), client)``."""
+        return cls(sender, fn.address, fn._encode_transaction_data(), fn.fn_name, gas)
+
+
 class IndexedPyEVMBackend(PyEVMBackend):
     """PyEVMBackend whose transaction lookups use py-evm's hash index.
 
@@ -96,6 +130,31 @@ class IndexedPyEVMBackend(PyEVMBackend):
             ) from exc
         block = self.chain.get_canonical_block_by_number(number)
         return block, block.transactions[index], index
+
+    def block_kwargs(self) -> dict[str, Any]:
+        """Header fields of the next mined block (overridden for reproducible chains)."""
+        return {"coinbase": b"\x00" * 20, "mix_hash": os.urandom(32)}
+
+    def mine_transactions(self, raw_transactions: list[bytes]) -> list[dict[str, Any]]:
+        """Apply signed raw transactions and mine them as one block; returns their receipts
+        (``transactionHash``, ``status``, ``gasUsed``, ``blockNumber``).
+
+        One state-root computation and one transaction/receipt trie build per block, where
+        applying them one by one (eth-tester's path) rebuilds both after every transaction.
+        A transaction that reverts is mined with status 0; one that is invalid (bad nonce,
+        no funds) raises and nothing is mined.
+        """
+        if self.chain.get_block().transactions:
+            raise RuntimeError("pending block is not empty; mine it first")
+        vm = self.chain.get_vm()
+        txs = [vm.get_transaction_builder().decode(bytes(r)) for r in raw_transactions]
+        result, receipts, _ = self.chain.mine_all(txs, **self.block_kwargs())
+        number, out, prev = result.imported_block.number, [], 0
+        for tx, r in zip(txs, receipts, strict=True):
+            out.append({"transactionHash": tx.hash, "status": 1 if r.state_root == b"\x01" else 0,
+                        "gasUsed": r.gas_used - prev, "blockNumber": number})
+            prev = r.gas_used
+        return out
 
     def get_transaction_by_hash(self, transaction_hash: bytes) -> Any:
         block, tx, index = self._lookup(transaction_hash)
@@ -158,6 +217,7 @@ class Chain:
     backend: str = "embedded"
     call_gas: int | None = None
     gas_log: list[tuple[str, int]] = field(default_factory=list)
+    _nonces: dict[str, int] = field(default_factory=dict, repr=False)
 
     @classmethod
     def embedded(cls, seed: int | str = 0, n_accounts: int = 10, indexed: bool = True) -> Chain:
@@ -300,6 +360,66 @@ class Chain:
         except (TransactionFailed, ContractLogicError) as exc:
             raise LedgerRevert(_reason(exc)) from exc
         return self._send(tx, sender, fn.fn_name)
+
+    def _fees(self) -> dict[str, int]:
+        base = int(self.w3.eth.get_block("latest").get("baseFeePerGas") or 0)
+        tip = 10**9
+        return {"maxFeePerGas": 2 * base + tip, "maxPriorityFeePerGas": tip}
+
+    def send_batch(self, calls: list[Call]) -> list[Any]:
+        """Send many calls and check every receipt; on the embedded devnet they share one block.
+
+        Nonces are tracked locally and gas is fixed per call (no estimate, no pre-flight), so a
+        round's submissions cost one EVM run each. A reverted call mines with status 0; its
+        reason is recovered by replaying it as a call and raised as :class:`LedgerRevert` once
+        the whole batch is mined.
+
+        Parameters
+        ----------
+        calls : list of Call
+            What to send, in order (the order of the transactions in the block).
+
+        Returns
+        -------
+        list of AttributeDict
+            Receipts, in the order of ``calls``.
+        """
+        if not calls:
+            return []
+        chain_id = self.w3.eth.chain_id
+        fees = self._fees()
+        # embedded: straight to py-evm's pending block, one block mined for the whole batch
+        # (eth-tester's own no-auto-mine mode snapshots and re-applies every transaction)
+        evm = self.w3.provider.ethereum_tester.backend if self.backend == "embedded" else None
+        txs, raws, hashes = [], [], []
+        try:
+            for c in calls:
+                addr = c.sender.address
+                if addr not in self._nonces:
+                    self._nonces[addr] = self.w3.eth.get_transaction_count(addr, "pending")
+                tx = {"to": c.to, "data": c.data, "value": c.value, "gas": c.gas,
+                      "nonce": self._nonces[addr], "chainId": chain_id, "type": 2, **fees}
+                raw = c.sender.sign_transaction(tx).raw_transaction
+                if evm is None:
+                    hashes.append(self.w3.eth.send_raw_transaction(raw))
+                raws.append(bytes(raw))
+                self._nonces[addr] += 1
+                txs.append({**tx, "from": addr})
+            receipts = evm.mine_transactions(raws) if evm is not None else []
+        except (TransactionFailed, ContractLogicError) as exc:
+            self._nonces.clear()
+            raise LedgerRevert(_reason(exc)) from exc
+        except Exception:
+            self._nonces.clear()
+            raise
+        if evm is None:
+            receipts = [self.w3.eth.wait_for_transaction_receipt(h) for h in hashes]
+        for c, tx, r in zip(calls, txs, receipts, strict=True):
+            if r["status"] != 1:
+                self._nonces.clear()
+                raise LedgerRevert(f"{c.label}: {self._replay_reason(tx, r)}", r)
+            self.gas_log.append((c.label, int(r["gasUsed"])))
+        return receipts
 
     def deploy(self, channel_id: bytes, sender: LocalAccount | None = None) -> Contract:
         """Deploy one FLChain contract for a channel; ``sender`` becomes its aggregator.

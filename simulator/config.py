@@ -243,11 +243,35 @@ class OutputConfig:
         _positive("output", self, ("checkpoint_every",), strict=False)
 
 
+@dataclass(frozen=True)
+class LedgerConfig:
+    ledger: bool = _f(False, "record every round on FLChain: updates, signatures, verdicts and "
+                             "global models (embedded devnet unless --ledger-url)")
+    ledger_url: str | None = _f(None, "JSON-RPC node (http://...) to record on instead of the "
+                                      "embedded devnet; implies --ledger. The aggregator key is "
+                                      "read from $FEDSENTRY_LEDGER_KEY (default: the first "
+                                      "anvil/hardhat dev account)")
+    ledger_chain_id: int | None = _f(None, "expected chain id of --ledger-url (checked)")
+    committee: int = _f(4, "edge validators that re-derive each round's aggregate and sign it "
+                           "with BLS (0 = no committee attestation)")
+
+    def __post_init__(self) -> None:
+        _positive("ledger", self, ("committee",), strict=False)
+        if self.ledger_url is not None and not self.ledger_url.startswith(("http://",
+                                                                           "https://")):
+            raise ConfigError(f"ledger.ledger_url: must be http(s)://..., got "
+                              f"{self.ledger_url!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.ledger or self.ledger_url is not None
+
+
 SECTIONS: dict[str, type] = {
     "experiment": ExperimentConfig, "data": DataConfig, "model": ModelConfig,
     "devices": DevicesConfig, "clock": ClockConfig, "algorithm": AlgorithmConfig,
     "defense": DefenseConfig, "attack": AttackConfig, "execution": ExecutionConfig,
-    "output": OutputConfig,
+    "output": OutputConfig, "ledger": LedgerConfig,
 }
 
 
@@ -265,6 +289,7 @@ class Config:
     attack: AttackConfig = field(default_factory=AttackConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}

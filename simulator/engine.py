@@ -109,6 +109,9 @@ class Simulation:
         self.model_bytes = 4 * self.fed.layout.size
         self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
         self.wall_offset = 0.0
+        #: the rows aggregated in the last round (``None`` on the pre-aggregated fast path);
+        #: round callbacks such as the ledger read it
+        self.round_batch: UpdateBatch | None = None
 
     # -- one round -------------------------------------------------------------------------
     def select(self, rnd: int) -> np.ndarray:
@@ -153,9 +156,9 @@ class Simulation:
                          for c in sorted(partial & (now_ids | hold_ids))]
             now_ids -= partial
             hold_ids -= partial
-        # a model attack needs the rows; so do non-linear rules
+        # a model attack needs the rows; so do non-linear rules and the ledger (it stores them)
         fast = (self.defense.linear and cfg.execution.preaggregate
-                and not self.adversary.is_model_attack)
+                and not self.adversary.is_model_attack and not cfg.ledger.enabled)
         weights = self.defense.row_weights(sizes) if fast else np.full(len(sizes), -1.0)
         alarms: dict[int, bool] = {}
         starts = None
@@ -195,12 +198,14 @@ class Simulation:
                           + [returned[c] for c in sorted(hold_ids)])
         losses = [lo for lo in [f.loss for f in carried] + [info[c][1] for c in sorted(now_ids)]
                   if np.isfinite(lo)]
+        self.round_batch = None
         if fast:
             delta, vs = combine_linear(self.defense, res, now_ids, info, carried,
                                        self.fed.layout.size)
         else:
             arrived = [returned[c] for c in sorted(now_ids)] + carried
-            delta, vs = self._defend(rnd, make_batch(arrived, self.fed.layout.size))
+            self.round_batch = make_batch(arrived, self.fed.layout.size)
+            delta, vs = self._defend(rnd, self.round_batch)
         verdicts += vs
         arrived_ids = now_ids | {f.arrival.client_id for f in carried}
         mal_arrived = (now_ids & mal) | {f.arrival.client_id for f in carried if f.malicious}
