@@ -43,7 +43,7 @@ from simulator.cli import OneLineParser, parse_kv  # noqa: E402
 FIELDS = ("attack", "defense", "malicious_fraction", "seed", "final_accuracy", "last5_accuracy",
           "attack_success_rate", "detection_precision", "detection_recall",
           "benign_false_rejection", "server_seconds_per_round", "rounds", "stale_total",
-          "error", "run_dir")
+          "run_seconds", "ledger_seconds", "error", "run_dir")
 QUICK = {"rounds": 20, "seeds": 3, "fractions": [0.0, 0.2, 0.4]}
 
 
@@ -88,6 +88,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="runs in parallel on a pool of Ray actors, one CPU and one torch "
                         "thread each (1 = in this process; default: CPU count)")
+    p.add_argument("--ledger", action="store_true",
+                   help="record every run on FLChain (an embedded devnet per run); audit "
+                        "afterwards with `python -m ledger.audit OUT`")
+    p.add_argument("--ledger-url", default=None, metavar="URL",
+                   help="record on this JSON-RPC node instead (implies --ledger; runs go one "
+                        "at a time: they share the aggregator account)")
+    p.add_argument("--committee", type=int, default=None,
+                   help="edge validators attesting each recorded round with BLS (default 4; "
+                        "0 = none)")
     args = p.parse_args(argv)
 
     if args.attack not in ATTACKS or args.attack == "none":
@@ -107,6 +116,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             or (args.rounds is not None and args.rounds < 1):
         p.error("--fractions must be in [0, 1); --seeds, --rounds, --workers >= 1")
     args.fractions = sorted(set(args.fractions))
+    if args.ledger_url is not None:
+        args.ledger, args.workers = True, 1
     args.out = Path(args.out or f"runs/robustness-{args.attack}")
     return args
 
@@ -258,9 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     args = parse_args(argv)
+    ledger = {"ledger": args.ledger, "ledger_url": args.ledger_url}
+    if args.committee is not None:
+        ledger["committee"] = args.committee
     try:
         base = grid.resolve_scenario(args.scenario, args.dataset, args.rounds,
-                                     dict(args.overrides))
+                                     {**dict(args.overrides), **ledger})
         from simulator.config import build_config
 
         build_config(flat={**base, "backend": "local"})  # fail fast on a bad override
@@ -292,6 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in failed:
         print(f"error: {r['defense']} f={r['malicious_fraction']:g} s{r['seed']}: "
               f"{r['error']}", file=sys.stderr)
+    if args.ledger:
+        done = [r for r in results if r.get("ledger_seconds") is not None]
+        led = sum(r["ledger_seconds"] for r in done)
+        tot = sum(r["run_seconds"] for r in done)
+        print(f"ledger: {len(done)} runs recorded, {led:.1f} s of {tot:.1f} s run time "
+              f"({100 * led / max(tot, 1e-9):.1f}%); audit with: python -m ledger.audit "
+              f"{args.out}")
     print(f"wrote {args.out}/results.json, results.csv, accuracy_vs_round.png, "
           "accuracy_vs_fraction.png, grid.yaml")
     return 0

@@ -167,6 +167,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     rec.update(final_accuracy=None, last5_accuracy=None, attack_success_rate=None,
                detection_precision=None, detection_recall=None, benign_false_rejection=None,
                server_seconds_per_round=None, rounds=None, stale_total=None,
+               run_seconds=None, ledger_seconds=None,
                defense_params=job["flat"].get("defense_params", {}), error=job.get("error"),
                run_dir=job["flat"]["out"])
     if rec["error"]:
@@ -183,6 +184,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                                           "detection_precision", "detection_recall",
                                           "benign_false_rejection", "rounds", "stale_total")})
         rec["attack_success_rate"] = s.get("attack_success_rate")
+        rec["run_seconds"] = s.get("run_seconds")
+        rec["ledger_seconds"] = (s.get("ledger") or {}).get("ledger_seconds")
         rec["server_seconds_per_round"] = _server_seconds(events)
     except ValueError as e:  # ConfigError and defense preconditions are ValueErrors
         rec["error"] = f"{type(e).__name__}: {e}"

@@ -386,6 +386,17 @@ class Chain:
         """
         if not calls:
             return []
+        limit = int(self.w3.eth.get_block("latest")["gasLimit"] * 0.9)
+        out, chunk, used = [], [], 0
+        for c in calls:  # one block holds at most ~90% of the block gas limit
+            if chunk and used + c.gas > limit:
+                out += self._send_block(chunk)
+                chunk, used = [], 0
+            chunk.append(c)
+            used += c.gas
+        return out + self._send_block(chunk)
+
+    def _send_block(self, calls: list[Call]) -> list[Any]:
         chain_id = self.w3.eth.chain_id
         fees = self._fees()
         # embedded: straight to py-evm's pending block, one block mined for the whole batch

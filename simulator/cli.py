@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in ("defense_params", "attack_params"):
         if k in flat:
             flat[k] = dict(flat[k])
+    from ledger.recorder import LedgerError, LedgerRoundError
     from simulator.data import DataError
     from simulator.devices import TraceError
     from simulator.run import resume_config, run_experiment
@@ -109,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
             print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
             return 0
         summary = run_experiment(cfg)
-    except (ConfigError, DataError, TraceError, ValueError, ConnectionError) as e:
+    except LedgerRoundError as e:
+        print(f"error: ledger: {e}; rounds before it are recorded, resume with: "
+              f"python -m simulator --resume {cfg.output.out}", file=sys.stderr)
+        return 1
+    except (ConfigError, DataError, TraceError, ValueError, ConnectionError, LedgerError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -39,8 +39,15 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
     ``crash_after`` stops abruptly after that many rounds (tests of checkpoint/resume).
     """
     out = Path(cfg.output.out)
+    recorder = None
+    if cfg.ledger.enabled:
+        from ledger.recorder import LedgerRecorder
+
+        recorder = LedgerRecorder(cfg, out)
+        callbacks = [*callbacks, recorder]
     sim = Simulation(cfg, callbacks, federation=federation, executor=executor)
-    every = cfg.output.checkpoint_every
+    # the ledger checkpoints every round, so a run whose node disappears resumes where it stopped
+    every = cfg.output.checkpoint_every or (1 if recorder is not None else 0)
     events_path = out / "events.jsonl"
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -53,6 +60,8 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
             events_path.write_text("")
             cfg.replace(resume=None).save(out / "config.yaml")
         events = EventLog(events_path)
+        if recorder is not None:
+            recorder.start(sim)  # deploy (or reconnect) before the first round trains
         done = 0
 
         def on_record(rec: RoundRecord) -> None:
@@ -76,6 +85,8 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
         summary = summarize(all_events)
         summary["run_seconds"] = time.perf_counter() - t0
         summary["out"] = str(out)
+        if recorder is not None:
+            summary["ledger"] = recorder.summary()
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         write_csv(out / "metrics.csv", all_events)
         if cfg.output.plots:
@@ -84,3 +95,5 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
         return summary
     finally:
         sim.close()
+        if recorder is not None:
+            recorder.close()

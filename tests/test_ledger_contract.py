@@ -1,10 +1,19 @@
-"""Tests for the FLChain channel contract and chain backend (Majeed & Hong 2019)."""
+"""Tests for the FLChain channel contract and chain backend (Majeed & Hong 2019).
+
+Every contract test runs on both backends: the embedded devnet (py-evm) and a real anvil node
+(``integration``; one node per session, each test on an ``evm_snapshot`` reverted afterwards, so
+every test sees fresh accounts, nonces and blocks).  Tests of the embedded devnet itself
+(reproducible genesis, the transaction index) stay embedded-only.
+"""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Iterator
 
-from ledger.chain import Chain, LedgerRevert, derive_accounts
+import pytest
+from ledger_nodes import ANVIL_CHAIN_ID, AnvilNode, anvil_or_skip
+
+from ledger.chain import EMBEDDED_CALL_GAS, Chain, LedgerRevert, derive_accounts
 from ledger.compile import EVM_VERSION, compile_flchain
 
 CHANNEL = b"\x01" * 32
@@ -19,9 +28,22 @@ def compiled():
     return compile_flchain()
 
 
-@pytest.fixture()
-def chain() -> Chain:
-    return Chain.embedded(seed=7, n_accounts=5)
+@pytest.fixture(scope="session")
+def anvil() -> Iterator[AnvilNode]:
+    """One local anvil node for the session (skipped if not installed, see ledger_nodes)."""
+    with anvil_or_skip(n_accounts=5) as node:
+        yield node
+
+
+@pytest.fixture(params=["embedded", pytest.param("anvil", marks=pytest.mark.integration)])
+def chain(request: pytest.FixtureRequest) -> Iterator[Chain]:
+    """A fresh chain with 5 funded accounts on each backend."""
+    if request.param == "embedded":
+        yield Chain.embedded(seed=7, n_accounts=5)
+        return
+    node: AnvilNode = request.getfixturevalue("anvil")
+    with node.fresh_state():
+        yield node.chain(n_accounts=5)
 
 
 @pytest.fixture()
@@ -100,7 +122,9 @@ def test_submit_emits_submitted(chain: Chain, channel) -> None:
 def test_rules_rejected(chain: Chain, channel, mode: str) -> None:
     gas = 150_000 if mode == "explicit-gas" else None
     if mode == "estimate":
-        chain.call_gas = None  # eth_estimateGas path, as on an RPC node
+        chain.call_gas = None  # eth_estimateGas path, the RPC default
+    elif mode == "preflight":
+        chain.call_gas = EMBEDDED_CALL_GAS  # eth_call pre-flight + fixed cap, the embedded default
     agg, c1, outsider = chain.aggregator, chain.accounts[1], chain.accounts[4]
     with pytest.raises(LedgerRevert, match="not registered"):
         chain.transact(_submit(channel), outsider, gas=gas)
@@ -152,6 +176,16 @@ def test_rpc_errors() -> None:
         Chain.rpc("http://127.0.0.1:1")
     with pytest.raises(ConnectionError):
         Chain.rpc("http://127.0.0.1:1", private_keys=["0x" + "11" * 32], timeout=1)
+
+
+@pytest.mark.integration
+def test_rpc_checks_chain_id_on_a_live_node(anvil: AnvilNode) -> None:
+    assert anvil.url.startswith("http://127.0.0.1:")
+    chain = Chain.rpc(anvil.url, private_keys=anvil.keys[:1], chain_id=ANVIL_CHAIN_ID)
+    assert chain.backend == "rpc" and chain.call_gas is None
+    assert chain.w3.eth.get_balance(chain.aggregator.address) > 0
+    with pytest.raises(ValueError, match="chain id"):
+        Chain.rpc(anvil.url, private_keys=anvil.keys[:1], chain_id=1)
 
 
 def test_old_transactions_are_found_through_the_index() -> None:

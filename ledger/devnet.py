@@ -1,0 +1,413 @@
+"""Reproducible embedded devnet, and export / re-import of its blocks for audits.
+
+eth-tester mines with wall-clock timestamps and a random ``mix_hash``
+(``prevRandao``), so identical runs give different block hashes.
+:class:`DeterministicBackend` makes every mined block a pure function of
+its transactions: block ``n`` has timestamp ``genesis + 12 * n`` (one
+post-merge slot), ``mix_hash = keccak(b"flchain-devnet" || uint256(n))`` and
+the zero coinbase.  The pending header already carries these values, so the
+transactions see the same ``TIMESTAMP``/``PREVRANDAO`` as the sealed block.
+
+:class:`ChainExporter` writes ``genesis.json`` (the :func:`genesis_spec`
+manifest plus the genesis hash) and appends each new canonical block to
+``blocks.rlp`` as a record ``uint32 big-endian length || rlp(block)``;
+``head.json`` is rewritten with the exported head on each flush.
+:func:`import_chain` rebuilds the genesis and imports every block with
+py-evm's full validation, stopping at the first bad block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import rlp
+from eth.vm.forks import PragueVM
+from eth_keys import keys
+from eth_tester import EthereumTester
+from eth_tester.backends.pyevm.main import get_default_account_state, get_default_genesis_params
+from eth_utils import keccak, to_canonical_address, to_checksum_address
+from web3 import Web3
+from web3.providers.eth_tester import EthereumTesterProvider
+
+from ledger.chain import (
+    EMBEDDED_CALL_GAS,
+    GENESIS_TIMESTAMP,
+    Chain,
+    IndexedPyEVMBackend,
+    derive_accounts,
+)
+
+#: Seconds between consecutive devnet blocks (one post-merge slot).
+BLOCK_TIME = 12
+#: Fee recipient of every devnet block.
+DEVNET_COINBASE = b"\x00" * 20
+EXPORT_FORMAT = "fedsentry-devnet/1"
+GENESIS_FILE, BLOCKS_FILE, HEAD_FILE = "genesis.json", "blocks.rlp", "head.json"
+# Header fields fixed by the devnet rule or by the parent; py-evm re-derives the rest
+# (roots, bloom, gas used) by re-executing the block.
+_RULE_FIELDS = ("coinbase", "timestamp", "mix_hash", "extra_data", "gas_limit", "difficulty",
+                "nonce", "uncles_hash", "base_fee_per_gas", "excess_blob_gas",
+                "parent_beacon_block_root")
+
+
+class ChainExportError(ValueError):
+    """A chain export directory is unusable (missing or malformed file)."""
+
+
+def devnet_mix_hash(number: int) -> bytes:
+    """``prevRandao`` of block ``number``: ``keccak(b"flchain-devnet" || uint256(number))``."""
+    return keccak(b"flchain-devnet" + number.to_bytes(32, "big"))
+
+
+class _DeterministicMining:
+    """Mixin for eth-tester's py-evm chain class: deterministic headers, no wall clock."""
+
+    def create_header_from_parent(self, parent_header: Any, **params: Any) -> Any:
+        params.setdefault("timestamp", parent_header.timestamp + BLOCK_TIME)
+        params.setdefault("mix_hash", devnet_mix_hash(parent_header.block_number + 1))
+        params.setdefault("coinbase", DEVNET_COINBASE)
+        return super().create_header_from_parent(parent_header, **params)  # type: ignore[misc]
+
+    # eth-tester seals with a random mix_hash and its own coinbase: use the pending header's
+    def mine_block_extended(self, *args: Any, **kwargs: Any) -> Any:
+        pending = self.header  # type: ignore[attr-defined]
+        kwargs.update(mix_hash=pending.mix_hash, coinbase=pending.coinbase)
+        return super().mine_block_extended(*args, **kwargs)  # type: ignore[misc]
+
+    def mine_all(self, txs: Any, *args: Any, parent_header: Any = None, **kwargs: Any) -> Any:
+        pending = self.header  # type: ignore[attr-defined]
+        if parent_header is not None:
+            pending = self.create_header_from_parent(parent_header)
+        kwargs.update(mix_hash=pending.mix_hash, coinbase=pending.coinbase)
+        return super().mine_all(txs, *args, parent_header=parent_header, **kwargs)  # type: ignore
+
+
+class DeterministicBackend(IndexedPyEVMBackend):
+    """:class:`IndexedPyEVMBackend` whose mined blocks depend only on their transactions.
+
+    Attributes
+    ----------
+    spec : dict or None
+        The :func:`genesis_spec` it was built from (set by :meth:`from_spec`); needed to export.
+    """
+
+    spec: dict[str, Any] | None = None
+
+    def reset_to_genesis(self, *args: Any, **kwargs: Any) -> None:
+        super().reset_to_genesis(*args, **kwargs)
+        base = type(self.chain)
+        cls = type(f"Deterministic{base.__name__}", (_DeterministicMining, base), {})
+        # re-open the same database; the first pending header is now deterministic too
+        self.chain = cls(self.chain.chaindb.db)
+
+    def block_kwargs(self) -> dict[str, Any]:
+        """Seal fields for ``Chain.send_batch``'s one-block path: the pending header's."""
+        return {"coinbase": self.chain.header.coinbase, "mix_hash": self.chain.header.mix_hash}
+
+    def time_travel(self, to_timestamp: int) -> int:
+        raise NotImplementedError("the deterministic devnet fixes timestamps by block number")
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> DeterministicBackend:
+        """Build the genesis described by a :func:`genesis_spec` manifest (JSON form)."""
+        params = {k: bytes.fromhex(v[2:]) if isinstance(v, str) else v
+                  for k, v in spec["genesis_params"].items()}
+        state = {
+            to_canonical_address(addr): {
+                "balance": acct["balance"], "nonce": acct["nonce"],
+                "code": bytes.fromhex(acct["code"][2:]),
+                "storage": {int(k, 16): v for k, v in acct["storage"].items()},
+            }
+            for addr, acct in spec["alloc"].items()
+        }
+        backend = cls(genesis_parameters=params, genesis_state=state)
+        fork = backend.chain.get_vm_class_for_block_number(0).fork
+        if fork != spec["fork"]:
+            raise ValueError(f"manifest fork {spec['fork']!r}, eth-tester runs {fork!r}")
+        backend.spec = spec
+        return backend
+
+
+def genesis_spec(seed: int | str = 0, n_accounts: int = 10) -> dict[str, Any]:
+    """JSON-serializable manifest to rebuild a devnet (:meth:`DeterministicBackend.from_spec`).
+
+    Parameters
+    ----------
+    seed : int or str
+        Seed of the funded accounts (see :func:`ledger.chain.derive_accounts`).
+    n_accounts : int
+        Number of funded accounts.
+
+    Returns
+    -------
+    dict
+        Format tag, seed, fork, block rule, genesis header params (bytes as ``0x`` hex), the
+        funded accounts (``alloc``) and the py-evm / eth-tester versions.
+    """
+    params = get_default_genesis_params({"timestamp": GENESIS_TIMESTAMP})
+    alloc = {}
+    for acct in derive_accounts(seed, n_accounts):
+        st = get_default_account_state()
+        alloc[acct.address] = {"balance": st["balance"], "nonce": st["nonce"],
+                               "code": "0x" + st["code"].hex(),
+                               "storage": {hex(k): v for k, v in st["storage"].items()}}
+    return {
+        "format": EXPORT_FORMAT, "seed": seed, "n_accounts": n_accounts,
+        "backend": "eth-tester PyEVMBackend, ledger.devnet.DeterministicBackend",
+        "fork": PragueVM.fork, "block_time": BLOCK_TIME,
+        "mix_hash": "keccak(b'flchain-devnet' || uint256(number))",
+        "coinbase": to_checksum_address(DEVNET_COINBASE),
+        "genesis_params": {k: "0x" + v.hex() if isinstance(v, bytes) else v
+                           for k, v in params.items()},
+        "alloc": alloc,
+        "versions": {p: version(p) for p in ("py-evm", "eth-tester")},
+    }
+
+
+def _make_chain(backend: DeterministicBackend, spec: dict[str, Any]) -> Chain:
+    accounts = derive_accounts(spec["seed"], spec["n_accounts"])
+    backend.account_keys = tuple(keys.PrivateKey(a.key) for a in accounts)
+    w3 = Web3(EthereumTesterProvider(EthereumTester(backend)))
+    w3.eth.default_account = accounts[0].address
+    return Chain(w3=w3, accounts=accounts, backend="embedded", call_gas=EMBEDDED_CALL_GAS)
+
+
+def make_embedded_chain(seed: int | str = 0, n_accounts: int = 10) -> Chain:
+    """Like :meth:`Chain.embedded`, on a :class:`DeterministicBackend` (reproducible hashes)."""
+    spec = genesis_spec(seed, n_accounts)
+    return _make_chain(DeterministicBackend.from_spec(spec), spec)
+
+
+def _devnet(chain: Chain) -> DeterministicBackend:
+    backend = getattr(getattr(chain.w3.provider, "ethereum_tester", None), "backend", None)
+    if not isinstance(backend, DeterministicBackend) or backend.spec is None:
+        raise ChainExportError("only a devnet from make_embedded_chain() can be exported")
+    return backend
+
+
+def _hex(value: Any) -> str:
+    return "0x" + bytes(value).hex() if isinstance(value, bytes) else str(value)
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)  # atomic: a reader never sees half a file
+
+
+class ChainExporter:
+    """Append-only export of a devnet: ``genesis.json`` once, new blocks on each :meth:`flush`.
+
+    Parameters
+    ----------
+    chain : Chain
+        A chain from :func:`make_embedded_chain`.
+    directory : str or Path
+        Created if needed; an existing export there is replaced.
+    fsync : bool
+        ``os.fsync`` ``blocks.rlp`` after each flush.
+    """
+
+    def __init__(self, chain: Chain, directory: str | Path, fsync: bool = False) -> None:
+        backend = _devnet(chain)
+        self._evm, self.directory, self.fsync = backend.chain, Path(directory), fsync
+        self.directory.mkdir(parents=True, exist_ok=True)
+        genesis = self._evm.get_canonical_block_header_by_number(0)
+        self.exported, self._last_hash = 0, genesis.hash
+        manifest = {**backend.spec, "chain_id": self._evm.chain_id,
+                    "genesis_hash": _hex(genesis.hash)}
+        _write_json(self.directory / GENESIS_FILE, manifest)
+        (self.directory / BLOCKS_FILE).write_bytes(b"")
+        _write_json(self.directory / HEAD_FILE, {"number": 0, "hash": _hex(genesis.hash)})
+
+    def flush(self) -> int:
+        """Append the canonical blocks mined since the last flush; returns how many."""
+        head = self._evm.get_canonical_head()
+        if self._evm.get_canonical_block_hash(self.exported) != self._last_hash:
+            raise ChainExportError(f"chain reorganized below exported block #{self.exported}")
+        if head.block_number <= self.exported:
+            return 0
+        buf = bytearray()
+        for n in range(self.exported + 1, head.block_number + 1):
+            data = rlp.encode(self._evm.get_canonical_block_by_number(n))
+            buf += len(data).to_bytes(4, "big") + data
+        with open(self.directory / BLOCKS_FILE, "ab") as f:
+            f.write(buf)
+            if self.fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        count = head.block_number - self.exported
+        self.exported, self._last_hash = head.block_number, head.hash
+        _write_json(self.directory / HEAD_FILE, {"number": self.exported, "hash": _hex(head.hash)})
+        return count
+
+
+def export_chain(chain: Chain, directory: str | Path) -> int:
+    """One-shot export of a whole devnet; returns the number of blocks written."""
+    return ChainExporter(chain, directory).flush()
+
+
+@dataclass
+class ImportErrorInfo:
+    """Why re-import stopped: the first bad block, what was expected and what was found."""
+
+    block_number: int
+    expected: str
+    found: str
+    message: str
+
+
+@dataclass
+class ImportResult:
+    """Outcome of :func:`import_chain`.
+
+    ``chain`` is the re-imported devnet (its valid prefix on error; ``None`` when the genesis
+    does not match), ``blocks_imported`` counts blocks after genesis, ``head_hash`` is the last
+    imported block's ``0x`` hash and ``error`` is ``None`` when the whole export is valid.
+    """
+
+    chain: Chain | None
+    blocks_imported: int
+    head_hash: str | None
+    error: ImportErrorInfo | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ChainExportError(f"chain export is missing {path}") from None
+    except (OSError, ValueError) as exc:
+        raise ChainExportError(f"unreadable {path}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ChainExportError(f"unreadable {path}: not a JSON object")
+    return obj
+
+
+def _records(data: bytes) -> Any:
+    """Yield ``(payload, None)`` per record, or ``(None, reason)`` once for a damaged tail."""
+    pos = 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        if pos + 4 + size > len(data):
+            yield None, f"truncated record at byte {pos}: {size} bytes announced, " \
+                        f"{max(0, len(data) - pos - 4)} present"
+            return
+        yield data[pos + 4 : pos + 4 + size], None
+        pos += 4 + size
+
+
+def _diagnose(evm: Any, parent: Any, block: Any) -> tuple[str, str]:
+    """Re-execute ``block`` on ``parent`` and name the first header field that differs."""
+    vm = evm.get_vm(evm.create_header_from_parent(parent).copy(gas_used=block.header.gas_used))
+    try:
+        rebuilt = vm.import_block(block).block.header
+    except Exception as exc:  # invalid signature, nonce, gas ...
+        return "valid transactions", f"{type(exc).__name__}: {exc}"
+    for name, want in rebuilt.as_dict().items():
+        got = getattr(block.header, name)
+        if got != want:
+            return f"{name}={_hex(want)}", f"{name}={_hex(got)}"
+    return _hex(rebuilt.hash), _hex(block.hash)
+
+
+def _import_blocks(evm: Any, data: bytes) -> ImportErrorInfo | None:
+    for payload, damage in _records(data):
+        parent = evm.get_canonical_head()
+        n = parent.block_number + 1
+        if damage is not None:
+            return ImportErrorInfo(n, f"block #{n}", "truncated record", damage)
+        try:
+            sedes = evm.get_vm_class_for_block_number(n).get_block_class()
+            block = rlp.decode(payload, sedes=sedes)
+        except Exception as exc:
+            return ImportErrorInfo(n, f"block #{n}", "undecodable record", f"bad RLP: {exc}")
+        if block.number != n:
+            what = "missing from the export" if block.number > n else "duplicated or out of order"
+            return ImportErrorInfo(n, f"block #{n}", f"block #{block.number}", f"block #{n} {what}")
+        if block.header.parent_hash != parent.hash:
+            return ImportErrorInfo(n, _hex(parent.hash), _hex(block.header.parent_hash),
+                                   f"block #{n} does not extend block #{n - 1} (parent hash)")
+        template = evm.create_header_from_parent(parent)
+        for name in _RULE_FIELDS:
+            want, got = getattr(template, name, None), getattr(block.header, name, None)
+            if want != got:
+                return ImportErrorInfo(n, _hex(want), _hex(got),
+                                       f"block #{n} header {name} breaks the devnet rule")
+        try:
+            evm.import_block(block)
+        except Exception as exc:
+            expected, found = _diagnose(evm, parent, block)
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return ImportErrorInfo(n, expected, found, f"block #{n} invalid: {reason}")
+    return None
+
+
+def _check_head(evm: Any, want: dict[str, Any]) -> ImportErrorInfo | None:
+    """Compare the imported chain with ``head.json`` (catches blocks cut off at the end)."""
+    head = evm.get_canonical_head()
+    number, digest = want.get("number"), want.get("hash")
+    if not isinstance(number, int) or number < 0:
+        raise ChainExportError(f"malformed {HEAD_FILE}: number {number!r}")
+    if number > head.block_number:
+        return ImportErrorInfo(head.block_number + 1, f"head #{number} {digest}",
+                               f"head #{head.block_number} {_hex(head.hash)}",
+                               f"blocks #{head.block_number + 1}..#{number} missing at the end")
+    # blocks past the recorded head are tolerated (a crash between append and head.json)
+    found = _hex(evm.get_canonical_block_hash(number))
+    if found != digest:
+        return ImportErrorInfo(number, str(digest), found,
+                               f"block #{number} differs from the head recorded in {HEAD_FILE}")
+    return None
+
+
+def import_chain(directory: str | Path) -> ImportResult:
+    """Rebuild a devnet from an export and re-validate every block.
+
+    Parameters
+    ----------
+    directory : str or Path
+        Written by :class:`ChainExporter` / :func:`export_chain`.
+
+    Returns
+    -------
+    ImportResult
+        The chain (queryable through ``chain.w3``) up to the first invalid block.
+
+    Raises
+    ------
+    ChainExportError
+        ``genesis.json`` or ``blocks.rlp`` missing or unreadable.
+    """
+    d = Path(directory)
+    manifest = _read_json(d / GENESIS_FILE)
+    try:
+        data = (d / BLOCKS_FILE).read_bytes()
+    except OSError as exc:
+        raise ChainExportError(f"chain export is missing {d / BLOCKS_FILE}: {exc}") from None
+    try:
+        backend = DeterministicBackend.from_spec(manifest)
+        recorded = (manifest["genesis_hash"], manifest["chain_id"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ChainExportError(f"malformed {d / GENESIS_FILE}: {exc!r}") from None
+    evm = backend.chain
+    genesis = evm.get_canonical_head()
+    if (_hex(genesis.hash), evm.chain_id) != recorded:
+        err = ImportErrorInfo(0, f"{recorded[0]} chain {recorded[1]}",
+                              f"{_hex(genesis.hash)} chain {evm.chain_id}",
+                              "genesis rebuilt from genesis.json does not match its recorded hash")
+        return ImportResult(None, 0, None, err)
+    error = _import_blocks(evm, data)
+    head = evm.get_canonical_head()
+    if error is None and (d / HEAD_FILE).exists():
+        error = _check_head(evm, _read_json(d / HEAD_FILE))
+    return ImportResult(_make_chain(backend, manifest), head.block_number, _hex(head.hash), error)
