@@ -16,6 +16,7 @@ it recomputes against what the ledger already holds.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -70,8 +71,18 @@ def ledger_dir(run_dir: str | Path) -> Path:
 
 
 def channel_id(cfg: Config) -> bytes:
-    """The channel (experiment / global model) id: sha256 of the resolved config."""
-    return sha256(canonical_json(cfg.replace(resume=None).to_dict()))
+    """The channel (experiment / global model) id: sha256 of the resolved config without its
+    output and ledger sections (where results go and where they are recorded do not change
+    what is learned), so the same experiment is the same channel wherever it is written."""
+    d = cfg.to_dict()
+    return sha256(canonical_json({k: v for k, v in d.items() if k not in ("output", "ledger")}))
+
+
+@functools.lru_cache(maxsize=4)
+def committee_of(seed: int, size: int) -> Committee:
+    """The federation's edge validators: keyed by the experiment seed, shared by its channels
+    (key generation and proofs of possession cost ~0.3 s a validator, so it is cached)."""
+    return Committee.from_seed(f"edge:{seed}", size)
 
 
 def connect(cfg: Config, seed: str) -> Chain:
@@ -95,7 +106,7 @@ class LedgerRecorder:
         self.channel = channel_id(cfg)
         self.seed = f"{cfg.experiment.seed}:{self.channel.hex()[:16]}"
         self.store = BlobStore(self.dir)
-        self.committee = (Committee.from_seed(self.seed, cfg.ledger.committee)
+        self.committee = (committee_of(cfg.experiment.seed, cfg.ledger.committee)
                           if cfg.ledger.committee > 0 else None)
         self.replayer: Any = None
         self.chain: Chain | None = None
@@ -163,7 +174,10 @@ class LedgerRecorder:
     def _resume(self, sim: Simulation) -> None:
         manifest = json.loads((self.dir / "manifest.json").read_text())
         if manifest.get("backend") == "embedded":
-            res = import_chain(self.dir / "chain")
+            try:
+                res = import_chain(self.dir / "chain")
+            except ValueError as exc:  # ChainExportError: a file missing or malformed
+                raise LedgerError(f"cannot resume: {exc}") from None
             if res.error is not None or res.chain is None:
                 raise LedgerError(f"cannot resume: chain export is invalid: {res.error}")
             self.chain = res.chain
@@ -259,10 +273,11 @@ class LedgerRecorder:
                 raise LedgerRoundError(f"round {rnd}: the committee refused to attest: {exc}"
                                        ) from None
             att, att_hash = a.to_dict(), a.hash()
-        try:
+        calls.append(Call.of(self.contract.functions.finalize(
+            rnd, global_hash, root, verdict_hash, att_hash), agg, GAS["finalize"]))
+        try:  # one block a round on the devnet: registrations, submissions, then finalize
             receipts = self.chain.send_batch(calls)
-            (fin,) = self.chain.send_batch([Call.of(self.contract.functions.finalize(
-                rnd, global_hash, root, verdict_hash, att_hash), agg, GAS["finalize"])])
+            fin = receipts[-1]
         except LedgerRevert as exc:
             raise LedgerRoundError(f"round {rnd}: the chain rejected a transaction: {exc}"
                                    ) from None
