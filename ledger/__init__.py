@@ -5,8 +5,9 @@ Vyper; ``ledger.chain`` deploys it and sends locally signed transactions to
 the embedded py-evm devnet or to any JSON-RPC node.
 """
 
-from ledger.chain import Chain, IndexedPyEVMBackend, LedgerRevert, derive_accounts
+from ledger.chain import Chain, LedgerRevert, derive_accounts
 from ledger.compile import CompiledContract, compile_flchain, runtime_code_sha256
+from ledger.pyevm import IndexedPyEVMBackend
 
 __all__ = [
     "Chain",

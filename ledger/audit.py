@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,18 +123,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip re-deriving global models (hash, signature and chain checks only)")
     p.add_argument("--no-bls", action="store_true",
                    help="skip the committee's BLS checks (~0.3 s a round in pure-Python py-ecc)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="audit this many runs at once, one process each (default 1)")
     p.add_argument("-q", "--quiet", action="store_true", help="print one line per run only")
     return p
 
 
+def _audit_one(d: Path, kw: dict[str, Any]) -> AuditReport:
+    import torch
+
+    torch.set_num_threads(1)
+    return audit_run(d, **kw)
+
+
+def _reports(runs: list[Path], workers: int, kw: dict[str, Any]) -> Iterator[AuditReport]:
+    if workers <= 1 or len(runs) == 1:
+        for d in runs:
+            yield audit_run(d, **kw, progress=len(runs) == 1)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        yield from pool.map(_audit_one, runs, [kw] * len(runs))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    kw = {"ledger_url": args.ledger_url, "replay": not args.no_replay, "bls": not args.no_bls}
     try:
         runs = find_runs(args.run_dirs)
         reports = []
-        for d in runs:
-            rep = audit_run(d, ledger_url=args.ledger_url, replay=not args.no_replay,
-                            bls=not args.no_bls, progress=len(runs) == 1 and not args.quiet)
+        for rep in _reports(runs, args.workers, kw):
             reports.append(rep)
             print(rep.text().splitlines()[0] if args.quiet else rep.text(), flush=True)
     except AuditInputError as exc:

@@ -3,8 +3,9 @@
 FLChain (Majeed & Hong 2019) records every client submission and every round
 finalization on a per-channel contract.  :class:`Chain` hides the backend:
 
-* :meth:`Chain.embedded` -- web3's ``EthereumTesterProvider`` over py-evm with a
-  fixed genesis and seed-derived funded accounts, so runs are reproducible;
+* :meth:`Chain.embedded` -- web3's ``EthereumTesterProvider`` over py-evm
+  (:mod:`ledger.pyevm`) with a fixed genesis, seed-derived funded accounts and
+  deterministic blocks, so runs are reproducible;
 * :meth:`Chain.rpc` -- any node (anvil, hardhat, geth --dev ...) by URL.
 
 Transactions are always signed locally and sent raw, and every receipt's
@@ -16,7 +17,6 @@ backend reports them (eth-tester's ``TransactionFailed``, web3's
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,14 +24,8 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_keys import keys
 from eth_tester import EthereumTester, PyEVMBackend
-from eth_tester.backends.pyevm.main import (
-    get_default_account_state,
-    get_default_genesis_params,
-    serialize_transaction,
-    serialize_transaction_receipt,
-)
+from eth_tester.backends.pyevm.main import get_default_account_state, get_default_genesis_params
 from eth_tester.exceptions import TransactionFailed
-from eth_tester.exceptions import TransactionNotFound as TesterTxNotFound
 from web3 import Web3
 from web3.contract import Contract
 from web3.exceptions import ContractLogicError
@@ -106,70 +100,6 @@ class Call:
         return cls(sender, fn.address, fn._encode_transaction_data(), fn.fn_name, gas)
 
 
-class IndexedPyEVMBackend(PyEVMBackend):
-    """PyEVMBackend whose transaction lookups use py-evm's hash index.
-
-    eth-tester 0.14 finds a transaction by scanning every block from the head
-    down, so each receipt (and each log query, which fetches receipts) costs
-    O(chain length) and a FLChain run of n submissions costs O(n^2).  py-evm's
-    chain database already maps a transaction hash to (block, index); this
-    subclass uses it and only scans the pending block.  It touches eth-tester
-    internals (``serialize_*`` helpers), hence the exact eth-tester pin.
-    """
-
-    def _lookup(self, transaction_hash: bytes) -> tuple[Any, Any, int]:
-        head = self.chain.get_block()
-        for index, tx in enumerate(head.transactions):
-            if tx.hash == transaction_hash:
-                return head, tx, index
-        try:
-            number, index = self.chain.get_canonical_transaction_index(transaction_hash)
-        except Exception as exc:  # py-evm's TransactionNotFound
-            raise TesterTxNotFound(
-                f"No transaction found for transaction hash: 0x{transaction_hash.hex()}"
-            ) from exc
-        block = self.chain.get_canonical_block_by_number(number)
-        return block, block.transactions[index], index
-
-    def block_kwargs(self) -> dict[str, Any]:
-        """Header fields of the next mined block (overridden for reproducible chains)."""
-        return {"coinbase": b"\x00" * 20, "mix_hash": os.urandom(32)}
-
-    def mine_transactions(self, raw_transactions: list[bytes]) -> list[dict[str, Any]]:
-        """Apply signed raw transactions and mine them as one block; returns their receipts
-        (``transactionHash``, ``status``, ``gasUsed``, ``blockNumber``).
-
-        One state-root computation and one transaction/receipt trie build per block, where
-        applying them one by one (eth-tester's path) rebuilds both after every transaction.
-        A transaction that reverts is mined with status 0; one that is invalid (bad nonce,
-        no funds) raises and nothing is mined.
-        """
-        if self.chain.get_block().transactions:
-            raise RuntimeError("pending block is not empty; mine it first")
-        vm = self.chain.get_vm()
-        txs = [vm.get_transaction_builder().decode(bytes(r)) for r in raw_transactions]
-        result, receipts, _ = self.chain.mine_all(txs, **self.block_kwargs())
-        number, out, prev = result.imported_block.number, [], 0
-        for tx, r in zip(txs, receipts, strict=True):
-            out.append({"transactionHash": tx.hash, "status": 1 if r.state_root == b"\x01" else 0,
-                        "gasUsed": r.gas_used - prev, "blockNumber": number})
-            prev = r.gas_used
-        return out
-
-    def get_transaction_by_hash(self, transaction_hash: bytes) -> Any:
-        block, tx, index = self._lookup(transaction_hash)
-        is_pending = block.number == self.chain.get_block().number
-        return serialize_transaction(block, tx, index, is_pending)
-
-    def get_transaction_receipt(self, transaction_hash: bytes) -> Any:
-        block, tx, index = self._lookup(transaction_hash)
-        is_pending = block.number == self.chain.get_block().number
-        receipts = block.get_receipts(self.chain.chaindb)
-        return serialize_transaction_receipt(
-            block, receipts, tx, index, is_pending, self.chain.get_vm()
-        )
-
-
 def derive_accounts(seed: int | str, n: int) -> list[LocalAccount]:
     """Deterministic accounts: private key i = sha256(``"flchain:{seed}:{i}"``).
 
@@ -230,18 +160,23 @@ class Chain:
         n_accounts : int
             Number of funded accounts (aggregator + clients).
         indexed : bool
-            Use :class:`IndexedPyEVMBackend` (O(1) transaction lookups);
-            ``False`` gives stock eth-tester, kept for benchmarks.
+            ``True`` (default): :class:`ledger.pyevm.DeterministicBackend` (O(1) transaction
+            lookups, one block per :meth:`send_batch`, block hashes reproducible from the seed,
+            exportable). ``False``: stock eth-tester (lookups scan the chain; kept to measure
+            the difference; no :meth:`send_batch`).
 
         Returns
         -------
         Chain
         """
+        if indexed:
+            from ledger.pyevm import make_embedded_chain
+
+            return make_embedded_chain(seed, n_accounts)
         accounts = derive_accounts(seed, n_accounts)
         state = {bytes.fromhex(a.address[2:]): get_default_account_state() for a in accounts}
         params = get_default_genesis_params({"timestamp": GENESIS_TIMESTAMP})
-        backend_cls = IndexedPyEVMBackend if indexed else PyEVMBackend
-        backend = backend_cls(genesis_parameters=params, genesis_state=state)
+        backend = PyEVMBackend(genesis_parameters=params, genesis_state=state)
         # eth-tester lists (and defaults ``from`` to) its own unfunded keys 1..n
         # when a genesis state is given; make it list ours instead.
         backend.account_keys = tuple(keys.PrivateKey(a.key) for a in accounts)

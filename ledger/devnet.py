@@ -21,32 +21,23 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import rlp
-from eth.vm.forks import PragueVM
-from eth_keys import keys
-from eth_tester import EthereumTester
-from eth_tester.backends.pyevm.main import get_default_account_state, get_default_genesis_params
-from eth_utils import keccak, to_canonical_address, to_checksum_address
-from web3 import Web3
-from web3.providers.eth_tester import EthereumTesterProvider
 
-from ledger.chain import (
-    EMBEDDED_CALL_GAS,
-    GENESIS_TIMESTAMP,
-    Chain,
-    IndexedPyEVMBackend,
-    derive_accounts,
+from ledger.chain import Chain
+from ledger.pyevm import (  # noqa: F401 - re-exported: the devnet's public names
+    BLOCK_TIME,
+    DEVNET_COINBASE,
+    EXPORT_FORMAT,
+    DeterministicBackend,
+    _make_chain,
+    devnet_mix_hash,
+    genesis_spec,
+    make_embedded_chain,
 )
 
-#: Seconds between consecutive devnet blocks (one post-merge slot).
-BLOCK_TIME = 12
-#: Fee recipient of every devnet block.
-DEVNET_COINBASE = b"\x00" * 20
-EXPORT_FORMAT = "fedsentry-devnet/1"
 GENESIS_FILE, BLOCKS_FILE, HEAD_FILE = "genesis.json", "blocks.rlp", "head.json"
 # Header fields fixed by the devnet rule or by the parent; py-evm re-derives the rest
 # (roots, bloom, gas used) by re-executing the block.
@@ -57,130 +48,6 @@ _RULE_FIELDS = ("coinbase", "timestamp", "mix_hash", "extra_data", "gas_limit", 
 
 class ChainExportError(ValueError):
     """A chain export directory is unusable (missing or malformed file)."""
-
-
-def devnet_mix_hash(number: int) -> bytes:
-    """``prevRandao`` of block ``number``: ``keccak(b"flchain-devnet" || uint256(number))``."""
-    return keccak(b"flchain-devnet" + number.to_bytes(32, "big"))
-
-
-class _DeterministicMining:
-    """Mixin for eth-tester's py-evm chain class: deterministic headers, no wall clock."""
-
-    def create_header_from_parent(self, parent_header: Any, **params: Any) -> Any:
-        params.setdefault("timestamp", parent_header.timestamp + BLOCK_TIME)
-        params.setdefault("mix_hash", devnet_mix_hash(parent_header.block_number + 1))
-        params.setdefault("coinbase", DEVNET_COINBASE)
-        return super().create_header_from_parent(parent_header, **params)  # type: ignore[misc]
-
-    # eth-tester seals with a random mix_hash and its own coinbase: use the pending header's
-    def mine_block_extended(self, *args: Any, **kwargs: Any) -> Any:
-        pending = self.header  # type: ignore[attr-defined]
-        kwargs.update(mix_hash=pending.mix_hash, coinbase=pending.coinbase)
-        return super().mine_block_extended(*args, **kwargs)  # type: ignore[misc]
-
-    def mine_all(self, txs: Any, *args: Any, parent_header: Any = None, **kwargs: Any) -> Any:
-        pending = self.header  # type: ignore[attr-defined]
-        if parent_header is not None:
-            pending = self.create_header_from_parent(parent_header)
-        kwargs.update(mix_hash=pending.mix_hash, coinbase=pending.coinbase)
-        return super().mine_all(txs, *args, parent_header=parent_header, **kwargs)  # type: ignore
-
-
-class DeterministicBackend(IndexedPyEVMBackend):
-    """:class:`IndexedPyEVMBackend` whose mined blocks depend only on their transactions.
-
-    Attributes
-    ----------
-    spec : dict or None
-        The :func:`genesis_spec` it was built from (set by :meth:`from_spec`); needed to export.
-    """
-
-    spec: dict[str, Any] | None = None
-
-    def reset_to_genesis(self, *args: Any, **kwargs: Any) -> None:
-        super().reset_to_genesis(*args, **kwargs)
-        base = type(self.chain)
-        cls = type(f"Deterministic{base.__name__}", (_DeterministicMining, base), {})
-        # re-open the same database; the first pending header is now deterministic too
-        self.chain = cls(self.chain.chaindb.db)
-
-    def block_kwargs(self) -> dict[str, Any]:
-        """Seal fields for ``Chain.send_batch``'s one-block path: the pending header's."""
-        return {"coinbase": self.chain.header.coinbase, "mix_hash": self.chain.header.mix_hash}
-
-    def time_travel(self, to_timestamp: int) -> int:
-        raise NotImplementedError("the deterministic devnet fixes timestamps by block number")
-
-    @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> DeterministicBackend:
-        """Build the genesis described by a :func:`genesis_spec` manifest (JSON form)."""
-        params = {k: bytes.fromhex(v[2:]) if isinstance(v, str) else v
-                  for k, v in spec["genesis_params"].items()}
-        state = {
-            to_canonical_address(addr): {
-                "balance": acct["balance"], "nonce": acct["nonce"],
-                "code": bytes.fromhex(acct["code"][2:]),
-                "storage": {int(k, 16): v for k, v in acct["storage"].items()},
-            }
-            for addr, acct in spec["alloc"].items()
-        }
-        backend = cls(genesis_parameters=params, genesis_state=state)
-        fork = backend.chain.get_vm_class_for_block_number(0).fork
-        if fork != spec["fork"]:
-            raise ValueError(f"manifest fork {spec['fork']!r}, eth-tester runs {fork!r}")
-        backend.spec = spec
-        return backend
-
-
-def genesis_spec(seed: int | str = 0, n_accounts: int = 10) -> dict[str, Any]:
-    """JSON-serializable manifest to rebuild a devnet (:meth:`DeterministicBackend.from_spec`).
-
-    Parameters
-    ----------
-    seed : int or str
-        Seed of the funded accounts (see :func:`ledger.chain.derive_accounts`).
-    n_accounts : int
-        Number of funded accounts.
-
-    Returns
-    -------
-    dict
-        Format tag, seed, fork, block rule, genesis header params (bytes as ``0x`` hex), the
-        funded accounts (``alloc``) and the py-evm / eth-tester versions.
-    """
-    params = get_default_genesis_params({"timestamp": GENESIS_TIMESTAMP})
-    alloc = {}
-    for acct in derive_accounts(seed, n_accounts):
-        st = get_default_account_state()
-        alloc[acct.address] = {"balance": st["balance"], "nonce": st["nonce"],
-                               "code": "0x" + st["code"].hex(),
-                               "storage": {hex(k): v for k, v in st["storage"].items()}}
-    return {
-        "format": EXPORT_FORMAT, "seed": seed, "n_accounts": n_accounts,
-        "backend": "eth-tester PyEVMBackend, ledger.devnet.DeterministicBackend",
-        "fork": PragueVM.fork, "block_time": BLOCK_TIME,
-        "mix_hash": "keccak(b'flchain-devnet' || uint256(number))",
-        "coinbase": to_checksum_address(DEVNET_COINBASE),
-        "genesis_params": {k: "0x" + v.hex() if isinstance(v, bytes) else v
-                           for k, v in params.items()},
-        "alloc": alloc,
-        "versions": {p: version(p) for p in ("py-evm", "eth-tester")},
-    }
-
-
-def _make_chain(backend: DeterministicBackend, spec: dict[str, Any]) -> Chain:
-    accounts = derive_accounts(spec["seed"], spec["n_accounts"])
-    backend.account_keys = tuple(keys.PrivateKey(a.key) for a in accounts)
-    w3 = Web3(EthereumTesterProvider(EthereumTester(backend)))
-    w3.eth.default_account = accounts[0].address
-    return Chain(w3=w3, accounts=accounts, backend="embedded", call_gas=EMBEDDED_CALL_GAS)
-
-
-def make_embedded_chain(seed: int | str = 0, n_accounts: int = 10) -> Chain:
-    """Like :meth:`Chain.embedded`, on a :class:`DeterministicBackend` (reproducible hashes)."""
-    spec = genesis_spec(seed, n_accounts)
-    return _make_chain(DeterministicBackend.from_spec(spec), spec)
 
 
 def _devnet(chain: Chain) -> DeterministicBackend:
@@ -208,17 +75,29 @@ class ChainExporter:
     chain : Chain
         A chain from :func:`make_embedded_chain`.
     directory : str or Path
-        Created if needed; an existing export there is replaced.
+        Created if needed; an existing export there is replaced, unless ``append``.
     fsync : bool
         ``os.fsync`` ``blocks.rlp`` after each flush.
+    append : bool
+        Continue the export in ``directory`` (``chain`` was re-imported from it): nothing is
+        rewritten, the next flush appends the blocks after its recorded head.
     """
 
-    def __init__(self, chain: Chain, directory: str | Path, fsync: bool = False) -> None:
+    def __init__(self, chain: Chain, directory: str | Path, fsync: bool = False,
+                 append: bool = False) -> None:
         backend = _devnet(chain)
         self._evm, self.directory, self.fsync = backend.chain, Path(directory), fsync
         self.directory.mkdir(parents=True, exist_ok=True)
         genesis = self._evm.get_canonical_block_header_by_number(0)
         self.exported, self._last_hash = 0, genesis.hash
+        if append:  # continue an export this chain was re-imported from: keep every byte
+            head = _read_json(self.directory / HEAD_FILE)
+            n = int(head["number"])
+            if _hex(self._evm.get_canonical_block_hash(n)) != head["hash"]:
+                raise ChainExportError(f"{self.directory / HEAD_FILE}: head #{n} is not on "
+                                       "this chain")
+            self.exported, self._last_hash = n, self._evm.get_canonical_block_hash(n)
+            return
         manifest = {**backend.spec, "chain_id": self._evm.chain_id,
                     "genesis_hash": _hex(genesis.hash)}
         _write_json(self.directory / GENESIS_FILE, manifest)

@@ -181,7 +181,7 @@ class LedgerRecorder:
             if res.error is not None or res.chain is None:
                 raise LedgerError(f"cannot resume: chain export is invalid: {res.error}")
             self.chain = res.chain
-            self.exporter = ChainExporter(self.chain, self.dir / "chain")
+            self.exporter = ChainExporter(self.chain, self.dir / "chain", append=True)
         else:
             self.chain = connect(self.cfg, self.seed)
             if not bytes(self.chain.w3.eth.get_code(manifest["contract"])):

@@ -15,6 +15,7 @@ from ledger_nodes import ANVIL_CHAIN_ID, AnvilNode, anvil_or_skip
 
 from ledger.chain import EMBEDDED_CALL_GAS, Chain, LedgerRevert, derive_accounts
 from ledger.compile import EVM_VERSION, compile_flchain
+from ledger.pyevm import IndexedPyEVMBackend
 
 CHANNEL = b"\x01" * 32
 KEY = b"\x02" * 32
@@ -203,7 +204,7 @@ def test_old_transactions_are_found_through_the_index() -> None:
             first = first or r
         chain.transact(_finalize(contract, rnd), chain.aggregator)
     backend = chain.w3.provider.ethereum_tester.backend
-    assert type(backend).__name__ == "IndexedPyEVMBackend"
+    assert isinstance(backend, IndexedPyEVMBackend)
     # the first submission's receipt is still found, identical, after 12 more transactions
     again = chain.w3.eth.get_transaction_receipt(first["transactionHash"])
     assert again["blockNumber"] == first["blockNumber"] and again["status"] == 1

@@ -131,7 +131,7 @@ def test_flush_is_incremental_and_append_only(exported, tmp_path):
     assert (tmp_path / "again" / BLOCKS_FILE).read_bytes() == (directory / BLOCKS_FILE).read_bytes()
     assert export_chain(chain, tmp_path / "once") == chain.w3.eth.block_number
     with pytest.raises(ChainExportError, match="make_embedded_chain"):
-        ChainExporter(Chain.embedded(seed=3, n_accounts=2), tmp_path / "no")
+        ChainExporter(Chain.embedded(seed=3, n_accounts=2, indexed=False), tmp_path / "no")
 
 
 def test_reimport_matches_head_code_and_events(exported):
