@@ -28,7 +28,7 @@ from eth_tester.backends.pyevm.main import get_default_account_state, get_defaul
 from eth_tester.exceptions import TransactionFailed
 from web3 import Web3
 from web3.contract import Contract
-from web3.exceptions import ContractLogicError
+from web3.exceptions import ContractLogicError, Web3RPCError
 from web3.providers.eth_tester import EthereumTesterProvider
 
 from ledger.compile import compile_flchain, runtime_code_sha256
@@ -355,6 +355,10 @@ class Chain:
         except (TransactionFailed, ContractLogicError) as exc:
             self._nonces.clear()
             raise LedgerRevert(_reason(exc)) from exc
+        except Web3RPCError as exc:  # the node refused the transaction (funds, nonce, gas)
+            self._nonces.clear()
+            raise LedgerRevert(f"{calls[len(txs)].label}: rejected by the node: "
+                               f"{_reason(exc)}") from exc
         except Exception:
             self._nonces.clear()
             raise

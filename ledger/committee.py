@@ -12,9 +12,11 @@ validator publishes a PoP once at registration (:func:`verify_registration`); th
 ``FastAggregateVerify`` over a single message safe against rogue-key attacks.
 
 All validators sign the same message, and in this simulator they live in one process, so
-:meth:`Committee.attest` hashes the message to G2 once per round (most of the ~80 ms of a
-``bls.Sign``) and lets each validator do only its scalar multiplication. The per-validator
-signatures are byte-identical to ``bls.Sign(sk, message)``.
+:meth:`Committee.attest` hashes the message to G2 once per round and lets each validator do only
+its scalar multiplication, both with the endomorphism-based routines of :mod:`ledger.bls_fast`
+(~19 ms and ~8 ms, against ~83 ms and ~26 ms for py-ecc's reference code). The per-validator
+signatures are byte-identical to ``bls.Sign(sk, message)``; verification stays on py-ecc's
+reference code, an independent check of the fast signer.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from typing import Any
 
 from py_ecc.bls import G2ProofOfPossession as bls
 from py_ecc.bls.g2_primitives import G2_to_signature
-from py_ecc.bls.hash_to_curve import hash_to_G2
-from py_ecc.optimized_bls12_381 import Z2, add, multiply
+from py_ecc.optimized_bls12_381 import Z2, add
+
+from ledger.bls_fast import hash_to_g2, multiply_g2
 
 ATTEST_DOMAIN = b"FLCHAIN-ATTEST-v1"
 PUBKEY_LEN = 48
@@ -188,8 +191,9 @@ class Committee:
         for i in signers:
             if not 0 <= i < self.size:
                 raise ValueError(f"signer index {i} out of range for {self.size} validators")
-        h = hash_to_G2(message, bls.DST, bls.xmd_hash_function)
-        return {i: multiply(h, self.validators[i].secret_key) for i in signers}
+        # Fast but exact G2 arithmetic (ledger.bls_fast); verification stays on py-ecc's code.
+        h = hash_to_g2(message, bls.DST, bls.xmd_hash_function)
+        return {i: multiply_g2(h, self.validators[i].secret_key) for i in signers}
 
     def attest(self, message: bytes, approve: Sequence[bool] | None = None) -> Attestation:
         """Aggregate signature of the approving validators over ``message``.

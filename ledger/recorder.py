@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from web3.exceptions import Web3Exception
+
 from ledger.chain import Call, Chain, LedgerRevert
 from ledger.committee import Committee, attestation_message
 from ledger.compile import compile_flchain
@@ -230,14 +232,15 @@ class LedgerRecorder:
             return
         assert self.chain is not None
         agg = self.chain.aggregator
+        admit: list[Call] = []
         calls: list[Call] = []
         subs, new = [], []
         hashes: dict[int, bytes] = {}
         for i, c in enumerate(batch.client_ids.tolist()):
             acct = client_account(self.seed, c)
             if c not in self.registered:
-                calls.append(Call(agg, acct.address, b"", "fund", 21_000, FUND_WEI))
-                calls.append(Call.of(self.contract.functions.register(acct.address,
+                admit.append(Call(agg, acct.address, b"", "fund", 21_000, FUND_WEI))
+                admit.append(Call.of(self.contract.functions.register(acct.address,
                                                                       key_hash(acct)),
                                      agg, GAS["register"]))
                 new.append({"client": c, "address": acct.address})
@@ -275,7 +278,10 @@ class LedgerRecorder:
             att, att_hash = a.to_dict(), a.hash()
         calls.append(Call.of(self.contract.functions.finalize(
             rnd, global_hash, root, verdict_hash, att_hash), agg, GAS["finalize"]))
-        try:  # one block a round on the devnet: registrations, submissions, then finalize
+        try:
+            # new clients are funded and registered first and mined (a node checks a client's
+            # balance when its transaction arrives), then one block: submissions and finalize
+            self.chain.send_batch(admit)
             receipts = self.chain.send_batch(calls)
             fin = receipts[-1]
         except LedgerRevert as exc:
@@ -283,6 +289,9 @@ class LedgerRecorder:
                                    ) from None
         except (ConnectionError, OSError) as exc:
             raise LedgerRoundError(f"round {rnd}: lost the ledger node: "
+                                   f"{str(exc).splitlines()[0]}") from None
+        except Web3Exception as exc:
+            raise LedgerRoundError(f"round {rnd}: the ledger node failed: "
                                    f"{str(exc).splitlines()[0]}") from None
         for s in subs:
             s["tx"] = hx(receipts[s.pop("call")]["transactionHash"])

@@ -60,6 +60,7 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
             events_path.write_text("")
             cfg.replace(resume=None).save(out / "config.yaml")
         events = EventLog(events_path)
+        t0 = time.perf_counter()
         if recorder is not None:
             recorder.start(sim)  # deploy (or reconnect) before the first round trains
         done = 0
@@ -75,7 +76,6 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
             if crash_after is not None and done >= crash_after:
                 raise KeyboardInterrupt("simulated crash")
 
-        t0 = time.perf_counter()
         show = cfg.output.progress if progress is None else progress
         try:
             sim.run(progress=show, on_record=on_record)

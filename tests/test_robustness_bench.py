@@ -97,3 +97,19 @@ def test_worker_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     recs = json.loads((out / "results.json").read_text())
     assert [r["malicious_fraction"] for r in recs] == [0.0, 0.25]
     assert all(r["error"] is None for r in recs)
+
+
+def test_ledger_grid_then_audit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ledger.audit import main as audit
+
+    out = tmp_path / "rbl"
+    rc = robustness.main(["--attack", "labelflip", "--defenses", "fedavg", "median",
+                          "--fractions", "0.25", "--workers", "1", "--ledger", "--committee",
+                          "1", "--out", str(out), *TINY])
+    assert rc == 0
+    assert "ledger: 2 runs recorded" in capsys.readouterr().out
+    recs = json.loads((out / "results.json").read_text())
+    assert all(r["ledger_seconds"] > 0 and r["error"] is None for r in recs)
+    assert audit([str(out), "-q"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 and "2 runs, 4 rounds, 0 with findings" in lines[-1]
