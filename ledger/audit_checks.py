@@ -216,7 +216,7 @@ class RunAudit:
             yield rnd, None, "recompute-global", e["global_hash"], "inputs missing or corrupt"
             return None
         p = int(history[rnd].numel())
-        batch = batch_of([np.asarray(r, np.float32).reshape(p) for r in rows], recs)
+        batch = batch_of(rows, recs, p)
         new, verdicts = self.replayer.step(rnd, batch, history)
         got = hx(sha256(model_blob(new)))
         if got != e["global_hash"]:

@@ -118,6 +118,7 @@ class LedgerRecorder:
         self.registered: set[int] = set()
         self.done: dict[int, dict[str, Any]] = {}  # rounds already in rounds.jsonl
         self.seconds = 0.0  # wall time spent recording (start included)
+        self.reconcile = False  # after a resume: look for this round's submissions on chain
 
     # -- start / resume --------------------------------------------------------------------
     def start(self, sim: Simulation) -> None:
@@ -133,9 +134,11 @@ class LedgerRecorder:
         else:
             self._fresh(sim)
         if self.committee is not None:
-            from ledger.replay import Replayer
+            from ledger.replay import Replayer, catch_up
 
             self.replayer = Replayer(self.cfg)
+            if self.done:  # resumed: the committee's defense state must catch up with the run's
+                catch_up(self.replayer, self.store, list(self.done.values()), self.globals[0])
 
     def _fresh(self, sim: Simulation) -> None:
         if self.dir.exists():
@@ -199,12 +202,40 @@ class LedgerRecorder:
                 self.globals[e["round"] + 1] = unhx(e["global_hash"])
                 self.registered |= {int(r["client"]) for r in e["registered"]}
         on_chain = self.contract.functions.current_round().call()
+        pending = self.dir / "pending.json"
+        if on_chain == len(self.done) + 1 and pending.is_file():
+            self._complete(json.loads(pending.read_text()))  # finalized, then interrupted
         if on_chain != len(self.done):
             raise LedgerError(f"cannot resume: chain is at round {on_chain} but rounds.jsonl "
                               f"holds {len(self.done)} rounds")
         if sim.next_round > len(self.done):
             raise LedgerError(f"cannot resume: checkpoint is at round {sim.next_round}, the "
                               f"ledger only at {len(self.done)}")
+        self.reconcile = True  # the next round may have submissions on chain from before
+
+    def _logs(self, event: str, rnd: int) -> list[Any]:
+        ev = getattr(self.contract.events, event)()
+        return list(ev.get_logs(from_block=0, argument_filters={"round": rnd}))
+
+    def _complete(self, e: dict[str, Any]) -> None:
+        """Index a round the chain finalized before the run stopped (tx hashes from its logs)."""
+        tx = {lg["args"]["client"]: lg["transactionHash"] for lg in self._logs("Submitted",
+                                                                              e["round"])}
+        for s in e["submissions"]:
+            s["tx"] = hx(tx[s.pop("address")])
+        (fin,) = self._logs("Finalized", e["round"])
+        e["finalize_tx"], e["block"] = hx(fin["transactionHash"]), int(fin["blockNumber"])
+        self._append(e)
+
+    def _append(self, e: dict[str, Any]) -> None:
+        if self.exporter is not None:
+            self.exporter.flush()
+        with open(self.dir / "rounds.jsonl", "a") as f:
+            f.write(json.dumps(e, separators=(",", ":")) + "\n")
+        (self.dir / "pending.json").unlink(missing_ok=True)
+        self.done[e["round"]] = e
+        self.globals[e["round"] + 1] = unhx(e["global_hash"])
+        self.registered |= {int(r["client"]) for r in e["registered"]}
 
     # -- one round -------------------------------------------------------------------------
     def on_round_end(self, sim: Simulation, record: RoundRecord) -> None:
@@ -220,7 +251,8 @@ class LedgerRecorder:
         rnd, batch = record.round, sim.round_batch
         if batch is None:
             raise LedgerRoundError("the ledger needs the round's update rows (fast path is on)")
-        global_hash = sha256(model_blob(sim.global_flat))
+        gblob = model_blob(sim.global_flat)
+        global_hash = sha256(gblob)
         if self.replayer is not None:
             replayed = sha256(model_blob(self.replayer.step(rnd, batch, sim.history)[0]))
         if rnd in self.done:  # recomputed after a resume: it must equal what the ledger holds
@@ -236,14 +268,21 @@ class LedgerRecorder:
         calls: list[Call] = []
         subs, new = [], []
         hashes: dict[int, bytes] = {}
+        # after a resume, part of this round may be on chain already (the node kept it)
+        resumed, already = self.reconcile, {}
+        if resumed:
+            self.reconcile = False
+            already = {lg["args"]["client"]: lg for lg in self._logs("Submitted", rnd)}
         for i, c in enumerate(batch.client_ids.tolist()):
             acct = client_account(self.seed, c)
             if c not in self.registered:
+                new.append({"client": c, "address": acct.address})
+            if c not in self.registered and not (
+                    resumed and any(self.contract.functions.registered(acct.address).call())):
                 admit.append(Call(agg, acct.address, b"", "fund", 21_000, FUND_WEI))
                 admit.append(Call.of(self.contract.functions.register(acct.address,
                                                                       key_hash(acct)),
                                      agg, GAS["register"]))
-                new.append({"client": c, "address": acct.address})
             u = bytes.fromhex(self.store.put(update_blob(batch.updates[i].numpy())))
             hashes[c] = u
             b = int(batch.base_rounds[i])
@@ -255,7 +294,13 @@ class LedgerRecorder:
                               bool(sig["alarm"][i]) if "alarm" in sig else False)
             signed = sign_record(rec, acct)
             subs.append({"client": c, "record": self.store.put(canonical_json(signed)),
-                         "call": len(calls)})
+                         "address": acct.address, "call": len(calls)})
+            if acct.address in already:
+                if bytes(already[acct.address]["args"]["update_hash"]) != u:
+                    raise LedgerRoundError(f"round {rnd}: client {c}'s update recomputed after "
+                                           "resume differs from the one on chain")
+                subs[-1]["call"] = already[acct.address]["transactionHash"]
+                continue
             calls.append(Call.of(self.contract.functions.submit(rnd, u, int(batch.num_samples[i]),
                                                                 base), acct, GAS["submit"]))
         kept = {int(v["client"]) for v in record.verdicts if v["kept"]}
@@ -265,7 +310,7 @@ class LedgerRecorder:
                                record.to_event(), accepted)
         vblob = canonical_json(doc)
         verdict_hash = bytes.fromhex(self.store.put(vblob))
-        self.store.put(model_blob(sim.global_flat))
+        self.store.put(gblob)
         att, att_hash = None, b"\x00" * 32
         if self.committee is not None:
             ok = replayed == global_hash
@@ -278,6 +323,15 @@ class LedgerRecorder:
             att, att_hash = a.to_dict(), a.hash()
         calls.append(Call.of(self.contract.functions.finalize(
             rnd, global_hash, root, verdict_hash, att_hash), agg, GAS["finalize"]))
+        entry = {"round": rnd, "submissions": subs, "registered": new,
+                 "accepted": accepted, "merkle_root": hx(root), "verdicts": hx(verdict_hash),
+                 "global_hash": hx(global_hash), "attestation": att,
+                 "attestation_hash": hx(att_hash)}
+        pend = {**entry, "submissions": [{k: v for k, v in x.items() if k != "call"}
+                                         for x in subs]}
+        tmp = self.dir / "pending.json.tmp"  # what to index if the run stops once finalized
+        tmp.write_text(json.dumps(pend))
+        tmp.replace(self.dir / "pending.json")
         try:
             # new clients are funded and registered first and mined (a node checks a client's
             # balance when its transaction arrives), then one block: submissions and finalize
@@ -293,19 +347,12 @@ class LedgerRecorder:
         except Web3Exception as exc:
             raise LedgerRoundError(f"round {rnd}: the ledger node failed: "
                                    f"{str(exc).splitlines()[0]}") from None
-        for s in subs:
-            s["tx"] = hx(receipts[s.pop("call")]["transactionHash"])
-        self.registered |= {n["client"] for n in new}
-        self.globals[rnd + 1] = global_hash
-        entry = {"round": rnd, "submissions": subs, "registered": new,
-                 "accepted": accepted, "merkle_root": hx(root), "verdicts": hx(verdict_hash),
-                 "global_hash": hx(global_hash), "attestation": att,
-                 "attestation_hash": hx(att_hash), "finalize_tx": hx(fin["transactionHash"]),
-                 "block": int(fin["blockNumber"])}
-        if self.exporter is not None:
-            self.exporter.flush()
-        with open(self.dir / "rounds.jsonl", "a") as f:
-            f.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        for x in subs:
+            call = x.pop("call")
+            x["tx"] = hx(call if isinstance(call, bytes) else receipts[call]["transactionHash"])
+            del x["address"]
+        entry.update(finalize_tx=hx(fin["transactionHash"]), block=int(fin["blockNumber"]))
+        self._append(entry)
 
     def summary(self) -> dict[str, Any]:
         """What the run's summary says about the ledger."""

@@ -73,10 +73,11 @@ class Replayer:
         self.sim.close()
 
 
-def batch_of(rows: list[np.ndarray], records: list[dict[str, Any]]) -> UpdateBatch:
-    """The update batch of recorded rows and their (unsigned) records, in the given order."""
-    p = rows[0].shape[0] if rows else 0
-    upd = torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, p)
+def batch_of(rows: list[np.ndarray], records: list[dict[str, Any]], size: int) -> UpdateBatch:
+    """The update batch of recorded rows (``size`` parameters each) and their (unsigned)
+    records, in the given order."""
+    upd = (torch.from_numpy(np.stack([np.asarray(r, np.float32).reshape(size) for r in rows]))
+           if rows else torch.zeros(0, size))
     return UpdateBatch(
         upd, np.array([r["client"] for r in records], np.int64),
         np.array([r["samples"] for r in records], np.int64),
@@ -84,3 +85,21 @@ def batch_of(rows: list[np.ndarray], records: list[dict[str, Any]]) -> UpdateBat
         {"loss": np.array([np.nan if r["loss"] is None else r["loss"] for r in records],
                           np.float32),
          "alarm": np.array([bool(r["alarm"]) for r in records], bool)})
+
+
+def catch_up(replayer: Replayer, store: Any, entries: list[dict[str, Any]],
+             initial_global: bytes) -> dict[int, torch.Tensor]:
+    """Step ``replayer`` through recorded rounds (a resumed run's committee must hold the same
+    defense state as the run); returns the global model each round started from."""
+    import json
+
+    from ledger.store import decode
+
+    history = {0: torch.from_numpy(decode(store.get(initial_global.hex()))["global"])}
+    for e in sorted(entries, key=lambda x: x["round"]):
+        recs = [json.loads(store.get(s["record"]))["record"] for s in e["submissions"]]
+        rows = [decode(store.get(r["update_hash"][2:]))["delta"] for r in recs]
+        rnd = int(e["round"])
+        replayer.step(rnd, batch_of(rows, recs, history[rnd].numel()), history)
+        history[rnd + 1] = torch.from_numpy(decode(store.get(e["global_hash"][2:]))["global"])
+    return history

@@ -104,37 +104,32 @@ def unregistered_sender(run: Path) -> Expected:
     return r, 10**6, "registered-sender"
 
 
-def _block_records(path: Path) -> list[bytes]:
-    data, out, i = path.read_bytes(), [], 0
-    while i < len(data):
-        n = int.from_bytes(data[i:i + 4], "big")
-        out.append(data[i:i + 4 + n])
-        i += 4 + n
-    return out
-
-
-def delete_round_from_export(run: Path) -> Expected:
-    """Cut the blocks of one round out of the embedded devnet's export."""
+def _export(run: Path) -> tuple[list[dict[str, Any]], int, Path, list[bytes]]:
+    """(entries, round to tamper with, blocks.rlp path, its records)."""
     es = entries(run)
     r = _round(es)
     path = run / "ledger/chain/blocks.rlp"
     if not path.is_file():
         raise NotApplicable("not an embedded-devnet run")
-    first = es[r - 1]["block"] + 1
-    gone = range(first, es[r]["block"] + 1)
-    keep = [b for i, b in enumerate(_block_records(path), start=1) if i not in gone]
-    path.write_bytes(b"".join(keep))
+    data, recs, i = path.read_bytes(), [], 0
+    while i < len(data):  # records: 4-byte big-endian length, then the block's RLP
+        n = int.from_bytes(data[i:i + 4], "big")
+        recs.append(data[i:i + 4 + n])
+        i += 4 + n
+    return es, r, path, recs
+
+
+def delete_round_from_export(run: Path) -> Expected:
+    """Cut the blocks of one round out of the embedded devnet's export."""
+    es, r, path, recs = _export(run)
+    gone = range(es[r - 1]["block"] + 1, es[r]["block"] + 1)
+    path.write_bytes(b"".join(b for i, b in enumerate(recs, start=1) if i not in gone))
     return r, None, "chain-block"
 
 
 def edit_chain_block(run: Path) -> Expected:
     """Change a header field (extra_data) of the block that finalizes a round."""
-    es = entries(run)
-    r = _round(es)
-    path = run / "ledger/chain/blocks.rlp"
-    if not path.is_file():
-        raise NotApplicable("not an embedded-devnet run")
-    recs = _block_records(path)
+    es, r, path, recs = _export(run)
     n = es[r]["block"]
     header, *body = rlp.decode(recs[n - 1][4:])
     header = list(header)

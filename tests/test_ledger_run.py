@@ -61,6 +61,18 @@ def test_crash_then_resume_records_every_round_once(straight: Path, tmp_path: Pa
     assert rep.rounds == ROUNDS
 
 
+def test_resume_with_a_stateful_defense_keeps_the_committee_in_step(tmp_path: Path) -> None:
+    # centered clipping carries momentum from round to round: after a resume the committee's
+    # replay must have caught up, or it would refuse to attest the next round
+    cfg = small_config(tmp_path / "cc", rounds=ROUNDS, ledger=True, committee=1,
+                       defense="centeredclip")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, crash_after=2)
+    run_experiment(resume_config(tmp_path / "cc"))
+    assert len(_globals(tmp_path / "cc")) == ROUNDS
+    assert audit_run(tmp_path / "cc", bls=False).clean
+
+
 def test_resume_with_a_broken_export_is_refused(straight: Path, tmp_path: Path) -> None:
     import shutil
 
@@ -125,3 +137,49 @@ def test_wrong_chain_id_and_unreachable_node_exit_2(anvil: AnvilNode, tmp_path: 
     assert "has chain id 31337, expected 1" in lines[0]
     assert "cannot reach JSON-RPC node at http://127.0.0.1:9" in lines[1]
     assert not (tmp_path / "a/ledger/manifest.json").exists()
+
+
+def test_stop_between_finalize_and_index_resumes(straight: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from ledger.recorder import LedgerRecorder
+
+    out, real = tmp_path / "gap", LedgerRecorder._append
+
+    def append_then_stop(self, e):  # the chain (and its export) got round 1, the index not
+        if e["round"] == 1:
+            self.exporter.flush()
+            raise KeyboardInterrupt("stopped before indexing round 1")
+        real(self, e)
+
+    monkeypatch.setattr(LedgerRecorder, "_append", append_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(_ledger_config(out))
+    monkeypatch.setattr(LedgerRecorder, "_append", real)
+    assert len(_globals(out)) == 1 and (out / "ledger/pending.json").is_file()
+    run_experiment(resume_config(out))
+    assert _globals(out) == _globals(straight)
+    assert not (out / "ledger/pending.json").exists()
+    assert audit_run(out, bls=False).clean
+
+
+@pytest.mark.integration
+def test_node_kept_part_of_a_round_then_resume(anvil: AnvilNode, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from ledger.chain import Chain
+
+    out, real = tmp_path / "partial", Chain.send_batch
+
+    def half_then_drop(self, calls):  # round 1: two submissions reach the node, then it drops
+        if calls and calls[-1].label == "finalize" and len(self.gas_used("finalize")) == 1:
+            real(self, calls[:2])
+            raise ConnectionError("connection dropped")
+        return real(self, calls)
+
+    monkeypatch.setattr(Chain, "send_batch", half_then_drop)
+    with pytest.raises(LedgerRoundError, match="round 1: lost the ledger node"):
+        run_experiment(_ledger_config(out, ledger_url=anvil.url))
+    monkeypatch.setattr(Chain, "send_batch", real)
+    run_experiment(resume_config(out))
+    assert len(_globals(out)) == ROUNDS
+    rep = audit_run(out, bls=False)
+    assert rep.clean, rep.text()
