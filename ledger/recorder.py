@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from web3.exceptions import Web3Exception
 
 from ledger.chain import Call, Chain, LedgerRevert
-from ledger.committee import Committee, attestation_message
+from ledger.committee import Committee, attestation_message, verify_registration
 from ledger.compile import compile_flchain
 from ledger.devnet import ChainExporter, import_chain, make_embedded_chain
 from ledger.merkle import leaf, merkle_root
@@ -82,9 +82,15 @@ def channel_id(cfg: Config) -> bytes:
 
 @functools.lru_cache(maxsize=4)
 def committee_of(seed: int, size: int) -> Committee:
-    """The federation's edge validators: keyed by the experiment seed, shared by its channels
-    (key generation and proofs of possession cost ~0.3 s a validator, so it is cached)."""
-    return Committee.from_seed(f"edge:{seed}", size)
+    """The federation's edge validators, registered once: keyed by the experiment seed and
+    shared by its channels. Registration checks every proof of possession (what makes
+    FastAggregateVerify safe against rogue keys); keys, proofs and checks cost ~0.5 s a
+    validator in py-ecc, so the committee is cached per process."""
+    committee = Committee.from_seed(f"edge:{seed}", size)
+    bad = verify_registration(committee.public_info())
+    if bad:
+        raise LedgerError(f"edge validators {bad} failed their proof of possession")
+    return committee
 
 
 def connect(cfg: Config, seed: str) -> Chain:

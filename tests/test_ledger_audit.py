@@ -74,6 +74,14 @@ def test_forged_committee_signature(run: Path) -> None:
     assert {(f.round, f.check) for f in rep.findings} == {(1, "committee-signature")}
 
 
+@pytest.mark.parametrize("missing", ["ledger/rounds.jsonl", "ledger/chain/genesis.json"])
+def test_incomplete_run_dir_exit_2(run: Path, missing: str, capsys: pytest.CaptureFixture) -> None:
+    (run / missing).unlink()
+    assert main([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and Path(missing).name in err
+
+
 def test_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main([str(tmp_path / "nope")]) == 2
     assert main([str(tmp_path)]) == 2

@@ -98,6 +98,10 @@ def test_run_on_anvil_then_audit(anvil: AnvilNode, tmp_path: Path,
     s = run_experiment(_ledger_config(out, ledger_url=anvil.url, ledger_chain_id=31337))
     assert s["ledger"]["backend"] == "rpc"
     assert audit_main([str(out), "--no-bls"]) == 0
+    with anvil_or_skip(n_accounts=1) as other:  # a node without the channel's contract
+        capsys.readouterr()
+        assert audit_main([str(out), "--ledger-url", other.url]) == 2
+        assert "no contract at" in capsys.readouterr().err
     anvil.stop()
     capsys.readouterr()
     assert audit_main([str(out)]) == 2  # node gone: bad input, one line
