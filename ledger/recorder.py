@@ -81,12 +81,13 @@ def channel_id(cfg: Config) -> bytes:
 
 
 @functools.lru_cache(maxsize=4)
-def committee_of(seed: int, size: int) -> Committee:
-    """The federation's edge validators, registered once: keyed by the experiment seed and
-    shared by its channels. Registration checks every proof of possession (what makes
+def committee_of(size: int) -> Committee:
+    """The edge validators, registered once and shared by every channel (in FLChain they are
+    the MEC infrastructure, not part of an experiment; their public keys and proofs go into each
+    run's manifest). Registration checks every proof of possession (what makes
     FastAggregateVerify safe against rogue keys); keys, proofs and checks cost ~0.5 s a
-    validator in py-ecc, so the committee is cached per process."""
-    committee = Committee.from_seed(f"edge:{seed}", size)
+    validator in py-ecc, so the committee is built once per process."""
+    committee = Committee.from_seed("flchain-edge", size)
     bad = verify_registration(committee.public_info())
     if bad:
         raise LedgerError(f"edge validators {bad} failed their proof of possession")
@@ -114,7 +115,7 @@ class LedgerRecorder:
         self.channel = channel_id(cfg)
         self.seed = f"{cfg.experiment.seed}:{self.channel.hex()[:16]}"
         self.store = BlobStore(self.dir)
-        self.committee = (committee_of(cfg.experiment.seed, cfg.ledger.committee)
+        self.committee = (committee_of(cfg.ledger.committee)
                           if cfg.ledger.committee > 0 else None)
         self.replayer: Any = None
         self.chain: Chain | None = None
