@@ -1,8 +1,11 @@
-"""FLChain ledger (Majeed & Hong 2019): per-channel Vyper contract and chain backends.
+"""FLChain ledger (Majeed & Hong 2019): every round of a run recorded on chain, and the audit.
 
-``ledger.compile`` compiles ``contracts/FLChain.vy`` offline with the pinned
-Vyper; ``ledger.chain`` deploys it and sends locally signed transactions to
-the embedded py-evm devnet or to any JSON-RPC node.
+``compile`` builds ``contracts/FLChain.vy`` offline with the pinned Vyper; ``chain`` sends locally
+signed transactions to the embedded py-evm devnet (``pyevm``, exported and re-imported by
+``devnet``) or to any JSON-RPC node; ``recorder`` is the round callback that writes updates,
+signed records (``records``), Merkle roots (``merkle``) and BLS committee attestations
+(``committee``) on and off chain (``store``); ``audit`` re-derives every global model from them
+(``replay``) and reports each discrepancy; ``tamper`` holds the cases it must catch.
 """
 
 from ledger.chain import Chain, LedgerRevert, derive_accounts
