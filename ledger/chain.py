@@ -296,8 +296,10 @@ class Chain:
             raise LedgerRevert(_reason(exc)) from exc
         return self._send(tx, sender, fn.fn_name)
 
-    def _fees(self) -> dict[str, int]:
-        base = int(self.w3.eth.get_block("latest").get("baseFeePerGas") or 0)
+    @staticmethod
+    def _fees(latest: Any) -> dict[str, int]:
+        """EIP-1559 fees that stay valid for a few blocks after ``latest``."""
+        base = int(latest.get("baseFeePerGas") or 0)
         tip = 10**9
         return {"maxFeePerGas": 2 * base + tip, "maxPriorityFeePerGas": tip}
 
@@ -321,19 +323,20 @@ class Chain:
         """
         if not calls:
             return []
-        limit = int(self.w3.eth.get_block("latest")["gasLimit"] * 0.9)
+        latest = self.w3.eth.get_block("latest")
+        limit = int(latest["gasLimit"] * 0.9)
         out, chunk, used = [], [], 0
         for c in calls:  # one block holds at most ~90% of the block gas limit
             if chunk and used + c.gas > limit:
-                out += self._send_block(chunk)
-                chunk, used = [], 0
+                out += self._send_block(chunk, latest)
+                chunk, used, latest = [], 0, self.w3.eth.get_block("latest")
             chunk.append(c)
             used += c.gas
-        return out + self._send_block(chunk)
+        return out + self._send_block(chunk, latest)
 
-    def _send_block(self, calls: list[Call]) -> list[Any]:
+    def _send_block(self, calls: list[Call], latest: Any) -> list[Any]:
         chain_id = self.w3.eth.chain_id
-        fees = self._fees()
+        fees = self._fees(latest)
         # embedded: straight to py-evm's pending block, one block mined for the whole batch
         # (eth-tester's own no-auto-mine mode snapshots and re-applies every transaction)
         evm = self.w3.provider.ethereum_tester.backend if self.backend == "embedded" else None

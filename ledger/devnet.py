@@ -37,6 +37,7 @@ from ledger.pyevm import (  # noqa: F401 - re-exported: the devnet's public name
     genesis_spec,
     make_embedded_chain,
 )
+from ledger.store import write_json_atomic
 
 GENESIS_FILE, BLOCKS_FILE, HEAD_FILE = "genesis.json", "blocks.rlp", "head.json"
 # Header fields fixed by the devnet rule or by the parent; py-evm re-derives the rest
@@ -60,11 +61,6 @@ def _devnet(chain: Chain) -> DeterministicBackend:
 def _hex(value: Any) -> str:
     return "0x" + bytes(value).hex() if isinstance(value, bytes) else str(value)
 
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)  # atomic: a reader never sees half a file
 
 
 class ChainExporter:
@@ -100,9 +96,9 @@ class ChainExporter:
             return
         manifest = {**backend.spec, "chain_id": self._evm.chain_id,
                     "genesis_hash": _hex(genesis.hash)}
-        _write_json(self.directory / GENESIS_FILE, manifest)
+        write_json_atomic(self.directory / GENESIS_FILE, manifest)
         (self.directory / BLOCKS_FILE).write_bytes(b"")
-        _write_json(self.directory / HEAD_FILE, {"number": 0, "hash": _hex(genesis.hash)})
+        write_json_atomic(self.directory / HEAD_FILE, {"number": 0, "hash": _hex(genesis.hash)})
 
     def flush(self) -> int:
         """Append the canonical blocks mined since the last flush; returns how many."""
@@ -122,7 +118,8 @@ class ChainExporter:
                 os.fsync(f.fileno())
         count = head.block_number - self.exported
         self.exported, self._last_hash = head.block_number, head.hash
-        _write_json(self.directory / HEAD_FILE, {"number": self.exported, "hash": _hex(head.hash)})
+        write_json_atomic(self.directory / HEAD_FILE,
+                          {"number": self.exported, "hash": _hex(head.hash)})
         return count
 
 

@@ -46,7 +46,7 @@ from ledger.records import (
     update_blob,
     verdict_document,
 )
-from ledger.store import BlobStore
+from ledger.store import BlobStore, write_json_atomic
 
 if TYPE_CHECKING:
     from simulator.config import Config
@@ -178,9 +178,7 @@ class LedgerRecorder:
             from ledger.devnet import genesis_spec
 
             manifest["genesis"] = genesis_spec(self.seed, 1)
-        tmp = self.dir / "manifest.json.tmp"
-        tmp.write_text(json.dumps(manifest, indent=1))
-        tmp.replace(self.dir / "manifest.json")
+        write_json_atomic(self.dir / "manifest.json", manifest)
         (self.dir / "rounds.jsonl").write_text("")
 
     def _resume(self, sim: Simulation) -> None:
@@ -336,9 +334,8 @@ class LedgerRecorder:
                  "attestation_hash": hx(att_hash)}
         pend = {**entry, "submissions": [{k: v for k, v in x.items() if k != "call"}
                                          for x in subs]}
-        tmp = self.dir / "pending.json.tmp"  # what to index if the run stops once finalized
-        tmp.write_text(json.dumps(pend))
-        tmp.replace(self.dir / "pending.json")
+        # what to index if the run stops once the round is finalized
+        write_json_atomic(self.dir / "pending.json", pend, indent=None)
         try:
             # new clients are funded and registered first and mined (a node checks a client's
             # balance when its transaction arrives), then one block: submissions and finalize

@@ -71,6 +71,13 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
     return out
 
 
+def write_json_atomic(path: Path, obj: Any, indent: int | None = 1) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename: never half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=indent))
+    os.replace(tmp, path)
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -27,6 +27,17 @@ def small_config(out_dir: Path | None = None, **overrides: Any) -> Config:
     return build_config(flat=flat)
 
 
+def run_records(cfg: Config) -> list[Any]:
+    """Run a whole simulation of ``cfg`` and return its round records (the executor is closed)."""
+    from simulator.engine import Simulation
+
+    sim = Simulation(cfg)
+    try:
+        return sim.run()
+    finally:
+        sim.close()
+
+
 @pytest.fixture
 def make_config(tmp_path: Path) -> Callable[..., Config]:
     """Factory: ``make_config(name, **overrides)`` -> small config writing to tmp_path/name."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from conftest import run_records
 
 from simulator.adversary import detection
 from simulator.config import Config
@@ -86,11 +87,7 @@ def test_redraw_mode_counts_and_detection_fields(make_config: MakeConfig, tmp_pa
     cfg = make_config(num_clients=10, clients_per_round=5, rounds=3, attack="labelflip",
                       attack_fraction=0.4, malicious_mode="redraw", defense="krum",
                       defense_params={"f": 1})
-    sim = Simulation(cfg)
-    try:
-        recs = sim.run()
-    finally:
-        sim.close()
+    recs = run_records(cfg)
     draws = [r.extra["malicious"] for r in recs]
     assert all(len(m) == 2 and set(m) <= set(r.selected) for m, r in zip(draws, recs,
                                                                           strict=True))
@@ -150,11 +147,7 @@ def test_backdoor_success_rate_is_measured(make_config: MakeConfig) -> None:
                      attack_fraction=0.4, attack_params={"target": 0, "poison_fraction": 1.0})
     runs = {}
     for name, cfg in (("clean", clean), ("bd", bd)):
-        sim = Simulation(cfg)
-        try:
-            runs[name] = sim.run()
-        finally:
-            sim.close()
+        runs[name] = run_records(cfg)
     assert runs["clean"][-1].extra["attack_success_rate"] is None
     asr = runs["bd"][-1].extra["attack_success_rate"]
     assert asr is not None and asr > 0.5  # the trigger now steers most inputs to class 0

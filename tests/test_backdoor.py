@@ -9,12 +9,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from conftest import run_records
 
 from attacks import ATTACKS, AttackContext, make_attack
 from attacks.backdoor import Backdoor, attack_success_rate, patch_size
 from attacks.model_replacement import ModelReplacement
 from simulator.config import Config, ConfigError, build_config
-from simulator.engine import Simulation
 from simulator.models import ModelSpec
 from simulator.training import FlatLayout, LocalSpec, train_clients
 
@@ -187,9 +187,5 @@ def test_training_with_full_backdoor_equals_training_on_stamped_target_data() ->
 def test_simulation_runs(make_config: Callable[..., Config], name: str) -> None:
     cfg = make_config(num_clients=6, clients_per_round=3, rounds=2, attack=name,
                       attack_fraction=0.5, attack_params={"target": 1})
-    sim = Simulation(cfg)
-    try:
-        recs = sim.run()
-    finally:
-        sim.close()
+    recs = run_records(cfg)
     assert len(recs) == 2

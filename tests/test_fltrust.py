@@ -8,11 +8,11 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from conftest import run_records
 
 from defenses import DefenseContext, UpdateBatch, make_defense
 from defenses.fltrust import fltrust
 from simulator.config import Config
-from simulator.engine import Simulation
 
 
 def batch(rows: list[list[float]]) -> UpdateBatch:
@@ -53,11 +53,7 @@ def test_needs_root_set_and_valid_eps() -> None:
 def test_fltrust_through_the_engine(make_config: Callable[..., Config]) -> None:
     cfg = make_config(defense="fltrust", public_fraction=0.07, rounds=3, attack="signflip",
                       attack_fraction=0.3, attack_params={"scale": 4})
-    sim = Simulation(cfg)
-    try:
-        recs = sim.run()
-    finally:
-        sim.close()
+    recs = run_records(cfg)
     # sign-flipped rows point away from the server's update: zero trust
     for r in recs:
         mal = set(r.extra["malicious"])

@@ -254,17 +254,12 @@ def test_registered_and_stateless() -> None:
 
 
 def test_simulation_smoke(tmp_path: Path) -> None:
-    from simulator.engine import Simulation
-    from tests.conftest import small_config
+    from tests.conftest import run_records, small_config
 
     cfg = small_config(tmp_path, defense="sageflow", public_fraction=0.05,
                        round_policy="deadline_carryover", deadline_s=2.0, rounds=3,
                        defense_params={"entropy_threshold": 2.5})
-    sim = Simulation(cfg)
-    try:
-        recs = sim.run()
-    finally:
-        sim.close()
+    recs = run_records(cfg)
     assert len(recs) == 3
     verdicts = [v for r in recs for v in r.verdicts]
     assert verdicts and all(v["score"] is not None and v["score"] >= 0 for v in verdicts)

@@ -408,16 +408,11 @@ def test_registered() -> None:
 
 
 def test_simulation_smoke(tmp_path: Path) -> None:
-    from simulator.engine import Simulation
-    from tests.conftest import small_config
+    from tests.conftest import run_records, small_config
 
     cfg = small_config(tmp_path, defense="siren", public_fraction=0.06, rounds=3,
                        defense_params={"rounds_total": 3})
-    sim = Simulation(cfg)
-    try:
-        recs = sim.run()
-    finally:
-        sim.close()
+    recs = run_records(cfg)
     assert len(recs) == 3
     for rec in recs:
         vs = rec.verdicts
