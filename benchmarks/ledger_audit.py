@@ -2,10 +2,10 @@
 
 With RUN_DIRs, audits those runs (any directory holding recorded runs, e.g. a robustness
 benchmark's ``--out`` made with ``--ledger``). Without, records ``--runs`` seeds of the
-robustness benchmark's default task (20 IID clients, 10 a round, digits MLP) twice, without and
-with the ledger, to measure the ledger's overhead, then audits each recorded run (full, and
-without the BLS checks) and, with ``--tamper``, audits a tampered copy per tamper case
-(:mod:`ledger.tamper`) to show each is caught at its round and client.
+robustness benchmark's default task (Siren's setting: 10 IID clients, all selected every round,
+digits MLP) twice, without and with the ledger, to measure the ledger's overhead, then audits
+each recorded run (full, and without the BLS checks) and, with ``--tamper``, audits a tampered
+copy per tamper case (:mod:`ledger.tamper`) to show each is caught at its round and client.
 
 Writes ``results.json`` into ``--out`` and prints the tables.
 """
@@ -57,7 +57,8 @@ def record(args: argparse.Namespace) -> list[dict[str, Any]]:
     from simulator.config import build_config
     from simulator.run import run_experiment
 
-    base = grid.resolve_scenario("default", "digits", args.rounds, dict(args.overrides))
+    base = grid.resolve_scenario(grid.DEFAULT_SCENARIO, "digits", args.rounds,
+                                 dict(args.overrides))
     out = []
     for s in tqdm(range(args.runs), desc="record", unit="seed", file=sys.stderr):
         flat = {**base, "seed": s, "defense": args.defense, "attack": args.attack,

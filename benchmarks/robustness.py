@@ -64,18 +64,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="fractions of malicious clients; 0 is the clean baseline (attack none) "
                         "(default 0 0.2 0.4 0.6 0.8; quick: 0 0.2 0.4)")
     p.add_argument("--seeds", type=int, default=None,
-                   help="number of seeds per cell, seeds 0..N-1 (default 3; quick: 2)")
+                   help="number of seeds per cell, seeds 0..N-1 (default 3; quick: 3)")
     p.add_argument("--dataset", default="digits", help="dataset of every run (default: digits)")
     p.add_argument("--rounds", type=int, default=None,
                    help="rounds per run (default: the scenario's, 30; quick: 20)")
     p.add_argument("--quick", action="store_true",
-                   help="20 rounds, fractions 0 0.2 0.4 (about 1.5 minutes on 2 cores); "
+                   help="20 rounds, fractions 0 0.2 0.4 (about a minute on 2 cores); "
                         "explicit --rounds/--fractions still win")
-    p.add_argument("--scenario", default="default", choices=sorted(grid.SCENARIOS),
-                   help="default: README task, IID split (20 clients, 10 a round, E=5); siren: "
-                        "10 IID clients all selected; sageflow: 100 clients, 2-class "
-                        "shards, 20 a round, re-drawn attackers, deadline with carry-over "
-                        "(default: default)")
+    p.add_argument("--scenario", default=grid.DEFAULT_SCENARIO, choices=sorted(grid.SCENARIOS),
+                   help="siren: Siren's setting, 10 IID clients all selected every round, E=5; "
+                        "partial: the README task with an IID split, 20 clients, 10 a round, "
+                        "E=5; sageflow: 100 clients, 2-class shards, 20 a round, re-drawn "
+                        "attackers, deadline with carry-over (default: %(default)s)")
     p.add_argument("--out", default=None, help="output directory (default runs/robustness-ATTACK)")
     p.add_argument("--attack-param", type=parse_kv, action="append", default=[],
                    metavar="KEY=VALUE",

@@ -78,6 +78,20 @@ def test_presets_respect_preconditions() -> None:
     assert "entropy_threshold" in robustness_grid.defense_preset("sageflow", 0.2, 10, 30, reg)[0]
 
 
+def test_default_scenario_is_sirens_full_participation() -> None:
+    """Without --scenario the grid runs Siren's setting: 10 IID clients, all of them each round
+    (its ban rule counts excluded rounds, so partial participation would delay every ban)."""
+    args = robustness.parse_args(["--attack", "labelflip"])
+    assert args.scenario == robustness_grid.DEFAULT_SCENARIO == "siren"
+    flat = robustness_grid.resolve_scenario(args.scenario, "digits", None)
+    assert (flat["num_clients"], flat["clients_per_round"]) == (10, 10)
+    assert flat["partition"] == "iid" and flat["local_epochs"] == 5 and flat["rounds"] == 30
+    # ~100 root samples out of the 1,438 digits training samples (1,797 less a 20% test split)
+    assert flat["public_fraction"] == round(100 / 1438, 4) == 0.0695
+    partial = robustness_grid.resolve_scenario("partial", "digits", 12)
+    assert (partial["num_clients"], partial["clients_per_round"], partial["rounds"]) == (20, 10, 12)
+
+
 def test_midrun_precondition_error_is_recorded(tmp_path: Path) -> None:
     """A defense that raises ValueError during a round gives a record with the error."""
     flat = dict(num_clients=8, clients_per_round=4, local_epochs=1, rounds=2, seed=0,
