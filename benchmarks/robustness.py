@@ -236,12 +236,16 @@ def plots(results: list[dict[str, Any]], defenses: list[str], fractions: list[fl
 
     cells = _cells(results)
     top = max(fractions)
+    # 12+ defenses: 20 distinct colours, and a line style per group of 10 so none look alike
+    cmap = plt.get_cmap("tab20")
+    style = {d: dict(color=cmap(i % 20), linestyle=("-", "--", ":")[(i // 10) % 3])
+             for i, d in enumerate(defenses)}
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for d in defenses:
         dirs = [r["run_dir"] for r in cells.get((d, top), []) if r["error"] is None]
         xs, ys = grid.mean_curve(dirs)
         if xs:
-            ax.plot(xs, ys, label=d)
+            ax.plot(xs, ys, label=d, **style[d])
     ax.set(xlabel="round", ylabel="test accuracy", ylim=(0, 1),
            title=f"accuracy vs round, malicious fraction {top:g} (mean over seeds)")
     ax.grid(alpha=0.3)
@@ -255,7 +259,7 @@ def plots(results: list[dict[str, Any]], defenses: list[str], fractions: list[fl
                           if r["error"] is None])) for f in fractions]
         pts = [(f, a) for f, a in pts if a is not None]
         if pts:
-            ax.plot(*zip(*pts, strict=True), marker="o", label=d)
+            ax.plot(*zip(*pts, strict=True), marker="o", label=d, **style[d])
     ax.set(xlabel="malicious fraction", ylabel="final test accuracy (mean over seeds)",
            ylim=(0, 1), title="accuracy vs malicious fraction")
     ax.grid(alpha=0.3)
