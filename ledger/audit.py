@@ -82,6 +82,8 @@ def audit_run(run_dir: str | Path, ledger_url: str | None = None, replay: bool =
     rep = AuditReport(str(run_dir))
     for rnd, client, check, expected, found in a.run(replay=replay, bls=bls, progress=progress):
         rep.findings.append(Finding(rnd, client, check, str(expected), str(found)))
+    # run-wide findings first, then by round (signatures are checked in batches, after the rest)
+    rep.findings.sort(key=lambda f: (-1 if f.round is None else f.round))
     rep.rounds, rep.submissions, rep.notes = a.rounds_checked, a.submissions, a.notes
     rep.gas_per_round = a.gas_per_round
     rep.seconds = time.perf_counter() - t0

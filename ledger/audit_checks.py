@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ledger.chain import Chain
-from ledger.committee import Attestation, attestation_message, verify_attestation
+from ledger.committee import Attestation, attestation_message, verify_attestations
 from ledger.committee import verify_registration as verify_pops
 from ledger.compile import compile_flchain
 from ledger.merkle import leaf, merkle_root
@@ -26,6 +26,8 @@ from ledger.replay import TOLERANCE, Replayer, batch_of
 from ledger.store import BlobError, BlobStore, decode
 
 Finding = tuple[int | None, int | None, str, Any, Any]
+#: rounds whose committee signatures are verified as one batch (one final exponentiation)
+BLS_BATCH = 64
 
 
 class AuditInputError(ValueError):
@@ -261,6 +263,7 @@ class RunAudit:
         indexed = {int(e["round"]) for e in self.entries}
         for r in sorted(set(self.fins) - indexed):
             yield r, None, "round-off-chain", "an entry in rounds.jsonl", "missing"
+        signed: list[tuple[int, Attestation, bytes, str]] = []
         for i, e in enumerate(tqdm(sorted(self.entries, key=lambda x: x["round"]),
                                    desc="audit", unit="round", disable=not progress)):
             rnd = int(e["round"])
@@ -283,18 +286,30 @@ class RunAudit:
                     att = Attestation.from_dict(e["attestation"])
                     msg = attestation_message(self.channel, rnd, unhx(e["global_hash"]),
                                               unhx(e["merkle_root"]))
-                    ok = verify_attestation(committee, att, msg)
-                    same = hx(att.hash()) == e["attestation_hash"]
+                    signed.append((rnd, att, msg, e["attestation_hash"]))
                 except (KeyError, TypeError, ValueError):
-                    ok = same = False
-                if not ok:
                     yield rnd, None, "committee-signature", "valid BLS aggregate", "invalid"
-                elif not same:
-                    yield rnd, None, "attestation-hash", hx(att.hash()), e["attestation_hash"]
+                if len(signed) >= BLS_BATCH:
+                    yield from self._signatures(committee, signed)
             self.rounds_checked += 1
+        yield from self._signatures(committee, signed)
         if self.replayer is not None:
             self.replayer.close()
         self.gas_per_round = self._gas()
+
+    @staticmethod
+    def _signatures(committee: list[dict[str, Any]],
+                    signed: list[tuple[int, Attestation, bytes, str]]) -> Iterator[Finding]:
+        """The committee checks of the rounds in ``signed`` (emptied): aggregate signatures
+        batch-verified (:func:`ledger.committee.verify_attestations`, per round on a failure),
+        then each attestation's hash against the one finalized on chain."""
+        oks = verify_attestations(committee, [(att, msg) for _, att, msg, _ in signed])
+        for (rnd, att, _, on_chain), ok in zip(signed, oks, strict=True):
+            if not ok:
+                yield rnd, None, "committee-signature", "valid BLS aggregate", "invalid"
+            elif hx(att.hash()) != on_chain:
+                yield rnd, None, "attestation-hash", hx(att.hash()), on_chain
+        signed.clear()
 
     def _gas(self) -> float | None:
         """Mean gas per round: the round's submissions plus its finalization (from receipts)."""

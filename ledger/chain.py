@@ -12,6 +12,10 @@ Transactions are always signed locally and sent raw, and every receipt's
 status is checked; failures surface as :class:`LedgerRevert` whichever way the
 backend reports them (eth-tester's ``TransactionFailed``, web3's
 ``ContractLogicError`` or a mined receipt with status 0).
+
+This module holds the connection, single transactions and deployment;
+:meth:`Chain.send_batch` and its :class:`Call` come from :mod:`ledger.chain_batch`,
+:class:`LedgerRevert` from :mod:`ledger.chain_errors` (all importable from here).
 """
 
 from __future__ import annotations
@@ -28,76 +32,24 @@ from eth_tester.backends.pyevm.main import get_default_account_state, get_defaul
 from eth_tester.exceptions import TransactionFailed
 from web3 import Web3
 from web3.contract import Contract
-from web3.exceptions import ContractLogicError, Web3RPCError
+from web3.exceptions import ContractLogicError
 from web3.providers.eth_tester import EthereumTesterProvider
 
+from ledger.chain_batch import EMBEDDED_CALL_GAS, BatchSender, Call
+from ledger.chain_errors import LedgerRevert, revert_reason
 from ledger.compile import compile_flchain, runtime_code_sha256
+
+__all__ = [
+    "EMBEDDED_CALL_GAS",
+    "GENESIS_TIMESTAMP",
+    "Call",
+    "Chain",
+    "LedgerRevert",
+    "derive_accounts",
+]
 
 #: Genesis timestamp of the embedded devnet (fixed so genesis is reproducible).
 GENESIS_TIMESTAMP = 1_700_000_000
-#: Gas cap for FLChain calls on the embedded devnet (submit/finalize use < 100k).
-EMBEDDED_CALL_GAS = 300_000
-
-
-class LedgerRevert(RuntimeError):
-    """A ledger transaction was rejected by the FLChain contract or the node.
-
-    Attributes
-    ----------
-    reason : str
-        Revert reason (e.g. ``"not registered"``), normalized across backends.
-    receipt : dict or None
-        The status-0 receipt when the transaction was mined, else ``None``.
-    """
-
-    def __init__(self, reason: str, receipt: Any = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.receipt = receipt
-
-
-def _reason(exc: BaseException) -> str:
-    """Extract a bare revert reason from a backend exception."""
-    msg = getattr(exc, "message", None) or (exc.args[0] if exc.args else str(exc))
-    msg = str(msg)
-    for prefix in ("execution reverted: ", "execution reverted:", "execution reverted"):
-        if msg.startswith(prefix):
-            msg = msg[len(prefix) :]
-            break
-    return msg.strip() or "execution reverted"
-
-
-@dataclass(frozen=True)
-class Call:
-    """One transaction of a :meth:`Chain.send_batch`.
-
-    Attributes
-    ----------
-    sender : LocalAccount
-        Signing account (a client submits from its own account).
-    to : str
-        Contract (or payee) address.
-    data : str or bytes
-        ABI-encoded call data (``b""`` for a plain transfer).
-    label : str
-        Name recorded in :attr:`Chain.gas_log` (the function name).
-    gas : int
-        Gas limit; only the gas used is charged.
-    value : int
-        Wei sent along.
-    """
-
-    sender: LocalAccount
-    to: str
-    data: str | bytes
-    label: str
-    gas: int = EMBEDDED_CALL_GAS
-    value: int = 0
-
-    @classmethod
-    def of(cls, fn: Any, sender: LocalAccount, gas: int = EMBEDDED_CALL_GAS) -> Call:
-        """A contract function call, e.g. ``Call.of(c.functions.submit(...), client)``."""
-        return cls(sender, fn.address, fn._encode_transaction_data(), fn.fn_name, gas)
 
 
 def derive_accounts(seed: int | str, n: int) -> list[LocalAccount]:
@@ -121,7 +73,7 @@ def derive_accounts(seed: int | str, n: int) -> list[LocalAccount]:
 
 
 @dataclass
-class Chain:
+class Chain(BatchSender):
     """A web3 connection plus the local accounts that sign FLChain transactions.
 
     Attributes
@@ -244,7 +196,7 @@ class Chain:
             signed = sender.sign_transaction(tx)
             tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
         except (TransactionFailed, ContractLogicError) as exc:
-            raise LedgerRevert(_reason(exc)) from exc
+            raise LedgerRevert(revert_reason(exc)) from exc
         receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash)
         if receipt["status"] != 1:
             raise LedgerRevert(self._replay_reason(tx, receipt), receipt)
@@ -257,7 +209,7 @@ class Chain:
         try:
             self.w3.eth.call(call, block_identifier=receipt["blockNumber"] - 1)
         except (TransactionFailed, ContractLogicError) as exc:
-            return _reason(exc)
+            return revert_reason(exc)
         except Exception:  # best effort only
             pass
         return "execution reverted (status 0)"
@@ -293,86 +245,9 @@ class Chain:
                 params["gas"] = self.call_gas
             tx = fn.build_transaction(params)
         except (TransactionFailed, ContractLogicError) as exc:
-            raise LedgerRevert(_reason(exc)) from exc
+            raise LedgerRevert(revert_reason(exc)) from exc
         return self._send(tx, sender, fn.fn_name)
 
-    @staticmethod
-    def _fees(latest: Any) -> dict[str, int]:
-        """EIP-1559 fees that stay valid for a few blocks after ``latest``."""
-        base = int(latest.get("baseFeePerGas") or 0)
-        tip = 10**9
-        return {"maxFeePerGas": 2 * base + tip, "maxPriorityFeePerGas": tip}
-
-    def send_batch(self, calls: list[Call]) -> list[Any]:
-        """Send many calls and check every receipt; on the embedded devnet they share one block.
-
-        Nonces are tracked locally and gas is fixed per call (no estimate, no pre-flight), so a
-        round's submissions cost one EVM run each. A reverted call mines with status 0; its
-        reason is recovered by replaying it as a call and raised as :class:`LedgerRevert` once
-        the whole batch is mined.
-
-        Parameters
-        ----------
-        calls : list of Call
-            What to send, in order (the order of the transactions in the block).
-
-        Returns
-        -------
-        list of AttributeDict
-            Receipts, in the order of ``calls``.
-        """
-        if not calls:
-            return []
-        latest = self.w3.eth.get_block("latest")
-        limit = int(latest["gasLimit"] * 0.9)
-        out, chunk, used = [], [], 0
-        for c in calls:  # one block holds at most ~90% of the block gas limit
-            if chunk and used + c.gas > limit:
-                out += self._send_block(chunk, latest)
-                chunk, used, latest = [], 0, self.w3.eth.get_block("latest")
-            chunk.append(c)
-            used += c.gas
-        return out + self._send_block(chunk, latest)
-
-    def _send_block(self, calls: list[Call], latest: Any) -> list[Any]:
-        chain_id = self.w3.eth.chain_id
-        fees = self._fees(latest)
-        # embedded: straight to py-evm's pending block, one block mined for the whole batch
-        # (eth-tester's own no-auto-mine mode snapshots and re-applies every transaction)
-        evm = self.w3.provider.ethereum_tester.backend if self.backend == "embedded" else None
-        txs, raws, hashes = [], [], []
-        try:
-            for c in calls:
-                addr = c.sender.address
-                if addr not in self._nonces:
-                    self._nonces[addr] = self.w3.eth.get_transaction_count(addr, "pending")
-                tx = {"to": c.to, "data": c.data, "value": c.value, "gas": c.gas,
-                      "nonce": self._nonces[addr], "chainId": chain_id, "type": 2, **fees}
-                raw = c.sender.sign_transaction(tx).raw_transaction
-                if evm is None:
-                    hashes.append(self.w3.eth.send_raw_transaction(raw))
-                raws.append(bytes(raw))
-                self._nonces[addr] += 1
-                txs.append({**tx, "from": addr})
-            receipts = evm.mine_transactions(raws) if evm is not None else []
-        except (TransactionFailed, ContractLogicError) as exc:
-            self._nonces.clear()
-            raise LedgerRevert(_reason(exc)) from exc
-        except Web3RPCError as exc:  # the node refused the transaction (funds, nonce, gas)
-            self._nonces.clear()
-            raise LedgerRevert(f"{calls[len(txs)].label}: rejected by the node: "
-                               f"{_reason(exc)}") from exc
-        except Exception:
-            self._nonces.clear()
-            raise
-        if evm is None:
-            receipts = [self.w3.eth.wait_for_transaction_receipt(h) for h in hashes]
-        for c, tx, r in zip(calls, txs, receipts, strict=True):
-            if r["status"] != 1:
-                self._nonces.clear()
-                raise LedgerRevert(f"{c.label}: {self._replay_reason(tx, r)}", r)
-            self.gas_log.append((c.label, int(r["gasUsed"])))
-        return receipts
 
     def deploy(self, channel_id: bytes, sender: LocalAccount | None = None) -> Contract:
         """Deploy one FLChain contract for a channel; ``sender`` becomes its aggregator.

@@ -15,8 +15,10 @@ All validators sign the same message, and in this simulator they live in one pro
 :meth:`Committee.attest` hashes the message to G2 once per round and lets each validator do only
 its scalar multiplication, both with the endomorphism-based routines of :mod:`ledger.bls_fast`
 (~19 ms and ~8 ms, against ~83 ms and ~26 ms for py-ecc's reference code). The per-validator
-signatures are byte-identical to ``bls.Sign(sk, message)``; verification stays on py-ecc's
-reference code, an independent check of the fast signer.
+signatures are byte-identical to ``bls.Sign(sk, message)``. Verification uses
+:mod:`ledger.bls_verify` (~0.17 s against ~0.3 s for ``bls.FastAggregateVerify``, or less per
+round when :func:`verify_attestations` batches rounds); it shares ``hash_to_g2`` with the signer,
+so both are tested against py-ecc's reference ``hash_to_G2`` and ``FastAggregateVerify``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from py_ecc.bls.g2_primitives import G2_to_signature
 from py_ecc.optimized_bls12_381 import Z2, add
 
 from ledger.bls_fast import hash_to_g2, multiply_g2
+from ledger.bls_verify import batch_verify, fast_aggregate_verify
 
 ATTEST_DOMAIN = b"FLCHAIN-ATTEST-v1"
 PUBKEY_LEN = 48
@@ -245,21 +248,12 @@ def verify_registration(public_info: Sequence[Mapping[str, Any]]) -> list[int]:
     return bad
 
 
-def verify_attestation(
-    public_info: Sequence[Mapping[str, Any]],
-    attestation: Attestation,
-    message: bytes,
-    quorum: int | None = None,
-) -> bool:
-    """Check ``attestation`` over ``message`` against the committee's public keys.
-
-    ``public_info`` is :meth:`Committee.public_info` (PoPs checked by :func:`verify_registration`);
-    ``quorum`` defaults to more than two thirds of the committee. Returns the result of
-    ``bls.FastAggregateVerify`` over the signers' keys, or False (never an exception) for
-    malformed input, a message mismatch, signers out of range, below quorum or not strictly
-    increasing (a repeated signer would let one key count several times).
-    """
+def _checked_item(
+    public_info: Sequence[Mapping[str, Any]], entry: tuple[Attestation, bytes], quorum: int | None
+) -> tuple[list[bytes], bytes, bytes] | None:
+    """``(signer keys, message, signature)`` to verify, or None if a structural check fails."""
     try:
+        attestation, message = entry
         keys = _pubkeys(public_info)
         need = default_quorum(len(keys)) if quorum is None else quorum
         signers = tuple(attestation.signers)
@@ -272,8 +266,45 @@ def verify_attestation(
             and 0 <= signers[0]
             and signers[-1] < len(keys)
         ):
-            return False
+            return None
         signature = _fixed(attestation.signature, SIGNATURE_LEN, "signature")
-        return bool(bls.FastAggregateVerify([keys[i] for i in signers], message, signature))
+        return [keys[i] for i in signers], message, signature
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-        return False
+        return None
+
+
+def verify_attestation(
+    public_info: Sequence[Mapping[str, Any]],
+    attestation: Attestation,
+    message: bytes,
+    quorum: int | None = None,
+) -> bool:
+    """Check ``attestation`` over ``message`` against the committee's public keys.
+
+    ``public_info`` is :meth:`Committee.public_info` (PoPs checked by :func:`verify_registration`);
+    ``quorum`` defaults to more than two thirds of the committee. Returns the result of
+    ``bls.FastAggregateVerify`` over the signers' keys (computed by
+    :func:`ledger.bls_verify.fast_aggregate_verify`, which caches ``KeyValidate`` per key), or
+    False (never an exception) for malformed input, a message mismatch, signers out of range,
+    below quorum or not strictly increasing (a repeated signer would let one key count several
+    times).
+    """
+    item = _checked_item(public_info, (attestation, message), quorum)
+    return item is not None and fast_aggregate_verify(*item)
+
+
+def verify_attestations(
+    public_info: Sequence[Mapping[str, Any]],
+    items: Sequence[tuple[Attestation, bytes]],
+    quorum: int | None = None,
+) -> list[bool]:
+    """:func:`verify_attestation` of each ``(attestation, message)`` pair, batched.
+
+    The structurally sound items are checked together by :func:`ledger.bls_verify.batch_verify`
+    (one final exponentiation; a forged item slips through with probability ``<= 2^-64``); if
+    that fails, each is verified on its own to find the bad ones. Malformed entries give False.
+    """
+    checked = [_checked_item(public_info, entry, quorum) for entry in items]
+    todo = [item for item in checked if item is not None]
+    all_ok = len(todo) > 1 and batch_verify(todo)
+    return [item is not None and (all_ok or fast_aggregate_verify(*item)) for item in checked]
