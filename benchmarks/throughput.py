@@ -73,28 +73,33 @@ def _rates(updates: int, samples: int, seconds: float, rounds: int) -> dict[str,
             "samples_per_s": samples / seconds}
 
 
-def measure_fedsentry(cfg: Config, fed: Federation, warmup: int, rounds: int) -> dict[str, Any]:
-    """Time ``rounds`` full engine rounds after ``warmup`` untimed ones."""
+def measure_fedsentry(cfg: Config, fed: Federation, warmup: int, rounds: int,
+                      min_seconds: float = 0.0) -> dict[str, Any]:
+    """Time full engine rounds after ``warmup`` untimed ones: at least ``rounds`` of them and
+    at least ``min_seconds`` of wall time (a cheap round is a few ms, too short to time alone)."""
     sim = Simulation(cfg, federation=fed)
     try:
         t0 = time.perf_counter()
         for r in range(warmup):
             sim.run_round(r, t0)
-        samples = updates = 0
+        samples = updates = done = 0
         start = time.perf_counter()
-        for r in range(warmup, warmup + rounds):
-            rec = sim.run_round(r, t0)
+        while done < rounds or time.perf_counter() - start < min_seconds:
+            rec = sim.run_round(warmup + done, t0)
             updates += len(rec.participants)
             samples += int(fed.client_sizes[rec.participants].sum()) * EPOCHS
-        out = _rates(updates, samples, time.perf_counter() - start, rounds)
+            done += 1
+        out = _rates(updates, samples, time.perf_counter() - start, done)
         out["actors"] = sim.executor.num_workers
         return out
     finally:
         sim.close()
 
 
-def measure_fused(cfg: Config, fed: Federation, warmup: int, rounds: int) -> dict[str, Any]:
-    """The same rounds as one stacked loop in this process: no Ray, clock, defense or logs."""
+def measure_fused(cfg: Config, fed: Federation, warmup: int, rounds: int,
+                  min_seconds: float = 0.0) -> dict[str, Any]:
+    """The same rounds as one stacked loop in this process: no Ray, clock, defense or logs
+    (timed like :func:`measure_fedsentry`: at least ``rounds`` and ``min_seconds``)."""
     sim_cfg = cfg.replace(backend="local")
     sel = Simulation(sim_cfg, federation=fed)  # only for its client sampling rule
     x, y = torch.from_numpy(fed.x_train), torch.from_numpy(fed.y_train)
@@ -102,7 +107,8 @@ def measure_fused(cfg: Config, fed: Federation, warmup: int, rounds: int) -> dic
     g = layout.flatten(model)
     samples = updates = 0
     start = 0.0
-    for r in range(warmup + rounds):
+    r = 0
+    while r < warmup + rounds or time.perf_counter() - start < min_seconds:
         if r == warmup:
             start = time.perf_counter()
         chosen = sel.select(r)
@@ -114,7 +120,8 @@ def measure_fused(cfg: Config, fed: Federation, warmup: int, rounds: int) -> dic
         if r >= warmup:
             updates += len(chosen)
             samples += int(fed.client_sizes[chosen].sum()) * EPOCHS
-    return _rates(updates, samples, time.perf_counter() - start, rounds)
+        r += 1
+    return _rates(updates, samples, time.perf_counter() - start, r - warmup)
 
 
 def _build(spec: ModelSpec) -> torch.nn.Module:
@@ -142,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"subset of tasks: {[t.name for t in TASKS]}")
     p.add_argument("--rounds", type=int, default=None,
                    help="timed rounds for FedSentry and fused (default 30; quick: 10)")
+    p.add_argument("--min-seconds", type=float, default=None,
+                   help="FedSentry and fused: keep timing rounds until this much wall time "
+                        "has passed (default 5; quick: 2)")
     p.add_argument("--flower-rounds", type=int, default=None,
                    help="timed Flower rounds (default 5; quick: 2)")
     p.add_argument("--flower-cpus", type=float, nargs="*", default=[1.0, 2.0],
@@ -160,8 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rounds = args.rounds or (10 if args.quick else 30)
     frounds = args.flower_rounds or (2 if args.quick else 5)
+    min_s = args.min_seconds if args.min_seconds is not None else (2.0 if args.quick else 5.0)
     if rounds < 1 or frounds < 1:
         print("error: --rounds and --flower-rounds must be >= 1", file=sys.stderr)
+        return 2
+    if not 0 <= min_s < float("inf"):
+        print(f"error: --min-seconds must be a finite number >= 0; got {min_s}", file=sys.stderr)
         return 2
     results = []
     for name in args.tasks:
@@ -169,9 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = task_config(task, args.seed, args.actors)
         fed = build_federation(cfg)
         print(f"[{name}] fedsentry ...", file=sys.stderr, flush=True)
-        fs = measure_fedsentry(cfg, fed, warmup=3, rounds=rounds)
+        fs = measure_fedsentry(cfg, fed, warmup=3, rounds=rounds, min_seconds=min_s)
         print(f"[{name}] fused ...", file=sys.stderr, flush=True)
-        fu = measure_fused(cfg, fed, warmup=3, rounds=rounds)
+        fu = measure_fused(cfg, fed, warmup=3, rounds=rounds, min_seconds=min_s)
         fl = None
         if not args.no_flower:
             print(f"[{name}] flower ...", file=sys.stderr, flush=True)

@@ -14,8 +14,8 @@ def test_throughput_json_schema(ray_session: None, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "t.json"
     png = tmp_path / "t.png"
-    rc = throughput.main(["--tasks", "digits-mlp-k10", "--rounds", "2", "--no-flower",
-                          "--actors", "2", "--json", str(out), "--plot", str(png)])
+    rc = throughput.main(["--tasks", "digits-mlp-k10", "--rounds", "2", "--min-seconds", "0",
+                          "--no-flower", "--actors", "2", "--json", str(out), "--plot", str(png)])
     assert rc == 0
     data = json.loads(out.read_text())
     (task,) = data["tasks"]
@@ -25,6 +25,7 @@ def test_throughput_json_schema(ray_session: None, tmp_path: Path,
     fs, fu = task["fedsentry"], task["fused"]
     # 2 timed rounds of 10 clients each, E=1: every count is exact
     assert fs["client_updates"] == fu["client_updates"] == 20
+    assert fs["rounds_timed"] == fu["rounds_timed"] == 2
     assert fs["samples"] == fu["samples"] > 0
     assert task["fraction_of_fused"] == pytest.approx(fs["updates_per_s"] / fu["updates_per_s"])
     assert png.stat().st_size > 0
@@ -34,3 +35,17 @@ def test_throughput_json_schema(ray_session: None, tmp_path: Path,
 def test_unknown_task_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert throughput.main(["--tasks", "nope"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: unknown task 'nope'; valid:")
+
+
+def test_min_seconds_times_more_rounds_and_rejects_bad_values(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A cheap task keeps timing rounds until --min-seconds have passed; a negative value or
+    nan is an error (exit 2)."""
+    cfg = throughput.task_config(throughput.TASKS[0], seed=0, num_actors=1)
+    fed = throughput.build_federation(cfg)
+    fu = throughput.measure_fused(cfg, fed, warmup=1, rounds=1, min_seconds=0.3)
+    assert fu["seconds"] >= 0.3 and fu["rounds_timed"] > 1
+    assert fu["client_updates"] == 10 * fu["rounds_timed"]
+    for bad in ("-1", "nan"):
+        assert throughput.main(["--tasks", "digits-mlp-k10", "--min-seconds", bad]) == 2
+        assert "--min-seconds" in capsys.readouterr().err
