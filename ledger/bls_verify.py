@@ -133,6 +133,17 @@ def _signature_point(signature: object) -> G2Point | None:
     return point if g2_subgroup_check(point) else None
 
 
+def _item_points(pubkeys: Sequence[bytes], message: object, signature: object,
+                 trusted: Collection[bytes]) -> tuple[G1Point, G2Point] | None:
+    """``(aggregate key, signature point)`` of one item, or None where py-ecc's
+    ``FastAggregateVerify`` returns False before any pairing."""
+    if not isinstance(message, bytes):
+        return None
+    apk = _aggregate_pubkey(pubkeys, trusted)
+    sig = None if apk is None else _signature_point(signature)
+    return None if sig is None else (apk, sig)
+
+
 def fast_aggregate_verify(
     pubkeys: Sequence[bytes],
     message: bytes,
@@ -165,12 +176,10 @@ def fast_aggregate_verify(
         Whether the aggregate signature verifies.
     """
     try:
-        if not isinstance(message, bytes):
+        points = _item_points(pubkeys, message, signature, trusted_keys)
+        if points is None:
             return False
-        apk = _aggregate_pubkey(pubkeys, trusted_keys)
-        sig = None if apk is None else _signature_point(signature)
-        if sig is None:
-            return False
+        apk, sig = points
         h = hash_to_g2(message, bls.DST, bls.xmd_hash_function)
         f = pairing(sig, G1, final_exponentiate=False) * pairing(
             h, neg(apk), final_exponentiate=False
@@ -223,12 +232,10 @@ def batch_verify(
         sig_sum: G2Point = Z2
         key_sums: dict[bytes, G1Point] = {}
         for pubkeys, message, signature in items:
-            if not isinstance(message, bytes):
+            points = _item_points(pubkeys, message, signature, trusted_keys)
+            if points is None:
                 return False
-            apk = _aggregate_pubkey(pubkeys, trusted_keys)
-            sig = None if apk is None else _signature_point(signature)
-            if sig is None:
-                return False
+            apk, sig = points
             r = _nonzero_64(rng)
             sig_sum = add(sig_sum, multiply(sig, r))
             key_sums[message] = add(key_sums.get(message, Z1), multiply(apk, r))
