@@ -28,6 +28,16 @@ def check_positive(rule: str, param: str, value: Any, allow_zero: bool = False) 
     return float(value)
 
 
+def check_unit(rule: str, param: str, value: Any, include_one: bool = False) -> float:
+    """A real in ``(0, 1)`` (``(0, 1]`` with ``include_one``); else ValueError naming it."""
+    ok = (not isinstance(value, bool) and isinstance(value, int | float)
+          and math.isfinite(value) and 0 < value and (value <= 1 if include_one else value < 1))
+    if not ok:
+        raise ValueError(f"defense {rule!r}: {param} {value!r} invalid; valid: 0 < {param} "
+                         f"{'<=' if include_one else '<'} 1")
+    return float(value)
+
+
 class GeoMedDefense(Defense):
     """Sample-weighted geometric median ``argmin_v sum_k a_k ||v - u_k||`` (RFA).
 

@@ -8,7 +8,6 @@ Stragglers and Adversaries". Advances in Neural Information Processing Systems 3
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,7 @@ from defenses.base import (
     Verdict,
     base_models,
 )
-from defenses.geomed import check_positive
+from defenses.geomed import check_positive, check_unit
 from defenses.krum import check_count
 
 #: losses are clamped to at least this before ``loss ** -delta`` (a zero loss is a perfect model)
@@ -100,12 +99,7 @@ class SageflowDefense(Defense):
         self.delta = check_positive(self.name, "delta", delta, allow_zero=True)
         self.staleness_lambda = check_positive(self.name, "staleness_lambda", staleness_lambda,
                                                allow_zero=True)
-        ok = (not isinstance(gamma0, bool) and isinstance(gamma0, int | float)
-              and math.isfinite(gamma0) and 0 < gamma0 <= 1)
-        if not ok:
-            raise ValueError(f"defense {self.name!r}: gamma0 {gamma0!r} invalid; valid: "
-                             "0 < gamma0 <= 1")
-        self.gamma0 = float(gamma0)
+        self.gamma0 = check_unit(self.name, "gamma0", gamma0, include_one=True)
         self.gamma_halving_rounds = check_count(self.name, "gamma_halving_rounds",
                                                 gamma_halving_rounds, 0)
 

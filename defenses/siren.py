@@ -28,7 +28,7 @@ from defenses.base import (
     Verdict,
     full_models,
 )
-from defenses.geomed import check_positive
+from defenses.geomed import check_positive, check_unit
 from defenses.krum import check_count
 
 #: verdict reasons of rejected rows
@@ -147,18 +147,9 @@ class SirenDefense(Defense):
 
     def __init__(self, cs: float = 0.1, rounds_total: int = 100, ban_fraction: float = 0.45,
                  reward: float = 0.5, rollback: bool = True) -> None:
-        cs_ok = (not isinstance(cs, bool) and isinstance(cs, int | float)
-                 and math.isfinite(cs) and 0 < cs < 1)
-        if not cs_ok:
-            raise ValueError(f"defense {self.name!r}: cs {cs!r} invalid; valid: 0 < cs < 1")
-        self.cs = float(cs)
+        self.cs = check_unit(self.name, "cs", cs)
         self.rounds_total = check_count(self.name, "rounds_total", rounds_total, 1)
-        bf_ok = (not isinstance(ban_fraction, bool) and isinstance(ban_fraction, int | float)
-                 and math.isfinite(ban_fraction) and 0 < ban_fraction <= 1)
-        if not bf_ok:
-            raise ValueError(f"defense {self.name!r}: ban_fraction {ban_fraction!r} invalid; "
-                             "valid: 0 < ban_fraction <= 1")
-        self.ban_fraction = float(ban_fraction)
+        self.ban_fraction = check_unit(self.name, "ban_fraction", ban_fraction, include_one=True)
         self.reward = check_positive(self.name, "reward", reward, allow_zero=True)
         if not isinstance(rollback, bool | np.bool_):
             raise ValueError(f"defense {self.name!r}: rollback {rollback!r} invalid; valid: "
