@@ -1,10 +1,10 @@
-"""Executors: where a round's training tasks run.
+"""Executors: where a round's training requests run.
 
 :class:`RayPool` keeps one :class:`~actors.trainer.ClientTrainer` actor per CPU (or GPU share).
-The training set and client index go to the object store once; the global model once per round.
-When an actor dies mid-round its tasks re-run on the surviving actors and a replacement actor is
-started for later rounds. :class:`LocalExecutor` runs the same trainer in-process (tests,
-debugging).
+The training set and the client data source go to the object store once; the global model once
+per round. Results are collected as actors finish (``ray.wait``). When an actor dies mid-round its
+clients re-run on the surviving actors and a replacement actor is started for later rounds.
+:class:`LocalExecutor` runs the same trainer in this process (small rounds, tests, debugging).
 """
 
 from __future__ import annotations
@@ -14,64 +14,85 @@ from typing import Any
 
 import numpy as np
 
-from actors.trainer import ClientTrainer, TrainTask, pack_tasks
+from actors.trainer import ClientTrainer, ClientTransform, TrainRequest
 from simulator.config import ConfigError
+from simulator.data.clients import ClientData
 from simulator.models import ModelSpec
-from simulator.training import LocalSpec
 
 log = logging.getLogger("fedsentry.actors")
 
 INLINE_BYTES = 100 * 1024  # Ray's default max_direct_call_object_size
+PER_CLIENT = ("client_ids", "losses", "steps", "num_samples", "finite")
+
+
+def expand(part: dict[str, Any]) -> dict[str, Any]:
+    """A worker's compact answer (per-client numbers in one ``meta`` array: id, loss, steps,
+    samples, finite, returned) as named per-client fields."""
+    m = part["meta"]
+    ids = m[:, 0].astype(np.int64)
+    return {"client_ids": ids, "losses": m[:, 1].astype(np.float32),
+            "steps": m[:, 2].astype(np.int64), "num_samples": m[:, 3].astype(np.int64),
+            "finite": m[:, 4] > 0, "row_ids": ids[m[:, 5] > 0], "rows": part["rows"],
+            "sum": part["sum"], "sum_weight": part["sum_weight"],
+            "outputs": part.get("outputs", {}), "local": part.get("local"),
+            "seconds": part["seconds"]}
 
 
 def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, Any]:
-    """Combine per-actor results.
+    """Combine the workers' answers.
 
-    Per-client fields (``client_ids``, ``losses``, ``steps``, ``num_samples``, ``finite``) are
-    reordered to follow ``order``; returned rows (``row_ids``, ``updates``) likewise; partial sums
-    of pre-aggregated rows are added (``agg_sum``, ``agg_weight``); ``seconds`` is the slowest
-    actor's training time.
+    Per-client fields (``client_ids``, ``losses``, ``steps``, ``num_samples``, ``finite``,
+    ``outputs``, ``local``) are reordered to follow ``order``; returned rows (``row_ids``,
+    ``rows``) likewise; partial sums are added (``sum``, ``sum_weight``); ``seconds`` is the
+    slowest worker's training time.
     """
-    parts = [p for p in parts if len(p["client_ids"])]
-    per_client = ("client_ids", "losses", "steps", "num_samples", "finite")
+    parts = [expand(p) for p in parts if len(p["meta"])]
     if not parts:
-        out: dict[str, Any] = {k: np.zeros(0, np.int64) for k in per_client}
-        out.update(row_ids=np.zeros(0, np.int64), updates=None, agg_sum=None, agg_weight=0.0,
-                   seconds=0.0)
+        out: dict[str, Any] = {k: np.zeros(0, np.int64) for k in PER_CLIENT}
+        out.update(row_ids=np.zeros(0, np.int64), rows=None, sum=None, sum_weight=0.0,
+                   outputs={}, local=None, seconds=0.0)
         return out
-    cat = {k: np.concatenate([p[k] for p in parts]) for k in per_client}
-    pos = {int(c): i for i, c in enumerate(cat["client_ids"])}
-    out = {k: v[np.array([pos[c] for c in order], dtype=np.int64)] for k, v in cat.items()}
+    if len(parts) == 1 and parts[0]["client_ids"].tolist() == list(order):
+        return parts[0]
+    ids = np.concatenate([p["client_ids"] for p in parts])
+    pos = {int(c): i for i, c in enumerate(ids)}
+    perm = np.array([pos[c] for c in order], dtype=np.int64)
+    out = {k: np.concatenate([p[k] for p in parts])[perm] for k in PER_CLIENT}
+    out["outputs"] = {k: np.concatenate([p["outputs"][k] for p in parts])[perm]
+                      for k in parts[0]["outputs"]}
+    out["local"] = (None if parts[0]["local"] is None
+                    else np.concatenate([p["local"] for p in parts])[perm])
     row_ids = np.concatenate([p["row_ids"] for p in parts])
-    rows = [p["updates"] for p in parts if len(p["row_ids"])]
+    rows = [p["rows"] for p in parts if len(p["row_ids"])]
     if rows:
-        updates = np.concatenate(rows)
         rank = {c: i for i, c in enumerate(order)}
-        perm = np.argsort([rank[int(c)] for c in row_ids], kind="stable")
-        out["row_ids"], out["updates"] = row_ids[perm], updates[perm]
+        rperm = np.argsort([rank[int(c)] for c in row_ids], kind="stable")
+        out["row_ids"], out["rows"] = row_ids[rperm], np.concatenate(rows)[rperm]
     else:
-        out["row_ids"], out["updates"] = row_ids, None
-    sums = [p["agg_sum"] for p in parts if p["agg_sum"] is not None]
-    out["agg_sum"] = np.sum(sums, axis=0) if sums else None
-    out["agg_weight"] = float(sum(p["agg_weight"] for p in parts))
+        out["row_ids"], out["rows"] = row_ids, None
+    sums = [p["sum"] for p in parts if p["sum"] is not None]
+    out["sum"] = np.sum(sums, axis=0) if sums else None
+    out["sum_weight"] = float(sum(p["sum_weight"] for p in parts))
     out["seconds"] = max(float(p["seconds"]) for p in parts)
     return out
 
 
 class LocalExecutor:
-    """Runs every placement group in this process, one group after another."""
+    """Runs every request in this process, one after another."""
 
     def __init__(self, model_spec: ModelSpec, x: np.ndarray, y: np.ndarray,
-                 client_index: list[np.ndarray], num_workers: int = 1) -> None:
-        self.trainer = ClientTrainer(model_spec, x, y, client_index, threads=None)
+                 clients: ClientData, transform: ClientTransform | None = None,
+                 num_workers: int = 1) -> None:
+        self.trainer = ClientTrainer(model_spec, x, y, clients, transform, threads=None)
         self.num_workers = num_workers
 
-    def run(self, groups: list[list[TrainTask]], global_flat: np.ndarray, spec: LocalSpec,
-            vectorize: bool = True, starts: dict[int, np.ndarray] | None = None
-            ) -> dict[str, Any]:
-        order = [t.client_id for g in groups for t in g]
-        parts = [self.trainer.train(global_flat, g, spec, vectorize, starts)
-                 for g in groups if g]
+    def configure(self, *settings: Any) -> None:
+        self.trainer.configure(*settings)
+
+    def run(self, requests: list[TrainRequest], global_flat: np.ndarray,
+            shared: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+        order = [t.client_id for r in requests for t in r.tasks]
+        parts = [self.trainer.train(global_flat, r, shared) for r in requests if r.tasks]
         return merge_results(parts, order)
 
     def shutdown(self) -> None:
@@ -88,8 +109,8 @@ class RayPool:
     """
 
     def __init__(self, model_spec: ModelSpec, x: np.ndarray, y: np.ndarray,
-                 client_index: list[np.ndarray], num_actors: int,
-                 gpus_per_actor: float = 0.0) -> None:
+                 clients: ClientData, num_actors: int, gpus_per_actor: float = 0.0,
+                 transform: ClientTransform | None = None) -> None:
         import ray
 
         self._ray = ray
@@ -103,12 +124,12 @@ class RayPool:
             raise ConfigError(f"execution.gpus_per_actor: {num_actors} actors x "
                               f"{gpus_per_actor:g} GPU exceed the cluster's {gpus:g} GPUs")
         self.num_workers = num_actors
-        self._args = (model_spec, ray.put(x), ray.put(y), ray.put(client_index))
+        self._args = (model_spec, ray.put(x), ray.put(y), ray.put(clients), transform)
         self._gpus = gpus_per_actor
         self.actors = [self._start() for _ in range(num_actors)]
         ray.get([a.ping.remote() for a in self.actors])
         self.restarts = 0
-        self._settings: tuple[LocalSpec, bool] | None = None
+        self._settings: tuple[Any, ...] | None = None
 
     def _start(self) -> Any:
         cls = self._ray.remote(ClientTrainer)
@@ -116,65 +137,61 @@ class RayPool:
         return cls.options(num_cpus=1, num_gpus=self._gpus, max_restarts=0).remote(
             *self._args, threads=1, device=device)
 
-    def run(self, groups: list[list[TrainTask]], global_flat: np.ndarray, spec: LocalSpec,
-            vectorize: bool = True, starts: dict[int, np.ndarray] | None = None
-            ) -> dict[str, Any]:
-        """Run ``groups[i]`` on actor ``i``; a dead actor's tasks re-run on the others.
-
-        ``starts`` maps clients to their own start model (only those are sent to each actor)."""
+    def configure(self, *settings: Any) -> None:
+        """Send the round-invariant settings to every actor (replacing any found dead)."""
         ray = self._ray
-        if self._settings != (spec, vectorize):
-            self._configure_all(spec, vectorize)
-        order = [t.client_id for g in groups for t in g]
-        g = np.asarray(global_flat)
-        # above Ray's inline limit the model goes to the object store once per round; below it,
-        # it travels inside the call, which is faster than a put
-        gref = ray.put(g) if g.nbytes > INLINE_BYTES else g
-        def submit(i: int, g: list[TrainTask]) -> Any:
-            own = {t.client_id: starts[t.client_id] for t in g if starts and
-                   t.client_id in starts} or None
-            return self.actors[i].train_packed.remote(gref, pack_tasks(g), own)
-
-        pending = {i: (submit(i, g), g) for i, g in enumerate(groups) if g}
-        parts: list[dict[str, Any]] = []
-        while pending:
-            orphans: list[TrainTask] = []
-            dead: list[int] = []
-            for i, (ref, g) in pending.items():
-                try:
-                    parts.append(ray.get(ref))
-                except ray.exceptions.RayActorError as e:
-                    log.warning("actor %d died (%s); re-running its %d clients elsewhere", i,
-                                type(e).__name__, len(g))
-                    orphans.extend(g)
-                    dead.append(i)
-            for i in dead:
-                self.actors[i] = self._start()
-                self.actors[i].configure.remote(spec, vectorize)
-                self.restarts += 1
-            pending = {}
-            if orphans:
-                alive = [i for i in range(len(self.actors)) if i not in dead] or dead
-                split = np.array_split(np.arange(len(orphans)), len(alive))
-                for i, rows in zip(alive, split, strict=True):
-                    g = [orphans[r] for r in rows]
-                    if g:
-                        pending[i] = (submit(i, g), g)
-        return merge_results(parts, order)
-
-    def _configure_all(self, spec: LocalSpec, vectorize: bool) -> None:
-        """Send the training settings to every actor, replacing any actor found dead."""
-        ray = self._ray
-        refs = [a.configure.remote(spec, vectorize) for a in self.actors]
+        refs = [a.configure.remote(*settings) for a in self.actors]
         for i, ref in enumerate(refs):
             try:
                 ray.get(ref)
             except ray.exceptions.RayActorError:
                 log.warning("actor %d died before training; starting a replacement", i)
-                self.actors[i] = self._start()
-                ray.get(self.actors[i].configure.remote(spec, vectorize))
-                self.restarts += 1
-        self._settings = (spec, vectorize)
+                self._replace(i, settings)
+        self._settings = settings
+
+    def _replace(self, i: int, settings: tuple[Any, ...]) -> None:
+        self.actors[i] = self._start()
+        self._ray.get(self.actors[i].configure.remote(*settings))
+        self.restarts += 1
+
+    def run(self, requests: list[TrainRequest], global_flat: np.ndarray,
+            shared: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Run ``requests[i]`` on actor ``i``; when an actor dies, the others' results are
+        collected as they finish and the dead actor's clients re-run on them."""
+        ray = self._ray
+        if self._settings is None:
+            raise RuntimeError("RayPool.configure must be called before run")
+        order = [t.client_id for r in requests for t in r.tasks]
+        g = np.asarray(global_flat)
+        # above Ray's inline limit the model goes to the object store once per round; below it,
+        # it travels inside the call, which is faster than a put
+        gref = ray.put(g) if g.nbytes > INLINE_BYTES else g
+        sref = ray.put(shared) if shared else None
+        pending = {self.actors[i].train.remote(gref, r, sref): (i, r)
+                   for i, r in enumerate(requests) if r.tasks}
+        try:  # the usual case: every actor answers (one call for all of them)
+            return merge_results(ray.get(list(pending)), order)
+        except ray.exceptions.RayActorError:
+            pass
+        parts: list[dict[str, Any]] = []
+        while pending:  # an actor died: collect the others as they finish, re-run its clients
+            done, _ = ray.wait(list(pending), num_returns=1)
+            ref = done[0]
+            i, req = pending.pop(ref)
+            try:
+                parts.append(ray.get(ref))
+            except ray.exceptions.RayActorError as e:
+                log.warning("actor %d died (%s); re-running its %d clients elsewhere", i,
+                            type(e).__name__, len(req.tasks))
+                self._replace(i, self._settings)
+                busy = {j for j, _ in pending.values()}
+                alive = [j for j in range(len(self.actors)) if j not in busy] or [i]
+                split = np.array_split(np.arange(len(req.tasks)), len(alive))
+                for j, keep in zip(alive, split, strict=True):
+                    if len(keep):
+                        sub = req.subset(keep.tolist())
+                        pending[self.actors[j].train.remote(gref, sub, sref)] = (j, sub)
+        return merge_results(parts, order)
 
     def kill(self, i: int) -> None:
         """Kill actor ``i`` (fault injection for tests and studies)."""

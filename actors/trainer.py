@@ -1,21 +1,30 @@
-"""What a device actor hosts: many virtual clients and the code that trains a batch of them.
+"""What a device actor hosts: the code that trains a batch of clients on demand.
 
 :class:`ClientTrainer` is a plain class. The Ray pool wraps it as an actor (``ray.remote``); the
-in-process executor uses it directly, so tests exercise the same code without Ray. The training
-set arrives once (a Ray object-store reference, read zero-copy) together with every client's
-index array, so any actor can train any client (needed when an actor dies and its clients move).
+in-process executor uses it directly, so tests exercise the same code without Ray. It receives the
+training set once (a Ray object-store reference, read zero-copy) and the population's client data
+source (:class:`simulator.data.clients.ClientData`), which rebuilds a selected client's rows from
+its id, so nothing per client travels before the client is selected and any worker can train any
+client (needed when an actor dies and its clients move).
+
+A round sends each worker a :class:`TrainRequest`: its clients (id, epochs, seed, poisoned), the
+rows of their client state, the start models of clients that do not start from the global model,
+and which of their updates to add into one weighted partial sum (a linear aggregation rule)
+instead of returning them.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from defenses.base import finite_rows
+from simulator.data.clients import ClientData
 from simulator.models import ModelSpec
 from simulator.training import FlatLayout, LocalSpec, train_clients
 
@@ -28,22 +37,82 @@ class TrainTask:
     epochs: int
     seed: int
     num_samples: int = 0
-    weight: float = -1.0  # >= 0: add weight * update to the actor's partial sum; < 0: return row
     poisoned: bool = False  # a malicious client under a data attack
 
 
-def pack_tasks(tasks: list[TrainTask]) -> tuple[np.ndarray, np.ndarray]:
-    """Tasks as an int64 ``[n, 5]`` array and float64 weights (cheaper to ship than n objects;
-    seeds stay exact)."""
-    ints = np.array([(t.client_id, t.epochs, t.seed, t.num_samples, t.poisoned) for t in tasks],
-                    dtype=np.int64).reshape(-1, 5)
-    return ints, np.array([t.weight for t in tasks], dtype=np.float64)
+@dataclass
+class TrainRequest:
+    """One worker's share of a round.
+
+    Attributes
+    ----------
+    tasks : the clients to train, in order.
+    summed : ``[n]`` bool, or None: True where the update is added, times ``weights``, into the
+        worker's partial sum instead of being returned as a row (linear rules; never for rows
+        a model attack, a defense or the ledger needs).
+    weights : ``[n]`` float64 aggregation weights of the summed updates (from the defense).
+    starts : client id -> ``[P]`` start model, for clients that do not start from the global
+        model (Siren's alarming clients, parameters kept on the client).
+    state : table -> ``[n, ...]`` client-state rows of the tasks' clients, in task order.
+    """
+
+    tasks: list[TrainTask]
+    summed: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    starts: dict[int, np.ndarray] = field(default_factory=dict)
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # tasks travel as one int64 array: cheaper to pickle than n objects, seeds stay exact
+        packed = np.array([(t.client_id, t.epochs, t.seed, t.num_samples, t.poisoned)
+                           for t in self.tasks], dtype=np.int64).reshape(-1, 5)
+        return {**self.__dict__, "tasks": packed}
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        st = dict(st)
+        st["tasks"] = [TrainTask(c, e, sd, n, bool(p)) for c, e, sd, n, p in st["tasks"].tolist()]
+        self.__dict__.update(st)
+
+    def subset(self, keep: list[int]) -> TrainRequest:
+        """The request restricted to task positions ``keep`` (fault re-placement)."""
+        ids = {self.tasks[i].client_id for i in keep}
+        return TrainRequest([self.tasks[i] for i in keep],
+                            None if self.summed is None else self.summed[keep],
+                            None if self.weights is None else self.weights[keep],
+                            {c: v for c, v in self.starts.items() if c in ids},
+                            {k: v[keep] for k, v in self.state.items()})
 
 
-def unpack_tasks(packed: tuple[np.ndarray, np.ndarray]) -> list[TrainTask]:
-    ints, weights = packed
-    return [TrainTask(int(c), int(e), int(sd), int(n), float(w), bool(p))
-            for (c, e, sd, n, p), w in zip(ints.tolist(), weights.tolist(), strict=True)]
+@dataclass(frozen=True)
+class ClientTransform:
+    """A per-client input transform applied to a client's gathered rows (feature shift)."""
+
+    seed: int
+    strength: float
+
+    def __call__(self, x: np.ndarray, client: int) -> np.ndarray:
+        from simulator.data import feature_shift
+
+        return feature_shift(x, client, seed=self.seed, strength=self.strength)
+
+
+def client_arrays(clients: ClientData, ids: np.ndarray, x: np.ndarray, y: np.ndarray,
+                  transform: ClientTransform | None = None
+                  ) -> tuple[np.ndarray | None, np.ndarray | None, list[np.ndarray]]:
+    """``(pool_x, pool_y, index)`` of clients ``ids``: ``index[k]`` are client k's rows of the
+    pool; ``pool_x`` is None when the rows index ``x``/``y`` themselves (no transform, no
+    generated data)."""
+    r = clients.rows(ids)
+    px, py = (r.x, r.y) if r.x is not None else (x, y)
+    if transform is None:
+        return r.x, r.y, r.index
+    parts = [transform(px[rows], int(c)) for c, rows in zip(ids, r.index, strict=True)]
+    sizes = np.array([len(p) for p in parts], np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    index = [s + np.arange(n, dtype=np.int64) for s, n in zip(starts, sizes, strict=True)]
+    xs = np.concatenate(parts) if parts else px[:0]
+    ys = np.concatenate([py[rows] for rows in r.index]) if parts else py[:0]
+    return xs.astype(np.float32), ys.astype(np.int64), index
 
 
 class ClientTrainer:
@@ -51,69 +120,96 @@ class ClientTrainer:
 
     Parameters
     ----------
-    model_spec : architecture of every client hosted here.
-    x_train, y_train : the (feature-shifted, if configured) training set; numpy arrays.
-    client_index : ``client_index[c]`` are the rows of client ``c``.
-    threads : torch intra-op threads (1 per CPU actor).
+    model_spec : architecture of every client.
+    x_train, y_train : the training set (numpy), or empty arrays for generated client data.
+    clients : the population's client data source.
+    transform : per-client input transform (feature shift), or None.
+    threads : torch intra-op threads (1 per CPU actor; None keeps the process setting).
     device : ``"cpu"`` or ``"cuda"``.
     """
 
     def __init__(self, model_spec: ModelSpec, x_train: np.ndarray, y_train: np.ndarray,
-                 client_index: list[np.ndarray], threads: int | None = 1,
-                 device: str = "cpu") -> None:
+                 clients: ClientData, transform: ClientTransform | None = None,
+                 threads: int | None = 1, device: str = "cpu") -> None:
         if threads:
             torch.set_num_threads(threads)
         self.device = torch.device(device)
         self.model = model_spec.build(seed=0).to(self.device)
         self.layout = FlatLayout(self.model)
-        self.x = torch.as_tensor(np.asarray(x_train)).to(self.device)
-        self.y = torch.as_tensor(np.asarray(y_train)).to(self.device)
-        self.client_index = client_index
+        self.x_np, self.y_np = np.asarray(x_train), np.asarray(y_train)
+        self.x = torch.as_tensor(self.x_np).to(self.device)
+        self.y = torch.as_tensor(self.y_np).to(self.device)
+        self.clients, self.transform = clients, transform
         self.pid = os.getpid()
+        self.spec: LocalSpec | None = None
+        self.vectorize = True
+        self.shared_index: torch.Tensor | None = None
+        self.local_index: torch.Tensor | None = None
 
     def ping(self) -> int:
         return self.pid
 
-    def configure(self, spec: LocalSpec, vectorize: bool) -> None:
-        """Keep the round-invariant training settings (sent once, not every round)."""
+    def configure(self, spec: LocalSpec, vectorize: bool = True,
+                  shared_index: np.ndarray | None = None,
+                  local_index: np.ndarray | None = None) -> None:
+        """Keep the round-invariant settings (sent once, not every round): the client optimizer
+        and algorithm step, and which flat entries are shared (rows) or kept on clients."""
         self.spec, self.vectorize = spec, vectorize
+        self.shared_index = (None if shared_index is None
+                             else torch.as_tensor(shared_index, device=self.device))
+        self.local_index = (None if local_index is None
+                            else torch.as_tensor(local_index, device=self.device))
 
-    def train_packed(self, global_flat: np.ndarray, packed: tuple[np.ndarray, np.ndarray],
-                     starts: dict[int, np.ndarray] | None = None) -> dict[str, Any]:
-        """:meth:`train` with tasks from :func:`pack_tasks` and the configured settings."""
-        return self.train(global_flat, unpack_tasks(packed), self.spec, self.vectorize, starts)
+    def _tensor(self, a: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(a), dtype=torch.float32).to(self.device)
 
-    def train(self, global_flat: np.ndarray, tasks: list[TrainTask], spec: LocalSpec,
-              vectorize: bool = True, starts: dict[int, np.ndarray] | None = None
-              ) -> dict[str, Any]:
-        """Train ``tasks`` from ``global_flat``; returns one update row per task, in order."""
+    def train(self, global_flat: np.ndarray, req: TrainRequest,
+              shared: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Train ``req``'s clients from ``global_flat``; per-client results in task order."""
+        if self.spec is None:
+            raise RuntimeError("ClientTrainer.configure must be called before train")
         t0 = time.perf_counter()
-        g = torch.as_tensor(np.asarray(global_flat), dtype=torch.float32).to(self.device)
-        idx = [self.client_index[t.client_id] for t in tasks]
-        out = train_clients(self.model, self.layout, g, self.x, self.y, idx,
-                            [t.epochs for t in tasks], [t.seed for t in tasks], spec,
-                            vectorize=vectorize, poisoned=[t.poisoned for t in tasks],
-                            starts={i: torch.as_tensor(np.asarray(starts[t.client_id]),
-                                                       dtype=torch.float32).to(self.device)
-                                    for i, t in enumerate(tasks) if starts and
-                                    t.client_id in starts})
+        tasks = req.tasks
+        ids = np.array([t.client_id for t in tasks], dtype=np.int64)
+        g = self._tensor(global_flat)
+        px, py, idx = client_arrays(self.clients, ids, self.x_np, self.y_np, self.transform)
+        x = self.x if px is None else torch.as_tensor(px).to(self.device)
+        y = self.y if py is None else torch.as_tensor(py).to(self.device)
+        out = train_clients(
+            self.model, self.layout, g, x, y, idx, [t.epochs for t in tasks],
+            [t.seed for t in tasks], self.spec, vectorize=self.vectorize,
+            poisoned=[t.poisoned for t in tasks],
+            starts={i: self._tensor(req.starts[t.client_id]) for i, t in enumerate(tasks)
+                    if t.client_id in req.starts},
+            state={k: self._tensor(v) for k, v in req.state.items()},
+            shared={k: self._tensor(v) for k, v in (shared or {}).items()})
         upd = out.updates
-        w = torch.tensor([t.weight for t in tasks], dtype=torch.float32, device=self.device)
-        finite = torch.isfinite(upd).all(dim=1)
-        summed = (w >= 0) & finite
-        # rows that are not summed are zeroed, so a non-finite row cannot poison the sum
-        agg = ((w * summed) @ torch.where(summed[:, None], upd, 0.0)).double() \
-            if bool(summed.any()) else None
-        ret = (w < 0).cpu().numpy()
-        return {
-            "client_ids": np.array([t.client_id for t in tasks], dtype=np.int64),
-            "losses": out.losses,
-            "steps": out.steps,
-            "num_samples": np.array([len(i) for i in idx], dtype=np.int64),
-            "finite": finite.cpu().numpy(),
-            "row_ids": np.array([t.client_id for t in tasks], dtype=np.int64)[ret],
-            "updates": upd[torch.from_numpy(ret).to(self.device)].cpu().numpy(),
-            "agg_sum": None if agg is None else agg.cpu().numpy(),
-            "agg_weight": float((w.double() * summed).sum()),
-            "seconds": time.perf_counter() - t0,
-        }
+        rows = upd if self.shared_index is None else upd[:, self.shared_index]
+        finite = finite_rows(rows)
+        summed = (torch.zeros(len(tasks), dtype=torch.bool, device=self.device)
+                  if req.summed is None else torch.as_tensor(req.summed, device=self.device))
+        add = summed & finite
+        psum, pweight = None, 0.0
+        if bool(add.any()):
+            # float32 weights times rows, summed as one matrix product; non-finite rows are
+            # zeroed so that they cannot poison the sum (their verdict says so)
+            w = torch.as_tensor(req.weights, dtype=torch.float32, device=self.device)
+            mat = rows if bool(add.all()) else torch.where(add[:, None], rows, 0.0)
+            psum = ((w * add) @ mat).double().cpu().numpy()
+            pweight = float((torch.as_tensor(req.weights, dtype=torch.float64) * add.cpu()).sum())
+        ret = ~summed
+        if bool(ret.all()):
+            returned = rows.cpu().numpy()
+        else:
+            returned = rows[ret].cpu().numpy() if bool(ret.any()) else None
+        meta = np.stack([ids.astype(np.float64), out.losses.astype(np.float64), out.steps,
+                         np.array([len(i) for i in idx]), finite.cpu().numpy(),
+                         ret.cpu().numpy()], axis=1).astype(np.float64)
+        # a compact answer (few objects to pickle): per-client numbers in one array
+        res: dict[str, Any] = {"meta": meta, "rows": returned, "sum": psum, "sum_weight": pweight}
+        if out.outputs:
+            res["outputs"] = {k: v.cpu().numpy() for k, v in out.outputs.items()}
+        if self.local_index is not None:
+            res["local"] = (upd[:, self.local_index] + g[self.local_index]).cpu().numpy()
+        res["seconds"] = time.perf_counter() - t0
+        return res

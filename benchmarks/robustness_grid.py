@@ -158,11 +158,11 @@ class GridWorker:
 
 def _server_seconds(events: list[dict[str, Any]]) -> float | None:
     """Mean per-round wall time not spent in client training: (last cumulative wall_time -
-    sum of train_seconds) / rounds. Includes defense, clock, bookkeeping and evaluation."""
+    sum of slowest_train_seconds) / rounds. Includes defense, clock, bookkeeping and evaluation."""
     if not events:
         return None
     wall = events[-1].get("wall_time") or 0.0
-    train = sum(e.get("train_seconds") or 0.0 for e in events)
+    train = sum(e.get("slowest_train_seconds") or 0.0 for e in events)
     return max(wall - train, 0.0) / len(events)
 
 

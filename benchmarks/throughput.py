@@ -1,16 +1,20 @@
-"""Training throughput: FedSentry vs Flower's simulation vs a fused in-process reference.
+"""Training throughput: FedSentry vs Flower's simulation vs a fused reference (the ceiling).
 
-On identical tasks (same partition, model, E, B, learning rate, clients per round) it measures
+On identical tasks (same clients, model, E, B, learning rate, clients per round) it measures
 client-updates/s and samples/s of
 
-* **fedsentry**: the full round loop (selection, placement, Ray device actors, virtual clock,
-  defense interface, verdicts);
+* **fedsentry**: the full round loop (selection, placement, Ray device actors or, for a round too
+  small to pay for a Ray call, the driver; virtual clock, defense interface, verdicts);
 * **flower**: Flower 1.41's simulation engine (Ray backend) running FedAvg with a plain PyTorch
-  client, in its fastest tried client-resource setting;
-* **fused**: the same K clients trained as one stacked loop in one process with the same trainer
-  code and no Ray, clock, defense or logging: the practical ceiling.
+  client, in its fastest tried client-resource setting; on the virtual population each Flower
+  client rebuilds its data from its id with FedSentry's own client data source;
+* **fused**: the ceiling (``benchmarks/fused.py``): the faster of one process with all threads and
+  one process per core with one thread each (plain multiprocessing), training the same clients
+  with the same trainer code and no Ray, clock, defense or logging.
 
-Start-up and the first (warm-up) rounds are excluded everywhere; evaluation is not timed.
+Tasks: digits (MLP) and mnist5k (CNN) split over 100 clients, 10 or 100 a round, and a population
+of 100,000 virtual clients on digits with 1,000 a round. Start-up and the first (warm-up) rounds
+are excluded everywhere; evaluation is not timed.
 
 Usage::
 
@@ -28,18 +32,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.fused import measure_fused  # noqa: E402
 from simulator.config import Config, build_config  # noqa: E402
 from simulator.engine import Simulation  # noqa: E402
 from simulator.models import ModelSpec  # noqa: E402
 from simulator.setup import Federation, build_federation  # noqa: E402
-from simulator.training import train_clients  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class Task:
     dataset: str
     model: str
     clients_per_round: int
+    clients: int = 100
+    partition: str = "iid"
 
 
 TASKS = (
@@ -55,16 +60,18 @@ TASKS = (
     Task("digits-mlp-k100", "digits", "mlp", 100),
     Task("mnist5k-cnn-k10", "mnist5k", "cnn", 10),
     Task("mnist5k-cnn-k100", "mnist5k", "cnn", 100),
+    Task("digits-mlp-virtual100k-k1000", "digits", "mlp", 1000, 100_000, "virtual"),
 )
-LR, EPOCHS, BATCH, CLIENTS = 0.05, 1, 10, 100
+LR, EPOCHS, BATCH = 0.05, 1, 10
 
 
 def task_config(task: Task, seed: int, num_actors: int) -> Config:
     return build_config(flat=dict(
-        dataset=task.dataset, model=task.model, num_clients=CLIENTS, partition="iid",
-        clients_per_round=task.clients_per_round, local_epochs=EPOCHS, batch_size=BATCH, lr=LR,
-        rounds=10**9, eval_every=10**9, seed=seed, backend="ray", num_actors=num_actors,
-        progress=False, plots=False, out="/tmp/fedsentry-throughput"))
+        dataset=task.dataset, model=task.model, num_clients=task.clients,
+        partition=task.partition, clients_per_round=task.clients_per_round,
+        local_epochs=EPOCHS, batch_size=BATCH, lr=LR, rounds=10**9, eval_every=10**9,
+        seed=seed, backend="ray", num_actors=num_actors, progress=False, plots=False,
+        out="/tmp/fedsentry-throughput"))
 
 
 def _rates(updates: int, samples: int, seconds: float, rounds: int) -> dict[str, Any]:
@@ -83,45 +90,20 @@ def measure_fedsentry(cfg: Config, fed: Federation, warmup: int, rounds: int,
         for r in range(warmup):
             sim.run_round(r, t0)
         samples = updates = done = 0
+        where: set[str] = set()
         start = time.perf_counter()
         while done < rounds or time.perf_counter() - start < min_seconds:
             rec = sim.run_round(warmup + done, t0)
             updates += len(rec.participants)
-            samples += int(fed.client_sizes[rec.participants].sum()) * EPOCHS
+            samples += int(fed.sizes(rec.participants).sum()) * EPOCHS
+            where.add(rec.extra["trained_in"])
             done += 1
         out = _rates(updates, samples, time.perf_counter() - start, done)
         out["actors"] = sim.executor.num_workers
+        out["trained_in"] = sorted(where)
         return out
     finally:
         sim.close()
-
-
-def measure_fused(cfg: Config, fed: Federation, warmup: int, rounds: int,
-                  min_seconds: float = 0.0) -> dict[str, Any]:
-    """The same rounds as one stacked loop in this process: no Ray, clock, defense or logs
-    (timed like :func:`measure_fedsentry`: at least ``rounds`` and ``min_seconds``)."""
-    sim_cfg = cfg.replace(backend="local")
-    sel = Simulation(sim_cfg, federation=fed)  # only for its client sampling rule
-    x, y = torch.from_numpy(fed.x_train), torch.from_numpy(fed.y_train)
-    model, layout, spec = fed.model, fed.layout, sel.spec
-    g = layout.flatten(model)
-    samples = updates = 0
-    start = 0.0
-    r = 0
-    while r < warmup + rounds or time.perf_counter() - start < min_seconds:
-        if r == warmup:
-            start = time.perf_counter()
-        chosen = sel.select(r)
-        idx = [fed.client_index[c] for c in chosen]
-        out = train_clients(model, layout, g, x, y, idx, [EPOCHS] * len(idx),
-                            list(range(len(idx))), spec, vectorize=True)
-        w = torch.from_numpy(fed.client_sizes[chosen].astype(np.float32))
-        g = g + (w / w.sum()) @ out.updates
-        if r >= warmup:
-            updates += len(chosen)
-            samples += int(fed.client_sizes[chosen].sum()) * EPOCHS
-        r += 1
-    return _rates(updates, samples, time.perf_counter() - start, r - warmup)
 
 
 def _build(spec: ModelSpec) -> torch.nn.Module:
@@ -132,7 +114,10 @@ def measure_flower(fed: Federation, task: Task, seed: int, rounds: int,
                    cpus: tuple[float, ...]) -> dict[str, Any]:
     from benchmarks.peers.flower_peer import best_flower
 
-    data = [(fed.x_train[i], fed.y_train[i]) for i in fed.client_index]
+    if task.partition == "virtual":
+        data: Any = (fed.x_train, fed.y_train, fed.clients)
+    else:
+        data = [(fed.x_train[i], fed.y_train[i]) for i in fed.client_index]
     return best_flower(data, functools.partial(_build, fed.model_spec), rounds=rounds + 1,
                        clients_per_round=task.clients_per_round, epochs=EPOCHS,
                        batch_size=BATCH, lr=LR, seed=seed, warmup_rounds=1, cpus_options=cpus)
@@ -140,13 +125,18 @@ def measure_flower(fed: Federation, task: Task, seed: int, rounds: int,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        description="Client-update throughput of FedSentry vs Flower vs a fused reference "
-                    "on identical tasks (100 clients, E=1, B=10, lr=0.05).",
+        description="Client-update throughput of FedSentry vs Flower vs the fused reference "
+                    "(the faster of one process x all threads and one process per core) on "
+                    "identical tasks (E=1, B=10, lr=0.05; 100 clients, or 100,000 virtual "
+                    "clients with 1,000 a round).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="fewer timed rounds (finishes in a few minutes on 2 cores)")
     p.add_argument("--tasks", nargs="*", default=[t.name for t in TASKS],
                    help=f"subset of tasks: {[t.name for t in TASKS]}")
+    p.add_argument("--flower-rounds-large", type=int, default=None,
+                   help="timed Flower rounds on the 1,000-a-round virtual task (default 2; "
+                        "quick: 1): a Flower round there takes tens of seconds")
     p.add_argument("--rounds", type=int, default=None,
                    help="timed rounds for FedSentry and fused (default 30; quick: 10)")
     p.add_argument("--min-seconds", type=float, default=None,
@@ -189,19 +179,22 @@ def main(argv: list[str] | None = None) -> int:
         fl = None
         if not args.no_flower:
             print(f"[{name}] flower ...", file=sys.stderr, flush=True)
-            fl = measure_flower(fed, task, args.seed, frounds, tuple(args.flower_cpus))
+            fr = frounds
+            if task.clients_per_round >= 1000:
+                fr = args.flower_rounds_large or (1 if args.quick else 2)
+            fl = measure_flower(fed, task, args.seed, fr, tuple(args.flower_cpus))
         rec = {"name": name, "fedsentry": fs, "flower": fl, "fused": fu,
                "speedup_vs_flower": fs["updates_per_s"] / fl["updates_per_s"] if fl else None,
                "fraction_of_fused": fs["updates_per_s"] / fu["updates_per_s"]}
         results.append(rec)
-    hdr = (f"{'task':<18} {'fedsentry upd/s':>15} {'flower upd/s':>13} {'fused upd/s':>12} "
+    hdr = (f"{'task':<29} {'fedsentry upd/s':>15} {'flower upd/s':>13} {'fused upd/s':>12} "
            f"{'x flower':>9} {'/ fused':>8}")
     print(hdr)
     print("-" * len(hdr))
     for r in results:
         fl = r["flower"]["updates_per_s"] if r["flower"] else float("nan")
         sp = r["speedup_vs_flower"] if r["speedup_vs_flower"] else float("nan")
-        print(f"{r['name']:<18} {r['fedsentry']['updates_per_s']:>15.1f} {fl:>13.1f} "
+        print(f"{r['name']:<29} {r['fedsentry']['updates_per_s']:>15.1f} {fl:>13.1f} "
               f"{r['fused']['updates_per_s']:>12.1f} {sp:>9.1f} {r['fraction_of_fused']:>8.2f}")
     meta = {"device": "cuda" if torch.cuda.is_available() else "cpu",
             "torch": torch.__version__, "cpus": torch.get_num_threads()}

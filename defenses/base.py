@@ -124,6 +124,22 @@ def weighted_mean(updates: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
     return ((w / total).to(updates.dtype) @ updates).to(updates.dtype)
 
 
+def finite_rows(updates: torch.Tensor) -> torch.Tensor:
+    """``[K]`` bool: which rows of a ``[K, P]`` float32 matrix hold only finite numbers.
+
+    A float32 row sum is finite when every entry is and the sum does not overflow; the rows
+    whose float32 sum is not finite (a NaN/Inf, or finite values too large to add up) are
+    checked entry by entry, so one cheap reduction decides the usual case exactly. The one test
+    of row health: the actors use it before adding rows into a partial sum,
+    :func:`screen_malformed` before a defense sees them.
+    """
+    ok = torch.isfinite(updates.sum(dim=1))
+    if not bool(ok.all()):
+        bad = torch.nonzero(~ok).flatten()
+        ok[bad] = torch.isfinite(updates[bad]).all(dim=1)
+    return ok
+
+
 def screen_malformed(batch: UpdateBatch, size: int) -> tuple[np.ndarray, list[Verdict]]:
     """Rows that may be aggregated, and rejection verdicts for the others.
 
@@ -133,8 +149,7 @@ def screen_malformed(batch: UpdateBatch, size: int) -> tuple[np.ndarray, list[Ve
     if batch.updates.dim() != 2 or batch.updates.shape[1] != size:
         return np.zeros(0, np.int64), [Verdict(int(c), False, 0.0, float("nan"), "bad-shape")
                                        for c in batch.client_ids]
-    # a float64 row sum is finite iff every float32 entry is (no float32 sum can overflow it)
-    finite = np.isfinite(batch.updates.numpy().sum(axis=1, dtype=np.float64))
+    finite = finite_rows(batch.updates).numpy()
     bad = [Verdict(int(c), False, 0.0, float("nan"), "non-finite")
            for c, ok in zip(batch.client_ids, finite, strict=True) if not ok]
     return np.flatnonzero(finite), bad

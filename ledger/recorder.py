@@ -74,6 +74,9 @@ GAS = {"register": 100_000, "submit": 150_000, "finalize": 250_000}
 
 
 class LedgerRecorder(RecorderStart):
+    #: the ledger stores every update row: the actors must not pre-aggregate them
+    needs_rows = True
+
     """Round callback that records a run on FLChain; see the module docstring.
 
     Its state and :meth:`start` (fresh or resumed) come from
@@ -90,7 +93,7 @@ class LedgerRecorder(RecorderStart):
     def _record(self, sim: Simulation, record: RoundRecord) -> None:
         if self.chain is None:
             self.start(sim)
-        rnd, batch = record.round, sim.round_batch
+        rnd, batch = record.round, record.rows
         if batch is None:
             raise LedgerRoundError("the ledger needs the round's update rows (fast path is on)")
         gblob = model_blob(sim.global_flat)

@@ -4,7 +4,7 @@ The edge committee (while a run records) and the audit (afterwards) both rebuild
 server side from its saved config: the same federation (server public/root set, test set), the
 same defense with its state (Siren credits, Sageflow's gamma schedule, centered clipping's
 momentum) and the same algorithm, and feed it the recorded update batches round after round. The
-aggregation is the engine's own code (:meth:`simulator.engine.Simulation._defend` and the
+aggregation is the engine's own code (:meth:`simulator.engine.Simulation.aggregate` and the
 algorithm's ``server_update``), so on the same platform and torch version the result is
 bit-identical to the run's global model. Across platforms float reductions may differ in the last
 bits; the audit then compares within :data:`TOLERANCE` and says so.
@@ -64,8 +64,8 @@ class Replayer:
         s = self.sim
         s.history = dict(history)
         s.global_flat = history[rnd]
-        delta, verdicts = s._defend(rnd, batch)  # noqa: SLF001 - the engine's own aggregation
-        new = s.algorithm.server_update(history[rnd], delta, s.algo_state)
+        delta, verdicts = s.aggregate(rnd, batch)
+        new = s.server_step(rnd, delta, verdicts, batch.client_ids, {})
         s.global_flat = new
         return new, verdicts
 

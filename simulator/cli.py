@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     flat = {k: v for k, v in vars(args).items()
             if k not in ("config", "print_config", "verbose", "config_markdown")
             and v is not None}
-    for k in ("defense_params", "attack_params"):
+    for k in ("defense_params", "attack_params", "algorithm_params"):
         if k in flat:
             flat[k] = dict(flat[k])
     from ledger.recorder import LedgerError, LedgerRoundError

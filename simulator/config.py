@@ -56,6 +56,8 @@ class ExperimentConfig:
     rounds: int = _f(40, "number of federated rounds")
     clients_per_round: int = _f(10, "clients selected each round (among available devices)")
     eval_every: int = _f(1, "evaluate the global model every N rounds (and after the last)")
+    eval_clients: int = _f(100, "per-client evaluation (--client-test-fraction > 0): clients "
+                                "in the fixed seeded sample evaluated each time")
 
     def __post_init__(self) -> None:
         _positive("experiment", self, ("rounds", "clients_per_round", "eval_every"))
@@ -65,7 +67,23 @@ class ExperimentConfig:
 
 DATASET_NAMES = ("digits", "mnist5k", "synthetic", "mnist1d", "mnist_idx", "cifar10",
                  "femnist_leaf")
-PARTITION_NAMES = ("iid", "dirichlet", "shards", "quantity", "natural")
+PARTITION_NAMES = ("iid", "dirichlet", "shards", "quantity", "natural", "virtual")
+
+
+def parse_size(text: str | int | float) -> int:
+    """Bytes of a size such as ``"64MB"``, ``"1.5GB"``, ``"512KiB"`` or a plain number of bytes
+    (decimal units are powers of 1000, ``KiB/MiB/GiB`` powers of 1024)."""
+    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        value, unit = float(text), ""
+    else:
+        s = str(text).strip().upper().replace(" ", "")
+        num = s.rstrip("KMGTIB")
+        value, unit = (float(num) if num else float("nan")), s[len(num):]
+    if unit not in units or not math.isfinite(value) or value < 0:
+        raise ValueError(f"not a size: {text!r} (examples: 64MB, 1.5GB, 512KiB)")
+    return int(value * units[unit])
 
 
 @dataclass(frozen=True)
@@ -73,10 +91,26 @@ class DataConfig:
     dataset: str = _f("digits", "dataset name", DATASET_NAMES)
     data_path: str | None = _f(None, "directory of an on-disk dataset (mnist_idx, cifar10, "
                                      "femnist_leaf)")
-    num_clients: int = _f(20, "number of clients the training set is split into")
-    partition: str = _f("dirichlet", "how data is split over clients", PARTITION_NAMES)
-    dirichlet_alpha: float = _f(0.5, "Dirichlet concentration for 'dirichlet' and 'quantity' "
-                                     "skew (smaller = more skewed)")
+    num_clients: int = _f(20, "clients (devices) in the population; above the training set's "
+                              "size use --partition virtual")
+    partition: str = _f("dirichlet", "each client's local data: a real split of the training "
+                                     "set (iid, dirichlet, shards, quantity), natural clients "
+                                     "(LEAF writers; FedProx synthetic devices generated on "
+                                     "demand), or 'virtual' (a seeded draw from the training "
+                                     "set made when the client is selected: label mix "
+                                     "Dirichlet(dirichlet_alpha), log-normal size)",
+                        PARTITION_NAMES)
+    dirichlet_alpha: float = _f(0.5, "Dirichlet concentration for 'dirichlet', 'quantity' and "
+                                     "'virtual' label/size skew (smaller = more skewed)")
+    virtual_size_median: float = _f(32.0, "virtual clients: median local training-set size")
+    virtual_size_sigma: float = _f(0.6, "virtual clients: log-normal sigma of the size")
+    virtual_size_min: int = _f(4, "virtual clients: smallest local training set")
+    virtual_size_max: int = _f(512, "virtual clients: largest local training set")
+    client_test_fraction: float = _f(0.0, "per-client local test split (partition: held out of "
+                                          "each client's rows; virtual: drawn from the test "
+                                          "set with the client's label mix); the summary "
+                                          "reports mean, std and worst-10%% client accuracy. "
+                                          "0 disables")
     classes_per_client: int = _f(2, "classes per client for the pathological 'shards' split")
     public_fraction: float = _f(0.0, "fraction of the training set carved out first as the "
                                      "server-held public/root set (Sageflow, Siren, FLTrust)")
@@ -88,7 +122,15 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _check_choice("data", self)
-        _positive("data", self, ("num_clients", "dirichlet_alpha", "classes_per_client"))
+        _positive("data", self, ("num_clients", "dirichlet_alpha", "classes_per_client",
+                                 "virtual_size_median", "virtual_size_min"))
+        _positive("data", self, ("virtual_size_sigma",), strict=False)
+        if self.virtual_size_max < self.virtual_size_min:
+            raise ConfigError(f"data.virtual_size_max: must be >= virtual_size_min "
+                              f"({self.virtual_size_min}), got {self.virtual_size_max!r}")
+        if not 0.0 <= self.client_test_fraction < 1.0:
+            raise ConfigError(f"data.client_test_fraction: must be in [0, 1), got "
+                              f"{self.client_test_fraction!r}")
         _positive("data", self, ("feature_shift", "synthetic_alpha", "synthetic_beta"),
                   strict=False)
         for n in ("public_fraction", "test_fraction"):
@@ -151,30 +193,34 @@ class ClockConfig:
         _positive("clock", self, ("first_k", "max_staleness"), strict=False)
 
 
-ALGORITHM_NAMES = ("fedavg", "fedprox")
-
-
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    algorithm: str = _f("fedavg", "federated algorithm", ALGORITHM_NAMES)
+    algorithm: str = _f("fedavg", "federated algorithm (one file each in "
+                                  "simulator/algorithms/: fedavg, fedprox, feddyn, scaffold)")
+    algorithm_params: dict[str, Any] = _f({}, "algorithm parameters, KEY=VALUE (repeatable), "
+                                             "e.g. mu=0.01 (fedprox), alpha=0.01 (feddyn)")
     lr: float = _f(0.1, "client SGD learning rate")
+    momentum: float = _f(0.0, "client SGD momentum (buffer reset every round)")
     local_epochs: int = _f(5, "local epochs E")
     batch_size: int = _f(10, "local mini-batch size B")
     weight_decay: float = _f(0.0, "client L2 weight decay")
     server_lr: float = _f(1.0, "server step on the aggregated update (1 = plain averaging)")
-    mu: float = _f(0.0, "FedProx proximal coefficient mu")
     straggler_fraction: float = _f(0.0, "fraction of selected clients that do partial work: "
                                         "epochs ~ U{1..E} (FedProx paper, Sec. 5.2)")
     drop_stragglers: bool = _f(False, "drop the partial-work clients instead of aggregating "
                                       "them (the FedAvg baseline of the FedProx paper)")
 
     def __post_init__(self) -> None:
-        _check_choice("algorithm", self)
         _positive("algorithm", self, ("lr", "local_epochs", "batch_size", "server_lr"))
-        _positive("algorithm", self, ("weight_decay", "mu"), strict=False)
+        _positive("algorithm", self, ("weight_decay",), strict=False)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError(f"algorithm.momentum: must be in [0, 1), got {self.momentum!r}")
         if not 0.0 <= self.straggler_fraction <= 1.0:
             raise ConfigError("algorithm.straggler_fraction: must be in [0, 1], got "
                               f"{self.straggler_fraction!r}")
+        from simulator.algorithms import make_algorithm
+
+        make_algorithm(self)  # unknown names and parameters fail here, listing the valid ones
 
 
 @dataclass(frozen=True)
@@ -213,8 +259,9 @@ class ExecutionConfig:
     backend: str = _f("ray", "where clients train: 'ray' actor pool, or 'local' in-process",
                       ("ray", "local"))
     num_actors: int = _f(0, "device actors in the pool (0 = one per CPU, or per GPU slot)")
-    gpus_per_actor: float = _f(0.0, "GPU share per actor (fractional; 0 = CPU, or auto "
-                                    "0.25 when the cluster has GPUs)")
+    gpus_per_actor: float | None = _f(None, "GPU share per actor (fractional); 0 forces CPU "
+                                           "actors; unset: 0.25 when the cluster has GPUs, "
+                                           "else CPU")
     ray_address: str | None = _f(None, "join an existing Ray cluster at this address "
                                        "(default: start a local one)")
     placement: str = _f("greedy", "how tasks are placed on actors", ("greedy", "round_robin"))
@@ -224,11 +271,28 @@ class ExecutionConfig:
                                "(False: one client at a time)")
     preaggregate: bool = _f(True, "for linear rules (fedavg) sum updates on the actors and "
                                   "ship one partial sum per actor instead of every row")
+    inline: str = _f("auto", "train a round in the driver process instead of on the actors: "
+                             "'auto' when its training is below --inline-mflop (too small to "
+                             "pay for a Ray call), 'always', or 'never'",
+                     ("auto", "always", "never"))
+    inline_mflop: float = _f(60.0, "auto inline: rounds of less training compute than this "
+                                   "(MFLOP, forward + backward) run in the driver")
+    state_memory: str = _f("2GB", "memory budget of the client-state store (per-client tensors "
+                                  "of FedDyn, SCAFFOLD, Siren, ...); beyond it rows spill to "
+                                  "OUT/state/spill on disk, e.g. 64MB, 1.5GB")
 
     def __post_init__(self) -> None:
         _check_choice("execution", self)
-        _positive("execution", self, ("num_actors", "gpus_per_actor", "min_actor_mflop"),
-                  strict=False)
+        _positive("execution", self, ("num_actors", "gpus_per_actor", "min_actor_mflop",
+                                      "inline_mflop"), strict=False)
+        try:
+            parse_size(self.state_memory)
+        except ValueError as e:
+            raise ConfigError(f"execution.state_memory: {e}") from None
+
+    @property
+    def state_memory_bytes(self) -> int:
+        return parse_size(self.state_memory)
 
 
 @dataclass(frozen=True)

@@ -117,11 +117,24 @@ class Population:
                      for f in FIELDS))
 
     def phases(self, *, seed: int, period_s: float = 3600.0) -> np.ndarray:
-        """Per-device phase in ``[0, period_s)``: a hash of ``(seed, device_id)`` only."""
-        _check_seed(seed)
-        _check_number("period_s", period_s)
+        """Per-device phase in ``[0, period_s)``: a hash of ``(seed, device_id)`` only.
+
+        Computed once per ``(seed, period_s)`` and kept (read-only), so rounds do not rehash
+        the population."""
+        cache = self.__dict__.setdefault("_phase_cache", {})
+        key = (seed, period_s)
+        if key not in cache:
+            _check_seed(seed)
+            _check_number("period_s", period_s)
+            cache.clear()
+            cache[key] = self._phases_of(np.arange(len(self), dtype=np.uint64), seed, period_s)
+            cache[key].flags.writeable = False
+        return cache[key]
+
+    @staticmethod
+    def _phases_of(ids: np.ndarray, seed: int, period_s: float) -> np.ndarray:
         key = _mix64(np.array([seed], dtype=np.uint64))
-        h = _mix64(np.arange(len(self), dtype=np.uint64) ^ key)
+        h = _mix64(np.asarray(ids, dtype=np.uint64) ^ key)
         return (h >> np.uint64(11)).astype(np.float64) * (2.0 ** -53) * period_s
 
     def available(self, t: float, *, seed: int, period_s: float = 3600.0) -> np.ndarray:
@@ -137,6 +150,19 @@ class Population:
             raise ValueError(f"t must be finite, got {t!r}")
         offset = np.mod(t - self.phases(seed=seed, period_s=period_s), period_s)
         return (self.availability >= 1.0) | (offset < self.availability * period_s)
+
+    def available_ids(self, t: float, ids: np.ndarray, *, seed: int,
+                      period_s: float = 3600.0) -> np.ndarray:
+        """:meth:`available` for the devices ``ids`` only: O(len(ids)), same answer."""
+        ids = np.asarray(ids, dtype=np.int64)
+        avail = self.availability[ids]
+        phase = self._phases_of(ids.astype(np.uint64), seed, period_s)
+        offset = np.mod(t - phase, period_s)
+        return (avail >= 1.0) | (offset < avail * period_s)
+
+    def prefix(self, n: int) -> Population:
+        """The first ``n`` devices (a trace longer than the population)."""
+        return Population(*(getattr(self, f)[:n] for f in FIELDS))
 
 
 def _check_number(name: str, value: float, *, strict: bool = True, high: float = math.inf) -> None:

@@ -1,38 +1,42 @@
 """The round loop (DESIGN.md, "One round, as data flows").
 
-select -> clock -> place -> train -> report -> defend/aggregate -> evaluate -> callbacks.
-The clock runs before training: an update's arrival time depends only on its device profile and
-task size, so the round policy decides up front which updates arrive now, which are carried to a
-later round and which are dropped; dropped clients are not trained. For a linear rule (FedAvg) the
-actors return one partial sum each instead of every row (``execution.preaggregate``).
+A round reads as plan -> train -> collect -> aggregate -> record:
+
+1. **plan** (:mod:`simulator.plan`): clients, malicious ones, local work, arrival times on the
+   virtual clock and the round policy's decision, aggregation weights of a linear rule;
+2. **train** and 3. **collect** (:mod:`simulator.collect`): actors (or the driver, for a round too
+   small to pay for a Ray call) run the algorithm's client step; new client state goes to the
+   store, rows and named extras come back, a model attack rewrites the malicious rows;
+4. **aggregate**: one screening of malformed rows, the defense's aggregate and verdicts (or the
+   actors' partial sums of a linear rule), then the algorithm's server update;
+5. **record**: evaluation and the round record; side effects (ledger, checkpoints, logs) hang on
+   the callbacks that :meth:`Simulation.run` calls.
 
 :class:`Simulation` owns no global state: everything a round needs is derived from the config, the
-round index and the state objects it carries (global model, virtual clock, in-flight updates,
-algorithm and defense state), which is exactly what a checkpoint stores.
+round index and the state it carries (global model, virtual clock, in-flight updates, server and
+defense state, the client-state store), which is exactly what a checkpoint stores.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from actors.trainer import TrainTask
-from attacks import make_attack
 from defenses import DefenseContext, UpdateBatch, Verdict, make_defense, screen_malformed
 from defenses.siren_client import CLIENT_SIDE
 from simulator.adversary import Adversary, detection
-from simulator.algorithms import make_algorithm
-from simulator.clock import Arrival, VirtualClock, compute_seconds, make_policy, transfer_seconds
+from simulator.algorithms import ServerRound, make_algorithm
+from simulator.clock import VirtualClock, make_policy
+from simulator.collect import Collected, collect, combine_linear, make_batch, train
 from simulator.config import Config
-from simulator.evaluation import ServerEval
-from simulator.placement import place
+from simulator.evaluation import ClientEval, ServerEval
+from simulator.plan import RoundPlan, make_plan
 from simulator.rounds import (  # noqa: F401 (re-exported for callers of the engine)
     _ATTACK,
     _CLIENT,
@@ -44,14 +48,28 @@ from simulator.rounds import (  # noqa: F401 (re-exported for callers of the eng
     RoundCallback,
     RoundRecord,
     client_seeds,
-    combine_linear,
-    make_batch,
     save_checkpoint,
     stream,
 )
 from simulator.setup import Federation, build_federation, make_executor
+from simulator.space import ParamSpace
+from simulator.state import ClientStore
+from simulator.training import LocalSpec
 
 log = logging.getLogger("fedsentry")
+
+
+def round_policy(cfg: Config) -> Any:
+    """The configured round policy with its parameters."""
+    c = cfg.clock
+    params: dict[str, Any] = {}
+    if c.round_policy in ("deadline", "deadline_carryover"):
+        params["deadline_s"] = c.deadline_s
+    if c.round_policy == "deadline_carryover":
+        params["max_staleness"] = c.max_staleness
+    if c.round_policy == "first_k":
+        params["k"] = c.first_k or max(1, int(0.8 * cfg.experiment.clients_per_round))
+    return make_policy(c.round_policy, **params)
 
 
 class Simulation:
@@ -60,7 +78,7 @@ class Simulation:
     Parameters
     ----------
     cfg : the resolved configuration.
-    callbacks : round callbacks, called after aggregation and evaluation.
+    callbacks : round callbacks (see :class:`simulator.rounds.RoundCallback`).
     federation : prebuilt data/devices/model (tests share one); built from ``cfg`` otherwise.
     executor : where training runs; built from ``cfg.execution`` otherwise.
     """
@@ -70,191 +88,193 @@ class Simulation:
         self.cfg = cfg
         self.callbacks = list(callbacks)
         # cheap validation first: names and parameters fail before data loads or Ray starts
+        from attacks import make_attack
+
         self.attack = make_attack(cfg.attack.attack, **cfg.attack.attack_params)
         self.algorithm = make_algorithm(cfg.algorithm)
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
-        c = cfg.clock
-        params: dict[str, Any] = {}
-        if c.round_policy in ("deadline", "deadline_carryover"):
-            params["deadline_s"] = c.deadline_s
-        if c.round_policy == "deadline_carryover":
-            params["max_staleness"] = c.max_staleness
-        if c.round_policy == "first_k":
-            params["k"] = c.first_k or max(1, int(0.8 * cfg.experiment.clients_per_round))
-        self.policy = make_policy(c.round_policy, **params)
+        self.policy = round_policy(cfg)
         self.fed = federation or build_federation(cfg)
+        self.space = ParamSpace.of(self.fed.layout, self.algorithm)
+        spill = Path(cfg.output.out) / "state" / "spill"
+        self.store = ClientStore(cfg.execution.state_memory_bytes, spill)
+        for table, shape in self.algorithm.client_state.items():
+            n = self.fed.layout.num_params if shape == "params" else self.fed.layout.size
+            self.store.declare(table, (n,))
+        if self.space.local is not None:
+            self.store.declare("local", (len(self.space.local),))
         side = CLIENT_SIDE.get(cfg.defense.defense)
         self.client_side = side() if side is not None else None
+        train_clients = self.fed.clients
         if self.client_side is not None:  # holdouts leave training before the actors get data
-            train = self.client_side.split(self.fed.client_index, cfg.experiment.seed)
-            self.fed = dataclasses.replace(
-                self.fed, client_index=train,
-                client_sizes=np.array([len(i) for i in train], np.int64))
+            train_clients = self.client_side.attach(self)
+        self.train_clients = train_clients
         self._own_executor = executor is None
-        self.executor = executor or make_executor(cfg, self.fed)
-        self.spec = self.algorithm.local_spec()
+        self.executor = executor or make_executor(cfg, self.fed, train_clients)
+        self._driver: Any = None
+        self.spec = self._local_spec()
         self.server = ServerEval(self.fed, cfg.experiment.seed, cfg.algorithm.local_epochs,
                                  self.spec)  # the clean spec: built before any data attack
+        self.client_eval = ClientEval.of(cfg, self.fed, self.space, self.store)
         self.adversary = Adversary(self.attack, cfg.attack, self.fed.num_clients,
                                    cfg.experiment.seed)
         if self.adversary.is_data_attack:
+            import dataclasses
+
             self.spec = dataclasses.replace(self.spec, data_attack=self.adversary.data_attack,
                                             num_classes=self.fed.dataset.num_classes)
+        self._configured: set[int] = set()
         self.global_flat = self.fed.layout.flatten(self.fed.model).clone()
-        self.algo_state = self.algorithm.init_state(self.global_flat)
+        self.server_state = self.algorithm.init_server(self.global_flat,
+                                                       self.fed.layout.num_params)
         self.clock = VirtualClock()
         self.in_flight: list[InFlight] = []
         self.history: dict[int, torch.Tensor] = {}  # round -> global model it started from
         self.next_round = 0
-        self.model_bytes = 4 * self.fed.layout.size
+        self.model_bytes = 4 * self.space.size
         self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
         self.wall_offset = 0.0
-        #: the rows aggregated in the last round (``None`` on the pre-aggregated fast path);
-        #: round callbacks such as the ledger read it
-        self.round_batch: UpdateBatch | None = None
+        self._where = ""
 
-    # -- one round -------------------------------------------------------------------------
-    def select(self, rnd: int) -> np.ndarray:
-        """Sample clients among the devices online now and not busy with an earlier update.
+    def _local_spec(self) -> LocalSpec:
+        opt = self.algorithm.optimizer()
+        return LocalSpec(opt.lr, self.cfg.algorithm.batch_size, opt.weight_decay,
+                         self.algorithm, momentum=opt.momentum)
 
-        When nobody is online the clock first moves to the moment the next device comes online.
-        """
-        seed, pop = self.cfg.experiment.seed, self.fed.population
-        online = pop.available(self.clock.now, seed=seed)
-        if not online.any():
-            wait = np.mod(pop.phases(seed=seed) - self.clock.now, AVAILABILITY_PERIOD_S)
-            self.clock.advance_to(self.clock.now + float(wait.min()) + 1e-6)
-            online = pop.available(self.clock.now, seed=seed)
-        busy = np.array([f.arrival.client_id for f in self.in_flight], dtype=np.int64)
-        online[busy] = False
-        candidates = np.flatnonzero(online)
-        m = min(self.cfg.experiment.clients_per_round, len(candidates))
-        if m == 0:
-            return np.zeros(0, np.int64)
-        return np.sort(stream(seed, rnd, _SELECT).choice(candidates, m, replace=False))
+    # -- helpers the round steps use ---------------------------------------------------------
+    def hooks(self, method: str) -> list[Any]:
+        """The client side and the callbacks that define ``method``."""
+        every = ([self.client_side] if self.client_side is not None else []) + self.callbacks
+        return [h for h in every if hasattr(h, method)]
 
+    def linear_round(self) -> bool:
+        """Whether the actors may pre-aggregate the fresh rows (a linear rule whose rows neither
+        a model attack nor a hook needs)."""
+        return (self.defense.linear and self.cfg.execution.preaggregate
+                and not self.adversary.is_model_attack
+                and not any(getattr(h, "needs_rows", False) for h in self.hooks("on_round_end")))
+
+    @property
+    def global_flat_shared(self) -> torch.Tensor:
+        """The global model restricted to the shared entries (what rows are relative to)."""
+        return self.space.shared_of(self.global_flat)
+
+    def executor_for(self, plan: RoundPlan) -> tuple[Any, str]:
+        """The driver's own trainer for a round too small to pay for a Ray call, else the
+        configured executor; configures it with the round-invariant settings once."""
+        ex = self.cfg.execution
+        flops = sum(t.num_samples * t.epochs for t in plan.tasks) * self.flops_per_sample
+        inline = ex.backend == "ray" and (
+            ex.inline == "always" or (ex.inline == "auto" and flops < ex.inline_mflop * 1e6))
+        if inline and self._driver is None:
+            from actors.pool import LocalExecutor
+
+            self._driver = LocalExecutor(self.fed.model_spec, self.fed.x_train,
+                                         self.fed.y_train, self.train_clients,
+                                         self.fed.transform)
+        target, where = (self._driver, "driver") if inline else (self.executor, "actors")
+        if where != self._where:
+            log.info("round %d trains in the %s (%.1f MFLOP; --inline %s, threshold %g MFLOP)",
+                     plan.round, where, flops / 1e6, ex.inline, ex.inline_mflop)
+            self._where = where
+        if id(target) not in self._configured:
+            target.configure(self.spec, ex.vectorize, self.space.shared, self.space.local)
+            self._configured.add(id(target))
+        return target, where
+
+    # -- one round -----------------------------------------------------------------------------
     def run_round(self, rnd: int, wall_start: float) -> RoundRecord:
-        cfg, seed = self.cfg, self.cfg.experiment.seed
+        """plan -> train -> collect -> aggregate -> record."""
         self.history[rnd] = self.global_flat
-        for old in [r for r in self.history if r < rnd - cfg.clock.max_staleness]:
+        for old in [r for r in self.history if r < rnd - self.cfg.clock.max_staleness]:
             del self.history[old]
-        selected = self.select(rnd)
-        mal = self.adversary.malicious(selected, stream(seed, rnd, _ATTACK))
-        epochs = self.algorithm.client_epochs(len(selected), stream(seed, rnd, _EPOCHS))
-        sizes = self.fed.client_sizes[selected]
-        start = self.clock.now
-        # clock first: arrival times depend on device profiles and task sizes, not on results
-        new = self._arrivals(rnd, selected, epochs, sizes, start)
-        outcome = self.policy.close_round(rnd, start, new, [f.arrival for f in self.in_flight])
-        now_ids = {a.client_id for a in outcome.arrived if a.base_round == rnd}
-        hold_ids = {a.client_id for a in outcome.pending if a.base_round == rnd}
-        verdicts: list[Verdict] = []
-        if not self.algorithm.keep_partial_work():
-            partial = {int(c) for c, e in zip(selected, epochs, strict=True)
-                       if e < cfg.algorithm.local_epochs}
-            verdicts += [Verdict(c, False, 0.0, float("nan"), "partial-work")
-                         for c in sorted(partial & (now_ids | hold_ids))]
-            now_ids -= partial
-            hold_ids -= partial
-        # a model attack needs the rows; so do non-linear rules and the ledger (it stores them)
-        fast = (self.defense.linear and cfg.execution.preaggregate
-                and not self.adversary.is_model_attack and not cfg.ledger.enabled)
-        weights = self.defense.row_weights(sizes) if fast else np.full(len(sizes), -1.0)
-        alarms: dict[int, bool] = {}
-        starts = None
-        if self.client_side is not None:
-            alarms = self.client_side.alarms(selected, mal, self.global_flat,
-                                             self.server.holdout_accuracy)
-            starts = self.client_side.start_models(alarms, mal) or None
-        seeds = client_seeds(seed, rnd, selected)
-        poison = self.adversary.is_data_attack
-        tasks = [TrainTask(int(c), int(e), int(sd), int(n), float(w) if c in now_ids else -1.0,
-                           poison and int(c) in mal)
-                 for c, e, sd, n, w in zip(selected, epochs, seeds, sizes, weights, strict=True)
-                 if c in now_ids or c in hold_ids]
-        groups = place(tasks, self.executor.num_workers, cfg.execution.placement,
-                       cfg.execution.min_actor_mflop * 1e6 / self.flops_per_sample)
-        res = self.executor.run(groups, self.global_flat.numpy(), self.spec,
-                                cfg.execution.vectorize, starts)
-        info = {int(c): (int(n), float(lo), bool(ok)) for c, n, lo, ok in zip(
-            res["client_ids"], res["num_samples"], res["losses"], res["finite"], strict=True)}
-        returned = {int(c): InFlight(new[int(np.searchsorted(selected, c))], row,
-                                     info[int(c)][0], info[int(c)][1], int(c) in mal,
-                                     alarms.get(int(c), False))
-                    for c, row in zip(res["row_ids"], res["updates"]
-                                      if res["updates"] is not None else [], strict=True)}
-        if self.client_side is not None:
-            for c, f in returned.items():
-                if c not in mal:
-                    self.client_side.remember(c, self.global_flat.numpy() + f.row)
-        self.adversary.rewrite(rnd, self.global_flat, returned, mal,
-                               stream(seed, rnd, _ATTACK + 100))
-        arrived_keys = {(a.client_id, a.base_round) for a in outcome.arrived}
-        carried = [f for f in self.in_flight
-                   if (f.arrival.client_id, f.arrival.base_round) in arrived_keys]
-        pending_keys = {(a.client_id, a.base_round) for a in outcome.pending}
-        self.in_flight = ([f for f in self.in_flight
-                           if (f.arrival.client_id, f.arrival.base_round) in pending_keys]
-                          + [returned[c] for c in sorted(hold_ids)])
-        losses = [lo for lo in [f.loss for f in carried] + [info[c][1] for c in sorted(now_ids)]
-                  if np.isfinite(lo)]
-        self.round_batch = None
-        if fast:
-            delta, vs = combine_linear(self.defense, res, now_ids, info, carried,
-                                       self.fed.layout.size)
-        else:
-            arrived = [returned[c] for c in sorted(now_ids)] + carried
-            self.round_batch = make_batch(arrived, self.fed.layout.size)
-            delta, vs = self._defend(rnd, self.round_batch)
-        verdicts += vs
-        arrived_ids = now_ids | {f.arrival.client_id for f in carried}
-        mal_arrived = (now_ids & mal) | {f.arrival.client_id for f in carried if f.malicious}
-        self.global_flat = self.algorithm.server_update(self.global_flat, delta,
-                                                        self.algo_state)
-        self.clock.advance_to(max(outcome.round_end, start))
+        plan = make_plan(self, rnd)
+        res, where = train(self, plan)
+        col = collect(self, plan, res, where)
+        batch, verdicts, delta = self.aggregate_round(plan, col)
+        carried = {f.arrival.client_id: f.extras for f in col.carried}
+        self.global_flat = self.server_step(rnd, delta, verdicts, [*plan.now, *carried],
+                                            carried | col.extras)
+        self.clock.advance_to(max(plan.outcome.round_end, plan.start))
+        return self._record(plan, col, batch, verdicts, wall_start)
+
+    def aggregate_round(self, plan: RoundPlan, col: Collected
+                        ) -> tuple[UpdateBatch | None, list[Verdict], torch.Tensor]:
+        """The defended aggregate (shared entries) and every client's verdict."""
+        size = self.space.size
+        if plan.linear:
+            cb = make_batch(col.carried, size)
+            ok, bad = screen_malformed(cb, size)
+            delta, vs = combine_linear(self.defense, plan, col, ok, cb, size)
+            return None, plan.verdicts + vs + bad, delta
+        batch = make_batch(col.fresh + col.carried, size)
+        delta, vs = self.aggregate(plan.round, batch)
+        return batch, plan.verdicts + vs, delta
+
+    def aggregate(self, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
+        """Screen malformed rows once, then let the defense aggregate the rest (the ledger's
+        committee and audit replay rounds through this same method)."""
+        ok, bad = screen_malformed(batch, self.space.size)
+        result = self.defense(batch.subset(ok), self._context(rnd))
+        return result.delta, bad + list(result.verdicts)
+
+    def _context(self, rnd: int) -> DefenseContext:
+        pub = self.fed.public_x is not None
+        sp = self.space
+        return DefenseContext(
+            rnd, self.global_flat_shared, self.fed.public_x, self.fed.public_y,
+            lambda flat: self.server.test(sp.full_of(flat, self.global_flat)),
+            stream(self.cfg.experiment.seed, rnd, _DEFENSE),
+            (lambda m: self.server.score_models(sp.full_rows(m, self.global_flat))) if pub
+            else None,
+            lambda r: sp.shared_of(self._base_model(r)),
+            (lambda: sp.shared_of(self.server.server_update(rnd, self.global_flat))) if pub
+            else None)
+
+    def server_step(self, rnd: int, delta: torch.Tensor, verdicts: list[Verdict],
+                    arrived: Sequence[int], extras_of: dict[int, dict[str, np.ndarray]]
+                    ) -> torch.Tensor:
+        """The algorithm's server update from the defended aggregate (shared entries), the
+        verdicts of the ``arrived`` clients and their extras; returns the next global model."""
+        v = {x.client_id: x for x in verdicts}
+        ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
+        keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
+        extras = {k: torch.from_numpy(np.stack([extras_of[c][k] for c in ids.tolist()]))
+                  for k in keys} if len(ids) else {}
+        return self.algorithm.server_update(ServerRound(
+            rnd, self.global_flat, self.space.full_delta(delta), ids,
+            np.array([v[c].kept for c in ids.tolist()], bool),
+            np.array([v[c].weight for c in ids.tolist()], np.float64), extras,
+            self.server_state, self.fed.num_clients))
+
+    def _record(self, plan: RoundPlan, col: Collected, batch: UpdateBatch | None,
+                verdicts: list[Verdict], wall_start: float) -> RoundRecord:
+        cfg, rnd = self.cfg, plan.round
+        arrived = plan.now | {f.arrival.client_id for f in col.carried}
+        mal_arrived = ((plan.now & plan.malicious)
+                       | {f.arrival.client_id for f in col.carried if f.malicious})
         acc = loss = asr = None
+        extra: dict[str, Any] = {}
         if (rnd + 1) % cfg.experiment.eval_every == 0 or rnd == cfg.experiment.rounds - 1:
-            acc, loss = self._evaluate(self.global_flat)
+            acc, loss = self.server.test(self.global_flat)
             asr = self.server.attack_success_rate(self.global_flat, self.adversary.trigger)
+            extra.update(self.client_eval.evaluate(self.global_flat))
+        rejected = [v.client_id for v in verdicts if not v.kept]
         return RoundRecord(
             round=rnd, virtual_time=self.clock.now,
             wall_time=self.wall_offset + time.perf_counter() - wall_start,
-            selected=[int(c) for c in selected],
+            selected=plan.selected.tolist(),
             participants=[v.client_id for v in verdicts if v.kept],
-            dropped=[a.client_id for a in outcome.dropped],
-            stale=[f.arrival.client_id for f in carried],
-            rejected=[v.client_id for v in verdicts if not v.kept],
+            dropped=[a.client_id for a in plan.outcome.dropped],
+            stale=[f.arrival.client_id for f in col.carried], rejected=rejected,
             verdicts=[v.to_dict() for v in verdicts],
-            train_loss=float(np.mean(losses)) if losses else None, accuracy=acc, loss=loss,
-            extra={"train_seconds": float(res["seconds"]), "malicious": sorted(mal),
-                   "attack_success_rate": asr,
-                   "alarms": sorted(c for c, a in alarms.items() if a),
-                   "detection": detection(arrived_ids, mal_arrived,
-                                          [v.client_id for v in verdicts if not v.kept])})
-
-    def _arrivals(self, rnd: int, selected: np.ndarray, epochs: np.ndarray, sizes: np.ndarray,
-                  start: float) -> list[Arrival]:
-        """When each selected client's update reaches the server (compute + transfer)."""
-        pop, c = self.fed.population, self.cfg.clock
-        dur = (compute_seconds(sizes, epochs, pop.compute_ms_per_sample[selected],
-                               c.compute_factor)
-               + transfer_seconds(self.model_bytes, pop.up_kbps[selected],
-                                  pop.down_kbps[selected], pop.latency_ms[selected]))
-        dur = np.atleast_1d(np.asarray(dur, dtype=np.float64))
-        return [Arrival(int(k), rnd, start + float(d)) for k, d in zip(selected, dur,
-                                                                       strict=True)]
-
-    def _defend(self, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
-        """Screen malformed rows, then let the defense aggregate the rest."""
-        ok, bad = screen_malformed(batch, self.fed.layout.size)
-        ctx = DefenseContext(rnd, self.global_flat, self.fed.public_x, self.fed.public_y,
-                             self._evaluate, stream(self.cfg.experiment.seed, rnd, _DEFENSE),
-                             self.server.score_models if self.fed.public_x is not None else None,
-                             self._base_model,
-                             functools.partial(self.server.server_update, rnd, self.global_flat)
-                             if self.fed.public_x is not None else None)
-        result = self.defense(batch.subset(ok), ctx)
-        return result.delta, bad + list(result.verdicts)
+            train_loss=float(np.mean(col.losses)) if col.losses else None, accuracy=acc,
+            loss=loss,
+            extra={"slowest_train_seconds": col.seconds, "trained_in": col.where,
+                   "malicious": sorted(plan.malicious), "attack_success_rate": asr,
+                   "alarms": sorted(c for c, a in plan.alarms.items() if a),
+                   "detection": detection(arrived, mal_arrived, rejected), **extra},
+            rows=batch)
 
     def _base_model(self, rnd: int) -> torch.Tensor:
         """The global model that round ``rnd``'s clients trained from."""
@@ -265,7 +285,7 @@ class Simulation:
     def _evaluate(self, flat: torch.Tensor) -> tuple[float, float]:
         return self.server.test(flat)
 
-    # -- whole run -------------------------------------------------------------------------
+    # -- whole run -----------------------------------------------------------------------------
     def run(self, progress: bool = False, on_record: Any = None) -> list[RoundRecord]:
         """Run the remaining rounds; ``on_record(record)`` is called after each one."""
         from tqdm import tqdm
@@ -277,7 +297,7 @@ class Simulation:
         for rnd in bar:
             rec = self.run_round(rnd, wall_start)
             self.next_round = rnd + 1
-            for cb in self.callbacks:
+            for cb in self.hooks("on_round_end"):
                 cb.on_round_end(self, rec)
             if on_record is not None:
                 on_record(rec)
@@ -287,33 +307,37 @@ class Simulation:
         bar.close()
         return records
 
-    # -- checkpoint state ------------------------------------------------------------------
+    # -- checkpoint state ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
             "next_round": self.next_round, "global": self.global_flat.clone(),
-            "now": self.clock.now, "algo_state": self.algo_state,
+            "now": self.clock.now, "server_state": dict(self.server_state),
             "defense": self.defense.state_dict(),
-            "in_flight": [(f.arrival, f.row, f.num_samples, f.loss, f.malicious, f.alarm)
-                          for f in self.in_flight],
-            "client_side": (self.client_side.state_dict() if self.client_side is not None
-                            else None),
+            "in_flight": [(f.arrival, f.row, f.num_samples, f.loss, f.malicious, f.alarm,
+                           f.extras) for f in self.in_flight],
             "wall_time": self.wall_offset, "history": dict(self.history),
         }
 
-    def load_state_dict(self, st: dict[str, Any]) -> None:
+    def load_state_dict(self, st: dict[str, Any], store_dir: Path | None = None) -> None:
         self.next_round = int(st["next_round"])
         self.global_flat = st["global"].clone()
         self.clock = VirtualClock()
         self.clock.advance_to(float(st["now"]))
-        self.algo_state = st["algo_state"]
+        self.server_state = dict(st["server_state"])
         self.defense.load_state_dict(st["defense"])
         self.in_flight = [InFlight(*f) for f in st["in_flight"]]
         self.wall_offset = float(st.get("wall_time", 0.0))
         self.history = dict(st.get("history", {}))
-        if self.client_side is not None and st.get("client_side") is not None:
-            self.client_side.load_state_dict(st["client_side"])
+        if st.get("store") is not None and store_dir is not None:
+            self.store.close()
+            self.store = ClientStore.load(store_dir, self.cfg.execution.state_memory_bytes,
+                                          Path(self.cfg.output.out) / "state" / "spill",
+                                          manifest=st["store"])
+            self.client_eval.store = self.store
 
     def close(self) -> None:
-        """Shut down the executor if this simulation created it."""
+        """Shut down the executor if this simulation created it; close the store."""
         if self._own_executor:
             self.executor.shutdown()
+        self.store.close()
+

@@ -4,7 +4,7 @@ success. All of it runs in the driver on the federation's model template."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -12,6 +12,11 @@ import torch
 from simulator.rounds import client_seeds
 from simulator.setup import Federation
 from simulator.training import LocalSpec, evaluate, score_models, train_clients
+
+if TYPE_CHECKING:
+    from simulator.config import Config
+    from simulator.space import ParamSpace
+    from simulator.state import ClientStore
 
 
 class ServerEval:
@@ -30,11 +35,10 @@ class ServerEval:
         f = self.fed
         return score_models(f.model, f.layout, models, f.public_x, f.public_y)
 
-    def holdout_accuracy(self, flat: torch.Tensor, rows: np.ndarray) -> float:
-        """Accuracy of a model on some training-set rows (a client's holdout)."""
+    def accuracy_on(self, flat: torch.Tensor, x: np.ndarray, y: np.ndarray) -> float:
+        """Accuracy of a model on some samples (a client's holdout)."""
         f = self.fed
-        x, y = torch.from_numpy(f.x_train[rows]), torch.from_numpy(f.y_train[rows])
-        return evaluate(f.model, f.layout, flat, x, y)[0]
+        return evaluate(f.model, f.layout, flat, torch.from_numpy(x), torch.from_numpy(y))[0]
 
     def server_update(self, rnd: int, global_flat: torch.Tensor) -> torch.Tensor:
         """The global model trained on the public set (one client's worth of local work)."""
@@ -57,3 +61,63 @@ class ServerEval:
         f.model.eval()
         pred = f.model(trigger.stamp(f.test_x)).argmax(1)
         return attack_success_rate(pred, f.test_y, trigger.target)
+
+
+class ClientEval:
+    """Per-client evaluation on local test splits (``--client-test-fraction``).
+
+    A fixed seeded sample of ``min(N, eval_clients)`` clients is evaluated at every evaluation
+    round, each with the global model (its kept-local entries, if the algorithm has any, from
+    the client-state store; clients that never trained use the global ones). Reports the mean,
+    the standard deviation and the worst-10% mean (the lowest ceil(n / 10) accuracies) of the
+    clients' accuracies. Cost: the sample's test rows, never the population.
+    """
+
+    def __init__(self, fed: Federation, clients: np.ndarray, space: ParamSpace,
+                 store: ClientStore) -> None:
+        self.fed, self.clients, self.space, self.store = fed, clients, space, store
+        data = fed.arrays(fed.local_test, clients, fed.local_test_pool) if len(clients) else []
+        keep = [i for i, (_, y) in enumerate(data) if len(y)]
+        self.clients = clients[keep]
+        data = [data[i] for i in keep]
+        self.counts = np.array([len(y) for _, y in data], np.int64)
+        self.x = torch.from_numpy(np.concatenate([x for x, _ in data])) if data else None
+        self.y = torch.from_numpy(np.concatenate([y for _, y in data])) if data else None
+
+    @classmethod
+    def of(cls, cfg: Config, fed: Federation, space: ParamSpace, store: ClientStore
+           ) -> ClientEval:
+        n = min(fed.num_clients, cfg.experiment.eval_clients)
+        if fed.local_test is None or n == 0:
+            return cls(fed, np.zeros(0, np.int64), space, store)
+        rng = np.random.default_rng([cfg.experiment.seed, 0xE7A1])
+        ids = (np.arange(n) if n == fed.num_clients
+               else np.sort(rng.choice(fed.num_clients, n, replace=False)))
+        return cls(fed, ids.astype(np.int64), space, store)
+
+    @torch.no_grad()
+    def evaluate(self, global_flat: torch.Tensor) -> dict[str, Any]:
+        """``client_accuracy_{mean,std,worst10}`` and ``clients_evaluated`` ({} if disabled)."""
+        if self.x is None:
+            return {}
+        f = self.fed
+        if self.space.local is None:
+            f.layout.load(f.model, global_flat)
+            f.model.eval()
+            hit = (f.model(self.x).argmax(1) == self.y).double().numpy()
+            starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
+            acc = np.add.reduceat(hit, starts) / self.counts
+        else:
+            local, present = self.store.get("local", self.clients)
+            acc = np.empty(len(self.clients))
+            off = 0
+            for i, n in enumerate(self.counts.tolist()):
+                flat = global_flat.clone()
+                if present[i]:
+                    flat[torch.from_numpy(self.space.local)] = torch.from_numpy(local[i])
+                acc[i] = evaluate(f.model, f.layout, flat, self.x[off:off + n],
+                                  self.y[off:off + n])[0]
+                off += n
+        worst = np.sort(acc)[: max(1, -(-len(acc) // 10))]
+        return {"client_accuracy_mean": float(acc.mean()), "client_accuracy_std": float(acc.std()),
+                "client_accuracy_worst10": float(worst.mean()), "clients_evaluated": len(acc)}

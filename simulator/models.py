@@ -7,6 +7,7 @@ Models are small on purpose: FedSentry trains many clients as one stacked comput
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,15 +32,71 @@ class SplitModel(nn.Module):
         """Logits from a representation."""
         return self.head(h)
 
+    def forward(self, x: torch.Tensor, with_features: bool = False
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Logits, or ``(features, logits)`` with ``with_features`` (one pass, for MOON, FedFM)."""
+        h = self.body(x)
+        out = self.head(h)
+        return (h, out) if with_features else out
+
+
+#: which rows of the current training batch are real (1) or padding (0); set by the trainer
+#: around each forward so that batch statistics skip the padded rows of a partial last batch
+BATCH_MASK: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
+    "fedsentry_batch_mask", default=None)
+
+
+class _MaskedBatchNorm:
+    """BatchNorm whose training-mode batch statistics cover only the rows marked valid in
+    :data:`BATCH_MASK` (without a mask, or in eval mode, it is ``nn.BatchNorm``).
+
+    A client's partial last batch is padded to the batch size B so that many clients train as
+    one stacked computation; plain BatchNorm would fold the padded rows into its mean and
+    variance. Here mean and (biased) variance are weighted by the mask, and the running variance
+    takes the unbiased estimate over the n valid rows (n / (n - 1), with n - 1 floored at 1 where
+    PyTorch would refuse a single-row batch), so a padded step equals PyTorch on the shorter
+    batch.
+    """
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
+        m = BATCH_MASK.get()
+        if not self.training or m is None:
+            return super().forward(x)  # type: ignore[misc]
+        shape = (-1,) + (1,) * (x.dim() - 1)
+        w = m.to(x.dtype).reshape(shape)
+        dims = [0] + list(range(2, x.dim()))
+        # a batch that is all padding (a client whose schedule has ended) must stay finite: its
+        # loss is masked out and the trainer restores its buffers
+        n = torch.clamp(m.to(x.dtype).sum() * (x[0, 0].numel()), min=1.0)
+        cshape = (1, -1) + (1,) * (x.dim() - 2)
+        mean = (x * w).sum(dims) / n
+        var = (((x - mean.reshape(cshape)) ** 2) * w).sum(dims) / n
+        y = (x - mean.reshape(cshape)) / torch.sqrt(var.reshape(cshape) + self.eps)
+        if self.affine:
+            y = y * self.weight.reshape(cshape) + self.bias.reshape(cshape)
+        if self.track_running_stats:
+            mom = self.momentum if self.momentum is not None else 0.1
+            unbiased = var.detach() * n / torch.clamp(n - 1, min=1.0)
+            with torch.no_grad():
+                self.running_mean.mul_(1 - mom).add_(mom * mean.detach())
+                self.running_var.mul_(1 - mom).add_(mom * unbiased)
+                self.num_batches_tracked.add_(1)
+        return y
+
+
+class MaskedBatchNorm1d(_MaskedBatchNorm, nn.BatchNorm1d):
+    """:class:`nn.BatchNorm1d` that skips padded rows (see :class:`_MaskedBatchNorm`)."""
+
+
+class MaskedBatchNorm2d(_MaskedBatchNorm, nn.BatchNorm2d):
+    """:class:`nn.BatchNorm2d` that skips padded rows (see :class:`_MaskedBatchNorm`)."""
 
 
 def _norm(kind: str, channels: int, dims: int) -> nn.Module:
     if kind == "none":
         return nn.Identity()
     if kind == "batch":
-        return nn.BatchNorm1d(channels) if dims == 1 else nn.BatchNorm2d(channels)
+        return MaskedBatchNorm1d(channels) if dims == 1 else MaskedBatchNorm2d(channels)
     raise ValueError(f"model norm: unknown value {kind!r}; valid: ['batch', 'none']")
 
 

@@ -52,65 +52,114 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 
 
 def truncate_events(path: Path, next_round: int) -> None:
-    """Keep only events of rounds before ``next_round`` (used when resuming)."""
-    kept = [e for e in read_events(path) if e.get("round", -1) < next_round]
-    path.write_text("".join(json.dumps(e) + "\n" for e in kept))
+    """Keep only events of rounds before ``next_round`` (used when resuming); streams the log
+    line by line."""
+    if not path.is_file():
+        path.write_text("")
+        return
+    tmp = path.with_suffix(".jsonl.tmp")
+    with path.open() as src, tmp.open("w") as dst:
+        for line in src:
+            if line.strip() and json.loads(line).get("round", -1) < next_round:
+                dst.write(line if line.endswith("\n") else line + "\n")
+    tmp.replace(path)
 
 
-def write_csv(path: Path, events: list[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for e in events:
-            w.writerow({k: (len(e[k]) if isinstance(e.get(k), list) else e.get(k))
-                        for k in CSV_FIELDS})
+class RunSummary:
+    """The run's summary, accumulated event by event (never by re-reading the log).
+
+    Memory is O(rounds) small numbers (the CSV/plot series) plus the first-ban rounds of banned
+    clients; it is checkpointed with the run (:meth:`state_dict`).
+    """
+
+    def __init__(self) -> None:
+        self.rounds = 0
+        self.last: dict[str, Any] = {}
+        self.accs: list[float] = []
+        self.final_loss: float | None = None
+        self.totals = {"client_updates": 0, "dropped_total": 0, "stale_total": 0,
+                       "rejected_total": 0}
+        self.det = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+        self.asr: float | None = None
+        self.first_ban: dict[int, int] = {}
+        self.clients: dict[str, Any] = {}
+        self.series: list[dict[str, Any]] = []   # one CSV row per round
+
+    def add(self, e: dict[str, Any]) -> None:
+        """Account for one round's event."""
+        self.rounds += 1
+        self.last = {k: e.get(k) for k in ("virtual_time", "wall_time")}
+        if e.get("accuracy") is not None:
+            self.accs.append(e["accuracy"])
+            self.final_loss = e.get("loss")
+        for k, src in (("client_updates", "participants"), ("dropped_total", "dropped"),
+                       ("stale_total", "stale"), ("rejected_total", "rejected")):
+            self.totals[k] += len(e.get(src, []))
+        for k in self.det:
+            self.det[k] += e.get("detection", {}).get(k, 0)
+        if e.get("attack_success_rate") is not None:
+            self.asr = e["attack_success_rate"]
+        for v in e.get("verdicts", []):
+            if v.get("reason") == "banned":
+                self.first_ban.setdefault(int(v["client"]), int(e["round"]))
+        if e.get("client_accuracy_mean") is not None:
+            self.clients = {k: e[k] for k in CLIENT_FIELDS}
+        self.series.append({k: (len(e[k]) if isinstance(e.get(k), list) else e.get(k))
+                            for k in CSV_FIELDS})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Final, best and last-5 accuracy, totals, throughput and detection figures."""
+        accs, wall = self.accs, self.last.get("wall_time") or 0.0
+        tp, fp, fn, tn = (self.det[k] for k in ("tp", "fp", "fn", "tn"))
+        updates = self.totals["client_updates"]
+        return {
+            "rounds": self.rounds,
+            "final_accuracy": accs[-1] if accs else None,
+            "final_loss": self.final_loss,
+            "best_accuracy": max(accs) if accs else None,
+            "last5_accuracy": float(np.mean(accs[-5:])) if accs else None,
+            "virtual_time": self.last.get("virtual_time"),
+            "wall_time": wall,
+            **self.totals,
+            "updates_per_second": updates / wall if wall else None,
+            "attack_success_rate": self.asr,
+            "detection_precision": tp / (tp + fp) if tp + fp else None,
+            "detection_recall": tp / (tp + fn) if tp + fn else None,
+            "detection_f1": 2 * tp / (2 * tp + fp + fn) if tp else (0.0 if fp + fn else None),
+            "benign_false_rejection": fp / (fp + tn) if fp + tn else None,
+            # round at which each banned client was first refused as banned (Siren's penalty)
+            "first_ban_round": dict(sorted(self.first_ban.items())),
+            **self.clients,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def load_state_dict(self, st: dict[str, Any]) -> None:
+        self.__dict__.update(st)
+
+
+#: per-client evaluation figures of the last evaluated round, copied into the summary
+CLIENT_FIELDS = ("client_accuracy_mean", "client_accuracy_std", "client_accuracy_worst10",
+                 "clients_evaluated")
 
 
 def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Final, best and last-5 accuracy, totals and throughput over the rounds in ``events``."""
-    evald = [e for e in events if e.get("accuracy") is not None]
-    accs = [e["accuracy"] for e in evald]
-    last = events[-1] if events else {}
-    updates = sum(len(e.get("participants", [])) for e in events)
-    wall = last.get("wall_time") or 0.0
-    return {
-        "rounds": len(events),
-        "final_accuracy": accs[-1] if accs else None,
-        "final_loss": evald[-1]["loss"] if evald else None,
-        "best_accuracy": max(accs) if accs else None,
-        "last5_accuracy": float(np.mean(accs[-5:])) if accs else None,
-        "virtual_time": last.get("virtual_time"),
-        "wall_time": wall,
-        "client_updates": updates,
-        "dropped_total": sum(len(e.get("dropped", [])) for e in events),
-        "stale_total": sum(len(e.get("stale", [])) for e in events),
-        "rejected_total": sum(len(e.get("rejected", [])) for e in events),
-        "updates_per_second": updates / wall if wall else None,
-        "attack_success_rate": next((e["attack_success_rate"] for e in reversed(events)
-                                     if e.get("attack_success_rate") is not None), None),
-        **_detection_summary(events),
-    }
-
-
-def _detection_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Precision / recall of the excluded clients over the run, and the benign false-rejection
-    rate (None where undefined)."""
-    tot = {k: sum(e.get("detection", {}).get(k, 0) for e in events)
-           for k in ("tp", "fp", "fn", "tn")}
-    tp, fp, fn, tn = tot["tp"], tot["fp"], tot["fn"], tot["tn"]
-    first_ban: dict[int, int] = {}
+    """:class:`RunSummary` of a list of events (tools that hold a log)."""
+    s = RunSummary()
     for e in events:
-        for v in e.get("verdicts", []):
-            if v.get("reason") == "banned":
-                first_ban.setdefault(int(v["client"]), int(e["round"]))
-    return {
-        "detection_precision": tp / (tp + fp) if tp + fp else None,
-        "detection_recall": tp / (tp + fn) if tp + fn else None,
-        "detection_f1": 2 * tp / (2 * tp + fp + fn) if tp else (0.0 if fp + fn else None),
-        "benign_false_rejection": fp / (fp + tn) if fp + tn else None,
-        # round at which each banned client was first refused as banned (Siren's penalty)
-        "first_ban_round": dict(sorted(first_ban.items())),
-    }
+        s.add(e)
+    return s.to_dict()
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The per-round series (:attr:`RunSummary.series`, or events) as a CSV table."""
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for e in rows:
+            w.writerow({k: (len(e[k]) if isinstance(e.get(k), list) else e.get(k))
+                        for k in CSV_FIELDS})
 
 
 def plot(path_dir: Path, events: list[dict[str, Any]], title: str = "") -> list[Path]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from defenses import Defense, UpdateBatch, Verdict, screen_malformed
+from defenses import UpdateBatch
 from simulator.clock import Arrival
 
 if TYPE_CHECKING:
@@ -57,15 +57,23 @@ class RoundRecord:
     accuracy: float | None = None
     loss: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the rows the defense aggregated (None when the actors pre-aggregated a linear rule); the
+    #: ledger records them. Not part of the event.
+    rows: UpdateBatch | None = field(default=None, repr=False, compare=False)
 
     def to_event(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("extra", "rows")}
         d.update(self.extra)
         return d
 
 
 class RoundCallback(Protocol):
-    """Side effects (ledger, checkpoints, logging) hang here, never inside aggregation."""
+    """Side effects (ledger, checkpoints, logging) hang here, never inside aggregation.
+
+    A callback may also define ``on_plan(sim, plan)`` (before training: Siren's alarms and start
+    models), ``on_collect(sim, plan, returned)`` (after training, before model attacks:
+    Siren remembers its clients' local models) and ``needs_rows = True`` (the round must keep
+    every update row instead of letting the actors pre-aggregate them: the ledger)."""
 
     def on_round_end(self, sim: Simulation, record: RoundRecord) -> None: ...
 
@@ -80,54 +88,26 @@ class InFlight:
     loss: float
     malicious: bool = False  # the client was malicious in the round it trained
     alarm: bool = False  # the client raised an alarm (Siren) in the round it trained
+    extras: dict[str, np.ndarray] = field(default_factory=dict)  # the client's named extras
 
 
 
-def save_checkpoint(sim: Simulation, directory: Path, wall_time: float) -> Path:
-    """Atomically write ``checkpoint.pt`` (write to a temporary file, then rename)."""
+def save_checkpoint(sim: Simulation, directory: Path, wall_time: float,
+                    **extra: Any) -> Path:
+    """Atomically write ``checkpoint.pt`` (write to a temporary file, then rename).
+
+    The client-state store first writes what changed since its last save into
+    ``state/checkpoint/``; the manifest it returns goes into ``checkpoint.pt``, whose rename is
+    the one commit point (a crash before it leaves the previous checkpoint and its store files
+    intact). ``extra`` entries (the run summary) are saved beside the simulation state.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     st = sim.state_dict()
+    st["store"] = sim.store.save(directory / "state" / "checkpoint")
     st["wall_time"] = wall_time
+    st.update(extra)
     tmp = directory / "checkpoint.pt.tmp"
     torch.save(st, tmp)
     final = directory / "checkpoint.pt"
     tmp.replace(final)
     return final
-
-
-def combine_linear(defense: Defense, res: dict[str, Any], now_ids: set[int],
-                   info: dict[int, tuple[int, float, bool]], carried: list[InFlight],
-                   size: int) -> tuple[torch.Tensor, list[Verdict]]:
-    """A linear defense's aggregate from actor partial sums plus carried-over rows."""
-    cb = make_batch(carried, size)
-    ok, bad = screen_malformed(cb, size)
-    w_now = {c: float(defense.row_weights(np.array([info[c][0]]))[0])
-             for c in sorted(now_ids) if info[c][2]}
-    w_old = defense.row_weights(cb.num_samples[ok])
-    total = float(res["agg_weight"]) + float(w_old.sum())
-    acc = np.zeros(size, np.float64)
-    if res["agg_sum"] is not None:
-        acc += res["agg_sum"]
-    if len(ok):
-        acc += w_old @ cb.updates[torch.from_numpy(ok)].numpy().astype(np.float64)
-    delta = torch.from_numpy((acc / total if total > 0 else acc).astype(np.float32))
-    total = total or 1.0
-    vs = [Verdict(c, True, w / total, float("nan")) for c, w in w_now.items()]
-    vs += [Verdict(c, False, 0.0, float("nan"), "non-finite")
-           for c in sorted(now_ids) if not info[c][2]]
-    vs += [Verdict(int(c), True, float(w) / total, float("nan"))
-           for c, w in zip(cb.client_ids[ok], w_old, strict=True)]
-    return delta, vs + bad
-
-
-def make_batch(arrived: list[InFlight], size: int) -> UpdateBatch:
-    """The update batch of the rows aggregated this round."""
-    p = size
-    upd = (torch.from_numpy(np.stack([f.row for f in arrived])) if arrived
-           else torch.zeros(0, p))
-    return UpdateBatch(
-        upd, np.array([f.arrival.client_id for f in arrived], np.int64),
-        np.array([f.num_samples for f in arrived], np.int64),
-        np.array([f.arrival.base_round for f in arrived], np.int64),
-        {"loss": np.array([f.loss for f in arrived], np.float32),
-         "alarm": np.array([f.alarm for f in arrived], bool)})

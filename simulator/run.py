@@ -11,9 +11,10 @@ from typing import Any
 
 import torch
 
+from simulator.budget import check_budget
 from simulator.config import Config, ConfigError, load_config
 from simulator.engine import RoundCallback, RoundRecord, Simulation, save_checkpoint
-from simulator.output import EventLog, plot, read_events, summarize, truncate_events, write_csv
+from simulator.output import EventLog, RunSummary, plot, truncate_events, write_csv
 
 log = logging.getLogger("fedsentry")
 
@@ -39,6 +40,7 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
     ``crash_after`` stops abruptly after that many rounds (tests of checkpoint/resume).
     """
     out = Path(cfg.output.out)
+    check_budget(cfg)  # a run that cannot fit stops here, before anything starts
     recorder = None
     if cfg.ledger.enabled:
         from ledger.recorder import LedgerRecorder
@@ -49,11 +51,13 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
     # the ledger checkpoints every round, so a run whose node disappears resumes where it stopped
     every = cfg.output.checkpoint_every or (1 if recorder is not None else 0)
     events_path = out / "events.jsonl"
+    summary = RunSummary()
     try:
         out.mkdir(parents=True, exist_ok=True)
         if cfg.output.resume:
             st = torch.load(out / "checkpoint.pt", weights_only=False)
-            sim.load_state_dict(st)
+            sim.load_state_dict(st, out / "state" / "checkpoint")
+            summary.load_state_dict(st["summary"])
             truncate_events(events_path, sim.next_round)
             log.info("resuming %s at round %d", out, sim.next_round)
         else:
@@ -69,9 +73,11 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
             # the event is written first, then the checkpoint: a checkpoint never runs ahead
             # of the log, so a resumed run rewrites nothing it lost
             nonlocal done
-            events.write(rec.to_event())
+            event = rec.to_event()
+            events.write(event)
+            summary.add(event)
             if every and (rec.round + 1) % every == 0:
-                save_checkpoint(sim, out, rec.wall_time)
+                save_checkpoint(sim, out, rec.wall_time, summary=summary.state_dict())
             done += 1
             if crash_after is not None and done >= crash_after:
                 raise KeyboardInterrupt("simulated crash")
@@ -81,18 +87,20 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
             sim.run(progress=show, on_record=on_record)
         finally:
             events.close()
-        all_events = read_events(events_path)
-        summary = summarize(all_events)
-        summary["run_seconds"] = time.perf_counter() - t0
-        summary["out"] = str(out)
+        result = summary.to_dict()
+        result["run_seconds"] = time.perf_counter() - t0
+        result["out"] = str(out)
+        result["state_store"] = {"clients": sim.store.count(),
+                                 "memory_bytes": sim.store.memory_bytes_used,
+                                 "disk_bytes": sim.store.disk_bytes_used}
         if recorder is not None:
-            summary["ledger"] = recorder.summary()
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        write_csv(out / "metrics.csv", all_events)
+            result["ledger"] = recorder.summary()
+        (out / "summary.json").write_text(json.dumps(result, indent=2))
+        write_csv(out / "metrics.csv", summary.series)
         if cfg.output.plots:
-            plot(out, all_events, title=f"{cfg.algorithm.algorithm} / {cfg.defense.defense} on "
-                                         f"{cfg.data.dataset}")
-        return summary
+            plot(out, summary.series, title=f"{cfg.algorithm.algorithm} / "
+                                            f"{cfg.defense.defense} on {cfg.data.dataset}")
+        return result
     finally:
         sim.close()
         if recorder is not None:

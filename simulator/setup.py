@@ -1,30 +1,41 @@
-"""Building a run's parts from its config: the federation (data split, devices, model) and the
-executor (Ray actor pool or in-process)."""
+"""Building a run's parts from its config: the federation (the population's devices and client
+data, the server's public and test sets, the model) and the executors (Ray actor pool, and the
+in-process trainer that small rounds use)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from actors.trainer import ClientTransform, client_arrays
 from simulator.config import Config, ConfigError
-from simulator.data import Dataset, feature_shift, load_dataset, partition, split_public
+from simulator.data import Dataset, load_dataset, partition, split_public
+from simulator.data.clients import ClientData, NaturalData, PartitionData, with_local_test
 from simulator.devices import Population, generate_population_arrays, load_trace
 from simulator.models import ModelSpec, SplitModel
 from simulator.training import FlatLayout
 
+log = logging.getLogger("fedsentry")
+
 
 @dataclass
 class Federation:
-    """The clients' data, the server's public and test sets, the devices and the model."""
+    """The devices, the clients' data, the server's public and test sets and the model.
+
+    ``clients`` gives any client's local training data on demand from its id (a real partition,
+    virtual draws or generated devices); nothing here is sized by the population except the
+    device arrays of ``population`` (and a partition's index, bounded by the dataset).
+    """
 
     dataset: Dataset
-    x_train: np.ndarray            # training set as clients see it (feature shift applied)
+    x_train: np.ndarray            # the pool clients' rows index (empty for generated data)
     y_train: np.ndarray
-    client_index: list[np.ndarray]  # rows of each client
-    client_sizes: np.ndarray
+    clients: ClientData
+    transform: ClientTransform | None   # per-client input transform (feature shift)
     public_x: torch.Tensor | None
     public_y: torch.Tensor | None
     test_x: torch.Tensor
@@ -33,10 +44,41 @@ class Federation:
     model_spec: ModelSpec
     model: SplitModel
     layout: FlatLayout
+    #: each client's local test data (``--client-test-fraction``), and which arrays its rows
+    #: index ("train" or "test"); ``clients`` then holds only the rest of a partition's rows
+    local_test: ClientData | None = None
+    local_test_pool: str = "test"
 
     @property
     def num_clients(self) -> int:
-        return len(self.client_index)
+        return self.clients.num_clients
+
+    def sizes(self, ids: np.ndarray) -> np.ndarray:
+        """Training-sample counts of clients ``ids`` (vectorized)."""
+        return self.clients.sizes(np.asarray(ids, dtype=np.int64))
+
+    @property
+    def client_sizes(self) -> np.ndarray:
+        """Every client's training-sample count: O(population), for tools and small runs."""
+        return self.sizes(np.arange(self.num_clients))
+
+    @property
+    def client_index(self) -> list[np.ndarray]:
+        """Every client's training rows (partition sources only; O(population))."""
+        if not isinstance(self.clients, PartitionData):
+            raise TypeError("client_index exists only for partitioned data")
+        return self.clients.to_lists()
+
+    def arrays(self, source: ClientData, ids: np.ndarray, pool: str = "train"
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(x, y)`` of each client of ``source`` (its rows of the ``pool`` arrays: "train" or
+        "test"), with the client's input transform applied."""
+        x, y = ((self.x_train, self.y_train) if pool == "train"
+                else (self.test_x.numpy(), self.test_y.numpy()))
+        px, py, index = client_arrays(source, np.asarray(ids, dtype=np.int64), x, y,
+                                      self.transform)
+        px, py = (x, y) if px is None else (px, py)
+        return [(px[i], py[i]) for i in index]
 
 
 def _partition_params(cfg: Config) -> dict[str, object]:
@@ -45,40 +87,91 @@ def _partition_params(cfg: Config) -> dict[str, object]:
             "shards": {"classes_per_client": d.classes_per_client}}.get(d.partition, {})
 
 
-def build_federation(cfg: Config) -> Federation:
-    """Load, split and place everything a run needs; deterministic in ``cfg.experiment.seed``."""
+def _client_data(cfg: Config, ds: Dataset, rest: np.ndarray) -> ClientData:
+    """The population's client data source (see ``DataConfig.partition``)."""
     d, seed = cfg.data, cfg.experiment.seed
-    extra: dict[str, object] = {}
-    if d.dataset == "synthetic":
-        extra = {"alpha": d.synthetic_alpha, "beta": d.synthetic_beta,
-                 "num_devices": max(d.num_clients, 30)}
-    ds = load_dataset(d.dataset, seed=seed, path=d.data_path, test_fraction=d.test_fraction,
-                      **extra)
     y = ds.y_train
-    public_idx, rest = split_public(y, d.public_fraction, seed=seed)
+    if d.partition == "virtual":
+        from simulator.data.virtual import VirtualData
+
+        return VirtualData(y, d.num_clients, seed=seed, alpha=d.dirichlet_alpha,
+                           size_median=d.virtual_size_median, size_sigma=d.virtual_size_sigma,
+                           size_min=d.virtual_size_min, size_max=d.virtual_size_max, pool=rest,
+                           test_labels=ds.y_test)
+    if d.partition == "natural" and ds.groups is not None:
+        try:
+            nat = NaturalData.from_groups(ds.groups[rest], d.num_clients, seed=seed)
+        except ValueError as e:
+            raise ConfigError(f"data.num_clients: {e}") from None
+        return NaturalData(rest[nat.index_flat], nat.offsets, nat.writers)
+    if len(rest) < d.num_clients:
+        raise ConfigError(f"data.num_clients: cannot give {d.num_clients} clients a sample each "
+                          f"from {len(rest)} samples; for a population larger than the "
+                          "dataset use --partition virtual")
     groups = ds.groups[rest] if ds.groups is not None else None
     try:
         parts = partition(y[rest], d.num_clients, d.partition, seed=seed, groups=groups,
                           **_partition_params(cfg))
     except ValueError as e:
         raise ConfigError(f"data.partition: {e}") from None
-    client_index = [rest[p].astype(np.int64) for p in parts]
-    x = ds.x_train.astype(np.float32, copy=True)
-    if d.feature_shift > 0:
-        for c, rows in enumerate(client_index):
-            x[rows] = feature_shift(x[rows], c, seed=seed, strength=d.feature_shift)
-    dv = cfg.devices
+    return PartitionData.from_lists([rest[p] for p in parts])
+
+
+def _load(cfg: Config) -> tuple[Dataset, ClientData | None]:
+    """The dataset, and the client source when the dataset generates its clients."""
+    d, seed = cfg.data, cfg.experiment.seed
+    if d.dataset == "synthetic" and d.partition == "natural":
+        # FedProx synthetic: device k's data is generated from (seed, k) when it is selected
+        from simulator.data.generated import SyntheticDevices, synthetic_test_set
+
+        if d.public_fraction > 0:
+            raise ConfigError("data.public_fraction: generated synthetic devices have no pooled "
+                              "training set to carve a public set from; use 0")
+        dev = SyntheticDevices(d.num_clients, seed=seed, alpha=d.synthetic_alpha,
+                               beta=d.synthetic_beta, test_fraction=d.test_fraction)
+        xt, yt = synthetic_test_set(dev)
+        dim = xt.shape[1]
+        ds = Dataset("synthetic", np.zeros((0, dim), np.float32), np.zeros(0, np.int64),
+                     xt.astype(np.float32), yt.astype(np.int64), 10, (dim,))
+        return ds, dev
+    extra: dict[str, object] = {}
+    if d.dataset == "synthetic":
+        extra = {"alpha": d.synthetic_alpha, "beta": d.synthetic_beta,
+                 "num_devices": max(d.num_clients, 30)}
+    ds = load_dataset(d.dataset, seed=seed, path=d.data_path, test_fraction=d.test_fraction,
+                      **extra)
+    return ds, None
+
+
+def population_of(cfg: Config) -> Population:
+    """The N devices: a trace (its first N devices) or a generated population."""
+    dv, n = cfg.devices, cfg.data.num_clients
     if dv.device_trace:
         pop = load_trace(dv.device_trace)
-        if len(pop) < d.num_clients:
+        if len(pop) < n:
             raise ConfigError(f"devices.device_trace: {dv.device_trace} has {len(pop)} devices, "
-                              f"fewer than data.num_clients={d.num_clients}")
-    else:
-        pop = generate_population_arrays(
-            d.num_clients, seed=seed, compute_ms_median=dv.compute_ms_median,
-            compute_sigma=dv.compute_sigma, up_kbps_median=dv.up_kbps_median,
-            down_kbps_median=dv.down_kbps_median, bandwidth_sigma=dv.bandwidth_sigma,
-            latency_ms_median=dv.latency_ms_median, availability_low=dv.availability_low)
+                              f"fewer than data.num_clients={n}")
+        if len(pop) > n:
+            log.info("device trace has %d devices; the population uses the first %d",
+                     len(pop), n)
+            pop = pop.prefix(n)
+        return pop
+    return generate_population_arrays(
+        n, seed=cfg.experiment.seed, compute_ms_median=dv.compute_ms_median,
+        compute_sigma=dv.compute_sigma, up_kbps_median=dv.up_kbps_median,
+        down_kbps_median=dv.down_kbps_median, bandwidth_sigma=dv.bandwidth_sigma,
+        latency_ms_median=dv.latency_ms_median, availability_low=dv.availability_low)
+
+
+def build_federation(cfg: Config) -> Federation:
+    """Load, split and place everything a run needs; deterministic in ``cfg.experiment.seed``.
+
+    Cost is O(dataset) plus O(N) vectorized numpy for the device arrays: no Python loop over the
+    population (a real partition is bounded by the dataset's rows)."""
+    d, seed = cfg.data, cfg.experiment.seed
+    ds, generated = _load(cfg)
+    public_idx, rest = split_public(ds.y_train, d.public_fraction, seed=seed)
+    clients = generated if generated is not None else _client_data(cfg, ds, rest)
     m = cfg.model
     if m.model == "cnn" and len(ds.input_shape) != 3:
         raise ConfigError(f"model.model: 'cnn' needs image data; dataset {d.dataset!r} has "
@@ -87,20 +180,37 @@ def build_federation(cfg: Config) -> Federation:
     model = spec.build(seed=seed)
     pub_x = torch.from_numpy(ds.x_train[public_idx]) if len(public_idx) else None
     pub_y = torch.from_numpy(ds.y_train[public_idx]) if len(public_idx) else None
-    return Federation(ds, x, ds.y_train.astype(np.int64), client_index,
-                      np.array([len(i) for i in client_index], np.int64), pub_x, pub_y,
+    transform = ClientTransform(seed, d.feature_shift) if d.feature_shift > 0 else None
+    local_test, pool = None, "test"
+    if d.client_test_fraction > 0:
+        clients, local_test, pool = with_local_test(clients, d.client_test_fraction, seed)
+    return Federation(ds, ds.x_train.astype(np.float32, copy=False),
+                      ds.y_train.astype(np.int64, copy=False), clients, transform, pub_x, pub_y,
                       torch.from_numpy(ds.x_test.astype(np.float32)),
-                      torch.from_numpy(ds.y_test.astype(np.int64)), pop, spec, model,
-                      FlatLayout(model))
+                      torch.from_numpy(ds.y_test.astype(np.int64)), population_of(cfg), spec,
+                      model, FlatLayout(model), local_test, pool)
 
 
-def make_executor(cfg: Config, fed: Federation):  # noqa: ANN201 (RayPool | LocalExecutor)
-    """The configured executor: a Ray actor pool (default) or the in-process trainer."""
+def actor_gpu_share(gpus_per_actor: float | None, cluster_gpus: float) -> float:
+    """GPU share of each actor: the configured one (0 forces CPU actors even on a GPU
+    cluster), or, unset, a quarter GPU when the cluster has GPUs and none otherwise."""
+    if gpus_per_actor is None:
+        return 0.25 if cluster_gpus > 0 else 0.0
+    return float(gpus_per_actor)
+
+
+def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = None
+                  ):  # noqa: ANN201 (RayPool | LocalExecutor)
+    """The configured executor: a Ray actor pool (default) or the in-process trainer.
+
+    ``clients`` overrides the federation's client source (e.g. Siren's training rows without
+    the holdouts)."""
     from actors.pool import LocalExecutor, RayPool
 
     ex = cfg.execution
+    clients = clients or fed.clients
     if ex.backend == "local":
-        return LocalExecutor(fed.model_spec, fed.x_train, fed.y_train, fed.client_index,
+        return LocalExecutor(fed.model_spec, fed.x_train, fed.y_train, clients, fed.transform,
                              num_workers=max(ex.num_actors, 1))
     from actors.ray_setup import ensure_ray
 
@@ -109,13 +219,11 @@ def make_executor(cfg: Config, fed: Federation):  # noqa: ANN201 (RayPool | Loca
 
     res = ray.cluster_resources()
     gpus = float(res.get("GPU", 0.0))
-    share = ex.gpus_per_actor
-    if share == 0 and gpus > 0:
-        share = 0.25
+    share = actor_gpu_share(ex.gpus_per_actor, gpus)
     if ex.num_actors:
         n = ex.num_actors
     elif share > 0:
         n = max(1, int(gpus / share))
     else:
         n = max(1, int(res.get("CPU", os.cpu_count() or 1)))
-    return RayPool(fed.model_spec, fed.x_train, fed.y_train, fed.client_index, n, share)
+    return RayPool(fed.model_spec, fed.x_train, fed.y_train, clients, n, share, fed.transform)

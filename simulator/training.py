@@ -1,10 +1,10 @@
 """Local training of many clients as one stacked computation.
 
-What a client computes (its SGD steps on its local objective) is defined once, for one client, in
-:func:`_client_step`. How it runs is separate: :func:`train_clients` either maps that step over a
-stack of K clients with ``torch.func.vmap`` (one batched computation: the source of FedSentry's
-speed) or loops over the clients one at a time (the sequential reference). Both paths use the same
-batch schedule and padding, so they agree to float rounding.
+What a client computes (its local objective, from its algorithm's ``client_loss``) is defined once,
+for one client (:class:`_ClientStep`). How it runs is separate: :func:`train_clients` either maps
+that step over a stack of K clients with ``torch.func.vmap`` (one batched computation: the
+source of FedSentry's speed) or calls it for one client at a time (the sequential reference).
+Both paths use the same batch schedule and padding, so they agree to float rounding.
 
 Clients with fewer samples or fewer epochs (FedProx partial work) are masked, not split off: a
 client whose schedule has ended takes no further step.
@@ -13,7 +13,7 @@ client whose schedule has ended takes no further step.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
+
+from simulator.models import BATCH_MASK
+from simulator.step import PLAIN, Finish, PlainStep, Step
 
 
 class FlatLayout:
@@ -65,29 +68,34 @@ class FlatLayout:
 
 @dataclass(frozen=True)
 class LocalSpec:
-    """Client optimizer settings (plain SGD) and the algorithm's local objective hook.
+    """Client optimizer settings and the algorithm's client step.
 
-    ``regularizer(params, global_params) -> scalar`` is added to the client's loss; it must be a
-    picklable, vmap-safe function of tensors (FedProx's proximal term; FedDyn's and MOON's terms
-    plug in here). ``None`` means plain empirical risk (FedAvg).
+    ``step`` is the object whose ``client_loss(Step)`` is the local objective and whose
+    ``client_finish(Finish)`` gives the client's new state and extras (an
+    :class:`~simulator.algorithms.base.Algorithm`); ``None`` means plain empirical risk
+    (:data:`simulator.step.PLAIN`). It travels to the actors, so it must be picklable. The
+    optimizer is SGD with ``momentum`` (buffer reset every round) and L2 ``weight_decay``.
     """
 
     lr: float
     batch_size: int
     weight_decay: float = 0.0
-    regularizer: Callable[[dict, dict], torch.Tensor] | None = None
+    step: Any = None
     #: a data attack (``attacks.base.DataAttack``) applied to the batches of poisoned clients
     data_attack: Any = None
     num_classes: int = 0
+    momentum: float = 0.0
 
 
 @dataclass(frozen=True)
 class TrainOutput:
-    """What a batch of clients returns: one update row per client."""
+    """What a batch of clients returns."""
 
-    updates: torch.Tensor   # [K, P] new local state minus the global state
+    updates: torch.Tensor   # [K, P] new local state minus the global state (whole flat model)
     losses: np.ndarray      # [K] mean training loss over the client's steps
     steps: np.ndarray       # [K] SGD steps taken
+    #: [K, ...] tensors from the step's ``client_finish`` (new store rows and extras)
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def make_schedule(sizes: Sequence[int], epochs: Sequence[int], seeds: Sequence[int],
@@ -115,31 +123,88 @@ def make_schedule(sizes: Sequence[int], epochs: Sequence[int], seeds: Sequence[i
     return idx, mask
 
 
-def _client_losses(forward: Callable, params: dict, buffers: dict, x: torch.Tensor,
-                   y: torch.Tensor, m: torch.Tensor, global_params: dict,
-                   regularizer: Callable | None, batched: bool) -> torch.Tensor:
-    """Local objective of each client on its current (masked) batch: mean CE + algorithm term.
+def _splitter(layout: FlatLayout) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """``[..., P] -> {name: [..., *shape]}`` views of the trainable parameters."""
+    n = len(layout.param_names)
+    names, numels, shapes = layout.param_names, layout.numels[:n], layout.shapes[:n]
 
-    ``x`` is ``[K, B, ...]`` when ``batched`` (params stacked on dim 0), else ``[B, ...]``.
-    Returns ``[K]`` (or a scalar): clients are independent, so the gradient of the sum with
-    respect to the stacked parameters is each client's own gradient.
+    def split(flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = torch.split(flat, numels, dim=-1)
+        return {k: t.reshape(*flat.shape[:-1], *sh)
+                for k, t, sh in zip(names, parts, shapes, strict=True)}
+
+    return split
+
+
+class _ClientStep:
+    """One client's forward pass and, for an algorithm with its own objective, its
+    ``client_loss`` on the batch: the two functions the trainer maps over clients.
+
+    The forward runs under :data:`BATCH_MASK` so BatchNorm skips padded rows; the masked
+    cross-entropy is computed by the trainer on the stacked logits. ``gflat`` and ``shared``
+    are the round's (unbatched) global parameters and server tensors, captured here rather than
+    mapped.
     """
-    logits = forward(params, buffers, x)
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
-    ce = ce.reshape(m.shape)
-    loss = (ce * m).sum(-1) / m.sum(-1).clamp_min(1.0)
-    if regularizer is not None:
-        reg = vmap(regularizer, in_dims=(0, None)) if batched else regularizer
-        loss = loss + reg(params, global_params)
-    return loss
+
+    def __init__(self, model: nn.Module, layout: FlatLayout, step: Any, gflat: torch.Tensor,
+                 shared: dict[str, torch.Tensor]) -> None:
+        from simulator.models import _MaskedBatchNorm
+
+        self.model, self.step, self.split = model, step, _splitter(layout)
+        self.gflat, self.shared = gflat, shared
+        self.gparams = self.split(gflat)
+        loss = getattr(type(step), "client_loss", None)
+        #: the step's objective is the plain cross-entropy (FedAvg): no features, no second
+        #: mapped call
+        self.plain = loss in (PlainStep.client_loss, _default_method("client_loss"))
+        finish = getattr(type(step), "client_finish", None)
+        #: the step returns nothing after training (no state, no extras)
+        self.finishes = finish not in (PlainStep.client_finish, _default_method("client_finish"))
+        #: the model normalizes with batch statistics, which must skip padded rows
+        self.masked = any(isinstance(m, _MaskedBatchNorm) for m in model.modules())
+
+    def forward(self, params: dict, buffers: dict, x: torch.Tensor, m: torch.Tensor) -> Any:
+        """``(features, logits)`` of one client's batch (only the logits for a plain step)."""
+        token = BATCH_MASK.set(m) if self.masked else None
+        try:
+            if self.plain:
+                return functional_call(self.model, (params, buffers), (x,))
+            return functional_call(self.model, (params, buffers), (x,), {"with_features": True})
+        finally:
+            if token is not None:
+                BATCH_MASK.reset(token)
+
+    def forward_unmasked(self, params: dict, buffers: dict, x: torch.Tensor) -> Any:
+        """:meth:`forward` of a model without batch statistics (no mask to map)."""
+        if self.plain:
+            return functional_call(self.model, (params, buffers), (x,))
+        return functional_call(self.model, (params, buffers), (x,), {"with_features": True})
+
+    def loss(self, pflat: torch.Tensor, buffers: dict, x: torch.Tensor, y: torch.Tensor,
+             m: torch.Tensor, feats: torch.Tensor, logits: torch.Tensor, ce: torch.Tensor,
+             state: dict) -> torch.Tensor:
+        def forward(p: dict, xx: torch.Tensor) -> Any:
+            return self.forward(p, buffers, xx, m)   # (features, logits): the step is not plain
+
+        return self.step.client_loss(Step(self.split(pflat), pflat, x, y, m, feats, logits, ce,
+                                          self.gflat, self.gparams, state, self.shared,
+                                          forward))
+
+
+def _default_method(name: str) -> Any:
+    from simulator.algorithms.base import Algorithm
+
+    return getattr(Algorithm, name)
 
 
 def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tensor,
                   x_all: torch.Tensor, y_all: torch.Tensor, client_idx: Sequence[np.ndarray],
                   epochs: Sequence[int], seeds: Sequence[int], spec: LocalSpec,
                   vectorize: bool = True, poisoned: Sequence[bool] | None = None,
-                  starts: dict[int, torch.Tensor] | None = None) -> TrainOutput:
-    """Train K clients from the same global model with local SGD.
+                  starts: dict[int, torch.Tensor] | None = None,
+                  state: dict[str, torch.Tensor] | None = None,
+                  shared: dict[str, torch.Tensor] | None = None) -> TrainOutput:
+    """Train K clients from the same global model with the algorithm's local objective.
 
     Parameters
     ----------
@@ -152,21 +217,26 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
     vectorize : all K clients as one stacked computation (True), or one at a time (False).
     poisoned : which clients are malicious; their batches go through ``spec.data_attack``.
     starts : ``{position k: [P] model}`` for clients that start from their own model instead of
-        the global one (Siren's alarming clients); their update is still relative to the global.
+        the global one (Siren's alarming clients, parameters kept on the client); their update
+        is still relative to the global model.
+    state : per-client tensors from the client-state store, ``{name: [K, ...]}``.
+    shared : tensors the server sends every client, ``{name: [...]}``.
 
     Notes
     -----
-    The stacked path keeps the K clients' parameters in one ``[K, P]`` leaf tensor, runs the
-    model's forward under ``torch.func.vmap`` and differentiates the sum of the per-client
-    losses with ordinary autograd; one SGD step is then a single ``[K, P]`` update.
-    Normalization buffers are stacked too and updated in place by the forward.
-
-    Known limitation: a partial last batch is padded to ``B`` rows (masked out of the loss), and
-    BatchNorm's batch statistics include those padded rows, so a BN model's step on a partial
-    batch differs from plain PyTorch on the shorter batch (models without BN match exactly;
-    ``tests/test_models_training.py`` keeps a strict xfail on this).
+    The algorithm's client step is written for one client (:class:`simulator.step.Step`). The
+    stacked path keeps the K clients' parameters in one ``[K, P]`` leaf tensor, maps the whole
+    per-client objective (forward, masked loss, algorithm terms) over the clients with
+    ``torch.func.vmap`` and differentiates the sum of the per-client losses with ordinary
+    autograd; one SGD step is then a single ``[K, P]`` update. The sequential path calls the same
+    objective once per client. Normalization buffers are stacked and updated in place; the
+    padded rows of a partial last batch are masked out of the loss and, through
+    :data:`simulator.models.BATCH_MASK`, out of BatchNorm's batch statistics.
     """
     model.train()
+    step_obj = spec.step if spec.step is not None else PLAIN
+    state = state or {}
+    shared = shared or {}
     k = len(client_idx)
     sizes = [len(ix) for ix in client_idx]
     local, mask = make_schedule(sizes, epochs, seeds, spec.batch_size)
@@ -182,71 +252,96 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
                                                    seed=int(seeds[i]))
     active = mask_t.sum(-1) > 0                     # [K, S]
     p_num = layout.num_params
-    glob = layout.unflatten(global_flat)
-    gparams = {n: glob[n] for n in layout.param_names}
-    pnames = layout.param_names
-    pnumels = layout.numels[: len(pnames)]
-    pshapes = layout.shapes[: len(pnames)]
+    gflat = global_flat[:p_num]
+    cs = _ClientStep(model, layout, step_obj, gflat, shared)
+    randomness = "different" if getattr(step_obj, "random", False) else "error"
+    lr, wd, mom = spec.lr, spec.weight_decay, spec.momentum
 
-    def fwd(p: dict, b: dict, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(model, (p, b), (x,))
-
-    def run(pflat: torch.Tensor, buffers: dict, sl: slice | int, batched: bool
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(pflat: torch.Tensor, buffers: dict, sl: slice | int, batched: bool,
+            own: dict) -> tuple[torch.Tensor, torch.Tensor]:
         lead = (pflat.shape[0],) if batched else ()
-        forward = vmap(fwd) if batched else fwd
+        fwd = cs.forward if cs.masked else cs.forward_unmasked
+        forward = vmap(fwd, randomness=randomness) if batched else fwd
+        term = vmap(cs.loss, randomness=randomness) if batched else cs.loss
         loss_sum = torch.zeros(lead, device=device)
+        buf = torch.zeros_like(pflat) if mom else None
         for s in range(mask.shape[1]):
             act = active[sl, s]
             if not bool(act.any()):
                 break
-            parts = torch.split(pflat, pnumels, dim=-1)
-            params = {n: t.reshape(*lead, *sh) for n, t, sh in zip(pnames, parts, pshapes,
-                                                                   strict=True)}
+            params = cs.split(pflat)
             old = {n: b.clone() for n, b in buffers.items()}
-            loss = _client_losses(forward, params, buffers, xs[sl, s], ys[sl, s],
-                                  mask_t[sl, s], gparams, spec.regularizer, batched)
+            x, y, m = xs[sl, s], ys[sl, s], mask_t[sl, s]
+            out = forward(params, buffers, x, m) if cs.masked else forward(params, buffers, x)
+            feats, logits = (None, out) if cs.plain else out
+            ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                 reduction="none").reshape(m.shape)
+            loss = (ce * m).sum(-1) / m.sum(-1).clamp_min(1.0)
+            if not cs.plain:
+                loss = term(pflat, buffers, x, y, m, feats, logits, loss, own)
             (grad,) = torch.autograd.grad(loss.sum(), pflat)
             a = act.to(pflat.dtype)
+            am = a.unsqueeze(-1) if batched else a
             with torch.no_grad():
-                if spec.weight_decay:
-                    grad = grad + spec.weight_decay * pflat
-                pflat.sub_(spec.lr * (a.unsqueeze(-1) if batched else a) * grad)
+                if wd:
+                    grad = grad + wd * pflat
+                if buf is not None:
+                    buf = torch.where(am > 0, mom * buf + grad, buf)
+                    grad = buf
+                pflat.sub_(lr * am * grad)
                 loss_sum += loss.detach() * a
                 for n, b in buffers.items():
-                    am = a.reshape(-1, *([1] * (b.dim() - 1))) if batched else a
-                    b.copy_(torch.where(am > 0, b, old[n]))
+                    bm = a.reshape(-1, *([1] * (b.dim() - 1))) if batched else a
+                    b.copy_(torch.where(bm > 0, b, old[n]))
         return pflat.detach(), loss_sum
+
+    def finish(pflat: torch.Tensor, own: dict, steps: torch.Tensor) -> dict:
+        return step_obj.client_finish(Finish(pflat, gflat, own, shared, steps, lr))
 
     steps = active.sum(-1)
     if vectorize:
-        init = global_flat.expand(k, -1).clone()
+        # one [K, P] copy for the parameters, one for the float buffers (if any): at a thousand
+        # clients per actor these copies are most of a round's fixed cost
+        pflat = gflat.expand(k, -1).clone()
+        bflat = global_flat[p_num:].expand(k, -1).clone()
         for i, start in (starts or {}).items():
-            init[i] = start
-        pflat = init[:, :p_num].clone().requires_grad_(True)
-        stacked = layout.unflatten(init)
-        buffers = {n: stacked[n].clone() for n in layout.buffer_names}
+            pflat[i], bflat[i] = start[:p_num], start[p_num:]
+        pflat.requires_grad_(True)
+        b_numels = layout.numels[len(layout.param_names):]
+        buffers = {n: t.reshape(k, *sh) for n, t, sh in zip(
+            layout.buffer_names, torch.split(bflat, b_numels, dim=1),
+            layout.shapes[len(layout.param_names):], strict=True)}
         buffers.update({n: b.expand(k, *b.shape).clone() for n, b in layout.int_buffers.items()})
-        new_p, loss_sum = run(pflat, buffers, slice(None), True)
-        bufs = [buffers[n].reshape(k, -1) for n in layout.buffer_names]
-        updates = torch.cat([new_p, *bufs], dim=1) - global_flat
+        new_p, loss_sum = run(pflat, buffers, slice(None), True, state)
         losses = (loss_sum / steps.clamp_min(1)).cpu().numpy()
+        with torch.no_grad():
+            outputs = (vmap(finish, in_dims=(0, 0, 0))(new_p, state, steps.to(new_p.dtype))
+                       if k and cs.finishes else {})
+        if layout.buffer_names:
+            bufs = [buffers[n].reshape(k, -1) for n in layout.buffer_names]
+            updates = torch.cat([new_p, *bufs], dim=1) - global_flat
+        else:
+            updates = new_p.sub_(global_flat)
     else:
-        out_rows, out_losses = [], []
+        out_rows, out_losses, outs = [], [], []
         for i in range(k):
             init = (starts or {}).get(i, global_flat)
             pflat = init[:p_num].clone().requires_grad_(True)
-            own = layout.unflatten(init)
-            buffers = {n: own[n].clone() for n in layout.buffer_names}
+            own_model = layout.unflatten(init)
+            buffers = {n: own_model[n].clone() for n in layout.buffer_names}
             buffers.update({n: b.clone() for n, b in layout.int_buffers.items()})
-            new_p, loss_sum = run(pflat, buffers, i, False)
+            own = {n: t[i] for n, t in state.items()}
+            new_p, loss_sum = run(pflat, buffers, i, False, own)
             bufs = [buffers[n].reshape(-1) for n in layout.buffer_names]
             out_rows.append(torch.cat([new_p, *bufs]) - global_flat)
             out_losses.append(float(loss_sum) / max(int(steps[i]), 1))
+            with torch.no_grad():
+                outs.append(finish(new_p, own, steps[i].to(new_p.dtype)) if cs.finishes else {})
         updates = torch.stack(out_rows) if out_rows else torch.zeros(0, layout.size)
         losses = np.asarray(out_losses, np.float32)
+        outputs = ({n: torch.stack([o[n] for o in outs]) for n in outs[0]} if outs else {})
     return TrainOutput(updates.detach(), np.asarray(losses, np.float32),
-                       steps.cpu().numpy().astype(np.int64))
+                       steps.cpu().numpy().astype(np.int64), dict(outputs))
 
 
 @torch.no_grad()

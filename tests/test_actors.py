@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.pool import LocalExecutor, RayPool, merge_results
-from actors.trainer import ClientTrainer, TrainTask
-from simulator.algorithms.fedprox import proximal_term
-from simulator.config import Config, build_config
+from actors.pool import LocalExecutor, RayPool, expand, merge_results
+from actors.trainer import ClientTrainer, TrainRequest, TrainTask
+from simulator.algorithms import make_algorithm
+from simulator.config import AlgorithmConfig, Config, build_config
+from simulator.data.clients import PartitionData
 from simulator.models import ModelSpec
 from simulator.placement import greedy, place, round_robin
 from simulator.setup import Federation, build_federation
@@ -78,26 +78,26 @@ def test_small_rounds_use_fewer_actors() -> None:
 
 def part(clients: list[int], returned: list[int], agg: list[float] | None, weight: float,
          seconds: float) -> dict[str, Any]:
-    k = len(clients)
+    """A worker's compact answer: per-client numbers (id, loss, steps, samples, finite,
+    returned) in one array, the returned rows, the partial sum."""
     rows = np.array([[float(c)] * 2 for c in returned], np.float32).reshape(-1, 2)
-    return {"client_ids": np.array(clients, np.int64),
-            "losses": np.array(clients, np.float32) / 10,
-            "steps": np.array(clients, np.int64) * 2, "num_samples": np.array(clients) * 3,
-            "finite": np.ones(k, bool), "row_ids": np.array(returned, np.int64),
-            "updates": rows, "agg_sum": None if agg is None else np.array(agg),
-            "agg_weight": weight, "seconds": seconds}
+    meta = np.array([[c, c / 10, 2 * c, 3 * c, 1.0, float(c in returned)] for c in clients])
+    return {"meta": meta.reshape(-1, 6), "rows": rows if returned else None,
+            "sum": None if agg is None else np.array(agg), "sum_weight": weight,
+            "outputs": {"e": np.array(clients, np.float32)[:, None]}, "seconds": seconds}
 
 
 def test_merge_results_orders_by_client_order() -> None:
-    parts = [part([5, 1], [1], [1.0, 2.0], 3.0, 0.5), part([2, 7], [7, 2], [0.5, 0.5], 1.0, 2.0)]
+    parts = [part([5, 1], [1], [1.0, 2.0], 3.0, 0.5), part([2, 7], [2, 7], [0.5, 0.5], 1.0, 2.0)]
     out = merge_results(parts, [1, 2, 5, 7])
     assert out["client_ids"].tolist() == [1, 2, 5, 7]
     assert out["losses"].tolist() == pytest.approx([0.1, 0.2, 0.5, 0.7])
     assert out["steps"].tolist() == [2, 4, 10, 14]
     assert out["num_samples"].tolist() == [3, 6, 15, 21]
     assert out["row_ids"].tolist() == [1, 2, 7]
-    assert out["updates"].tolist() == [[1.0, 1.0], [2.0, 2.0], [7.0, 7.0]]
-    assert out["agg_sum"].tolist() == [1.5, 2.5] and out["agg_weight"] == 4.0
+    assert out["rows"].tolist() == [[1.0, 1.0], [2.0, 2.0], [7.0, 7.0]]
+    assert out["sum"].tolist() == [1.5, 2.5] and out["sum_weight"] == 4.0
+    assert out["outputs"]["e"].ravel().tolist() == [1.0, 2.0, 5.0, 7.0]
     assert out["seconds"] == 2.0
     rev = merge_results(parts, [7, 5, 2, 1])
     assert rev["client_ids"].tolist() == [7, 5, 2, 1] and rev["row_ids"].tolist() == [7, 2, 1]
@@ -105,10 +105,10 @@ def test_merge_results_orders_by_client_order() -> None:
 
 def test_merge_results_empty() -> None:
     out = merge_results([], [])
-    assert out["client_ids"].tolist() == [] and out["updates"] is None
-    assert out["agg_sum"] is None and out["agg_weight"] == 0.0
+    assert out["client_ids"].tolist() == [] and out["rows"] is None
+    assert out["sum"] is None and out["sum_weight"] == 0.0
     only_sums = merge_results([part([3], [], [1.0, 1.0], 2.0, 0.1)], [3])
-    assert only_sums["updates"] is None and only_sums["row_ids"].tolist() == []
+    assert only_sums["rows"] is None and only_sums["row_ids"].tolist() == []
 
 
 # ------------------------------------------------------------------------------- trainers
@@ -122,21 +122,34 @@ def fed() -> Federation:
 
 
 SPEC = LocalSpec(lr=0.1, batch_size=16, weight_decay=0.001,
-                 regularizer=functools.partial(proximal_term, mu=0.1))
+                 step=make_algorithm(AlgorithmConfig(algorithm="fedprox",
+                                                     algorithm_params={"mu": 0.1})))
 TASKS = [TrainTask(c, e, 100 + c, 0) for c, e in ((0, 2), (1, 1), (2, 2), (3, 1), (5, 1),
                                                   (6, 2))]
 
 
+def requests(groups: list[list[TrainTask]]) -> list[TrainRequest]:
+    return [TrainRequest(g) for g in groups]
+
+
+def trainer_of(fed: Federation, x: np.ndarray | None = None) -> ClientTrainer:
+    t = ClientTrainer(fed.model_spec, fed.x_train if x is None else x, fed.y_train,
+                      fed.clients, threads=None)
+    t.configure(SPEC, True)
+    return t
+
+
 def local_result(fed: Federation, groups: list[list[TrainTask]]) -> dict[str, Any]:
-    ex = LocalExecutor(fed.model_spec, fed.x_train, fed.y_train, fed.client_index)
-    return ex.run(groups, fed.layout.flatten(fed.model).numpy(), SPEC, True)
+    ex = LocalExecutor(fed.model_spec, fed.x_train, fed.y_train, fed.clients)
+    ex.configure(SPEC, True)
+    return ex.run(requests(groups), fed.layout.flatten(fed.model).numpy())
 
 
 def assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
     for k in ("client_ids", "row_ids", "steps", "num_samples", "finite"):
         assert a[k].tolist() == b[k].tolist(), k
     np.testing.assert_allclose(a["losses"], b["losses"], rtol=0, atol=1e-5)
-    np.testing.assert_allclose(a["updates"], b["updates"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(a["rows"], b["rows"], rtol=0, atol=1e-5)
 
 
 def test_local_executor_rows_follow_placement(fed: Federation) -> None:
@@ -145,39 +158,36 @@ def test_local_executor_rows_follow_placement(fed: Federation) -> None:
     assert res["client_ids"].tolist() == [0, 2, 5, 1, 3, 6]
     assert res["row_ids"].tolist() == [0, 2, 5, 1, 3, 6]
     assert res["num_samples"].tolist() == fed.client_sizes[[0, 2, 5, 1, 3, 6]].tolist()
-    assert res["updates"].shape == (6, fed.layout.size) and res["agg_sum"] is None
+    assert res["rows"].shape == (6, fed.layout.size) and res["sum"] is None
     # a client's row does not depend on which other clients share its group
     alone = local_result(fed, [[TASKS[4]]])
-    np.testing.assert_allclose(res["updates"][2], alone["updates"][0], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(res["rows"][2], alone["rows"][0], rtol=0, atol=1e-5)
 
 
 def test_trainer_partial_sum(fed: Federation) -> None:
-    """Tasks with weight >= 0 are summed on the actor: agg_sum = sum_k w_k u_k."""
+    """Summed tasks are added on the actor: sum = sum_k w_k u_k; the others return rows."""
     g = fed.layout.flatten(fed.model).numpy()
-    trainer = ClientTrainer(fed.model_spec, fed.x_train, fed.y_train, fed.client_index,
-                            threads=None)
-    plain = trainer.train(g, TASKS[:3], SPEC)
-    weighted = [TrainTask(t.client_id, t.epochs, t.seed, 0, w)
-                for t, w in zip(TASKS[:3], (2.0, -1.0, 0.5), strict=True)]
-    res = trainer.train(g, weighted, SPEC)
-    assert res["row_ids"].tolist() == [1] and res["agg_weight"] == 2.5
-    np.testing.assert_allclose(res["updates"][0], plain["updates"][1], rtol=0, atol=1e-6)
-    expected = 2.0 * plain["updates"][0].astype(np.float64) + 0.5 * plain["updates"][2]
-    np.testing.assert_allclose(res["agg_sum"], expected, rtol=0, atol=1e-5)
+    trainer = trainer_of(fed)
+    plain = expand(trainer.train(g, TrainRequest(TASKS[:3])))
+    res = expand(trainer.train(g, TrainRequest(TASKS[:3], np.array([True, False, True]),
+                                               np.array([2.0, 0.0, 0.5]))))
+    assert res["row_ids"].tolist() == [1] and res["sum_weight"] == 2.5
+    np.testing.assert_allclose(res["rows"][0], plain["rows"][1], rtol=0, atol=1e-6)
+    expected = 2.0 * plain["rows"][0].astype(np.float64) + 0.5 * plain["rows"][2]
+    np.testing.assert_allclose(res["sum"], expected, rtol=0, atol=1e-5)
 
 
 def test_trainer_partial_sum_skips_non_finite(fed: Federation) -> None:
     x = fed.x_train.copy()
     x[fed.client_index[1]] = np.nan
-    trainer = ClientTrainer(fed.model_spec, x, fed.y_train, fed.client_index, threads=None)
+    trainer = trainer_of(fed, x)
     g = fed.layout.flatten(fed.model).numpy()
-    plain = trainer.train(g, TASKS[:3], SPEC)
+    plain = expand(trainer.train(g, TrainRequest(TASKS[:3])))
     assert plain["finite"].tolist() == [True, False, True]
-    res = trainer.train(g, [TrainTask(t.client_id, t.epochs, t.seed, 0, 1.0)
-                            for t in TASKS[:3]], SPEC)
-    assert res["agg_weight"] == 2.0
-    expected = plain["updates"][0].astype(np.float64) + plain["updates"][2]
-    np.testing.assert_allclose(res["agg_sum"], expected, rtol=0, atol=1e-5)
+    res = expand(trainer.train(g, TrainRequest(TASKS[:3], np.ones(3, bool), np.ones(3))))
+    assert res["sum_weight"] == 2.0
+    expected = plain["rows"][0].astype(np.float64) + plain["rows"][2]
+    np.testing.assert_allclose(res["sum"], expected, rtol=0, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------- Ray pool
@@ -187,14 +197,15 @@ def test_trainer_partial_sum_skips_non_finite(fed: Federation) -> None:
 def pool(ray_session: None, fed: Federation) -> Iterator[RayPool]:
     """A 2-actor pool; function-scoped because its actors hold both of the session's CPUs
     (another pool or actor could not be scheduled while it lives)."""
-    p = RayPool(fed.model_spec, fed.x_train, fed.y_train, fed.client_index, num_actors=2)
+    p = RayPool(fed.model_spec, fed.x_train, fed.y_train, fed.clients, num_actors=2)
+    p.configure(SPEC, True)
     yield p
     p.shutdown()
 
 
 def test_ray_pool_equals_local(pool: RayPool, fed: Federation) -> None:
     groups = place(TASKS, 2, "greedy")
-    res = pool.run(groups, fed.layout.flatten(fed.model).numpy(), SPEC, True)
+    res = pool.run(requests(groups), fed.layout.flatten(fed.model).numpy())
     ref = local_result(fed, groups)
     assert res["client_ids"].tolist() == [t.client_id for g in groups for t in g]
     assert_same(res, ref)
@@ -230,14 +241,14 @@ def test_actor_killed_between_rounds(pool: RayPool, fed: Federation) -> None:
     groups = place(TASKS, 2, "greedy")
     ref = local_result(fed, groups)
     g = fed.layout.flatten(fed.model).numpy()
-    assert_same(pool.run(groups, g, SPEC, True), ref)
+    assert_same(pool.run(requests(groups), g), ref)
     pool.kill(0)
-    res = pool.run(groups, g, SPEC, True)
+    res = pool.run(requests(groups), g)
     assert pool.restarts == 1
     assert sorted(res["client_ids"].tolist()) == sorted(t.client_id for t in TASKS)
     assert_same(res, ref)
     # the replacement actor serves the next round
-    again = pool.run(groups, g, SPEC, True)
+    again = pool.run(requests(groups), g)
     assert pool.restarts == 1
     assert_same(again, ref)
 
@@ -245,7 +256,8 @@ def test_actor_killed_between_rounds(pool: RayPool, fed: Federation) -> None:
 def test_actor_dead_before_first_round(pool: RayPool, fed: Federation) -> None:
     groups = place(TASKS, 2, "greedy")
     pool.kill(0)
-    res = pool.run(groups, fed.layout.flatten(fed.model).numpy(), SPEC, True)
+    pool.configure(SPEC, True)   # the settings of a run's first round find the actor dead
+    res = pool.run(requests(groups), fed.layout.flatten(fed.model).numpy())
     assert pool.restarts == 1
     assert_same(res, local_result(fed, groups))
 
@@ -255,9 +267,9 @@ def test_actor_killed_while_round_runs(pool: RayPool, fed: Federation) -> None:
     assert all(groups)
     ref = local_result(fed, groups)
     g = fed.layout.flatten(fed.model).numpy()
-    pool.run(groups, g, SPEC, True)
+    pool.run(requests(groups), g)
     pool.actors[1] = KillOnSubmit(pool.actors[1])
-    res = pool.run(groups, g, SPEC, True)
+    res = pool.run(requests(groups), g)
     assert pool.restarts == 1
     assert not isinstance(pool.actors[1], KillOnSubmit)
     assert_same(res, ref)
@@ -290,13 +302,15 @@ def test_model_spec_travels_to_actors(ray_session: None) -> None:
     spec = ModelSpec("cnn", (1, 8, 8), 10, hidden=8, norm="batch")
     x = np.zeros((4, 1, 8, 8), np.float32)
     y = np.zeros(4, np.int64)
-    actor = ray.remote(ClientTrainer).options(num_cpus=1).remote(spec, x, y, [np.arange(4)])
+    actor = ray.remote(ClientTrainer).options(num_cpus=1).remote(
+        spec, x, y, PartitionData.from_lists([np.arange(4)]))
     try:
+        ray.get(actor.configure.remote(LocalSpec(lr=0.1, batch_size=4)))
         res = ray.get(actor.train.remote(
             FlatLayout(spec.build(seed=0)).flatten(spec.build(seed=0)).numpy(),
-            [TrainTask(0, 1, 0)], LocalSpec(lr=0.1, batch_size=4)))
-        assert res["updates"].shape == (1, FlatLayout(spec.build()).size)
-        assert res["steps"].tolist() == [1]
+            TrainRequest([TrainTask(0, 1, 0)])))
+        assert res["rows"].shape == (1, FlatLayout(spec.build()).size)
+        assert expand(res)["steps"].tolist() == [1]
     finally:
         ray.kill(actor)
 
@@ -309,6 +323,7 @@ import numpy as np
 
 from actors.pool import RayPool
 from actors.ray_setup import ensure_ray
+from simulator.data.clients import PartitionData
 from simulator.models import ModelSpec
 
 ensure_ray(num_cpus=2)
@@ -318,7 +333,8 @@ result = {}
 
 def build():
     try:
-        RayPool(spec, np.zeros((4, 4), np.float32), np.zeros(4, np.int64), [np.arange(4)], 3)
+        RayPool(spec, np.zeros((4, 4), np.float32), np.zeros(4, np.int64),
+                PartitionData.from_lists([np.arange(4)]), 3)
         result["ok"] = True
     except Exception as e:
         result["error"] = str(e)

@@ -119,7 +119,7 @@ def test_section_must_be_mapping() -> None:
     ("round_policy", "async", "clock.round_policy", POLICY_NAMES),
     ("model", "resnet", "model.model", ("logreg", "mlp", "cnn")),
     ("norm", "layer", "model.norm", ("none", "batch")),
-    ("algorithm", "scaffold", "algorithm.algorithm", ("fedavg", "fedprox")),
+    ("algorithm", "fedsgd", "algorithm.algorithm", ("fedavg", "feddyn", "fedprox", "scaffold")),
     ("backend", "dask", "execution.backend", ("ray", "local")),
     ("placement", "ga", "execution.placement", ("greedy", "round_robin")),
 ])
@@ -155,7 +155,7 @@ def test_bad_type_rejected(field: str, value: Any, expected: str) -> None:
     ("availability_low", 0.0, "devices.availability_low: must be in (0, 1], got 0.0"),
     ("straggler_fraction", 1.5, "algorithm.straggler_fraction: must be in [0, 1], got 1.5"),
     ("attack_fraction", -0.1, "attack.attack_fraction: must be in [0, 1], got -0.1"),
-    ("mu", -0.5, "algorithm.mu: must be >= 0, got -0.5"),
+    ("momentum", 1.5, "algorithm.momentum: must be in [0, 1), got 1.5"),
     ("first_k", -1, "clock.first_k: must be >= 0, got -1"),
     ("num_actors", -2, "execution.num_actors: must be >= 0, got -2"),
     ("checkpoint_every", -1, "output.checkpoint_every: must be >= 0, got -1"),
@@ -339,7 +339,7 @@ def test_print_config_is_resolved_yaml(tmp_path: Path, capsys: pytest.CaptureFix
                              "vectorize": False, "partition": "iid"})
     assert printed == expected.to_dict()
     assert printed["experiment"] == {"seed": 4, "rounds": 7, "clients_per_round": 10,
-                                     "eval_every": 1}
+                                     "eval_every": 1, "eval_clients": 100}
     assert list(printed) == list(SECTIONS)
 
 

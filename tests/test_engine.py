@@ -119,7 +119,7 @@ def test_wait_for_all_round_by_hand(make_config: MakeConfig) -> None:
 def test_rows_belong_to_their_clients(make_config: MakeConfig) -> None:
     """Each aggregated row is its client's own update: same sample count, and the same vector
     as training that client alone from the round's global model with its round seed."""
-    from actors.trainer import ClientTrainer, TrainTask
+    from actors.trainer import ClientTrainer, TrainRequest, TrainTask
     from simulator.engine import client_seeds
 
     cfg = make_config(rounds=2)
@@ -129,14 +129,15 @@ def test_rows_belong_to_their_clients(make_config: MakeConfig) -> None:
         assert b.num_samples.tolist() == sim.fed.client_sizes[b.client_ids].tolist()
     fed = sim.fed
     init = fed.layout.flatten(fed.model_spec.build(seed=cfg.experiment.seed))
-    trainer = ClientTrainer(fed.model_spec, fed.x_train, fed.y_train, fed.client_index,
+    trainer = ClientTrainer(fed.model_spec, fed.x_train, fed.y_train, fed.clients,
                             threads=None)
+    trainer.configure(sim.spec)
     b0 = rec.batches[0]
     seeds = client_seeds(cfg.experiment.seed, 0, np.array(recs[0].selected))
     seed_of = dict(zip(recs[0].selected, seeds.tolist(), strict=True))
     for j, c in enumerate(b0.client_ids.tolist()):
-        alone = trainer.train(init.numpy(), [TrainTask(c, 1, seed_of[c])], sim.spec)
-        np.testing.assert_allclose(b0.updates[j].numpy(), alone["updates"][0], rtol=0,
+        alone = trainer.train(init.numpy(), TrainRequest([TrainTask(c, 1, seed_of[c])]))
+        np.testing.assert_allclose(b0.updates[j].numpy(), alone["rows"][0], rtol=0,
                                    atol=1e-5)
 
 
@@ -280,7 +281,7 @@ def test_first_k_aggregates_exactly_k(make_config: MakeConfig) -> None:
 
 @pytest.mark.parametrize("drop", [True, False])
 def test_fedprox_stragglers(make_config: MakeConfig, drop: bool) -> None:
-    cfg = make_config(rounds=3, algorithm="fedprox", mu=0.01, local_epochs=3,
+    cfg = make_config(rounds=3, algorithm="fedprox", algorithm_params={"mu": 0.01}, local_epochs=3,
                       straggler_fraction=0.5, drop_stragglers=drop)
     recs, _, _ = run_sim(cfg)
     algo = make_algorithm(cfg.algorithm)
@@ -349,7 +350,7 @@ def test_clock_advances_when_nobody_online(make_config: MakeConfig) -> None:
 
 
 # wall-clock measurements differ between any two runs
-WALL = ("wall_time", "train_seconds")
+WALL = ("wall_time", "slowest_train_seconds")
 
 
 def _strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -458,7 +459,7 @@ def test_close_keeps_a_callers_executor(make_config: MakeConfig) -> None:
         def shutdown(self) -> None:
             self.closed = True
 
-    ex = Tracking(fed.model_spec, fed.x_train, fed.y_train, fed.client_index)
+    ex = Tracking(fed.model_spec, fed.x_train, fed.y_train, fed.clients)
     sim = Simulation(cfg, federation=fed, executor=ex)
     sim.run()
     sim.close()

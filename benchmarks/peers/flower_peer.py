@@ -38,8 +38,24 @@ ROUND_TIMEOUT_S = 1800.0
 _DATA_CACHE: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
 
 
+_SOURCE_CACHE: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
+
+
 def _client_tensors(path: str, partition: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return client ``partition``'s data, loading the whole ``.npz`` once per process."""
+    """Return client ``partition``'s data, loading the whole ``.npz`` once per process.
+
+    For a population given as a client data source (virtual clients), the ``.npz`` holds the
+    pool and ``source.pkl`` beside it the source, which rebuilds the client's rows from its id
+    (the same code FedSentry's actors run)."""
+    src = os.path.join(os.path.dirname(path), "source.pkl")
+    if os.path.exists(src):
+        if path not in _SOURCE_CACHE:
+            with np.load(path) as npz, open(src, "rb") as fh:
+                _SOURCE_CACHE[path] = (npz["pool_x"], npz["pool_y"], pickle.load(fh))
+        px, py, source = _SOURCE_CACHE[path]
+        rows = source.rows([partition])
+        x, y = (px, py) if rows.x is None else (rows.x, rows.y)
+        return torch.from_numpy(x[rows.index[0]]), torch.from_numpy(y[rows.index[0]])
     if path not in _DATA_CACHE:
         with np.load(path) as npz:
             count = int(npz["count"])
@@ -237,7 +253,7 @@ def _launch(spec: dict[str, Any], model_fn: Callable[[], nn.Module], workdir: st
 
 
 def run_flower(
-    client_data: Sequence[tuple[np.ndarray, np.ndarray]],
+    client_data: Sequence[tuple[np.ndarray, np.ndarray]] | tuple[np.ndarray, np.ndarray, Any],
     model_fn: Callable[[], nn.Module],
     *, rounds: int, clients_per_round: int, epochs: int, batch_size: int, lr: float,
     seed: int, client_cpus: float = 1.0, warmup_rounds: int = 1,
@@ -246,9 +262,11 @@ def run_flower(
 
     Parameters
     ----------
-    client_data : sequence of (ndarray, ndarray)
+    client_data : sequence of (ndarray, ndarray), or (ndarray, ndarray, ClientData)
         Per-client ``(x float32 [n_k, ...], y int64 [n_k])``; client ``k`` is Flower
-        partition ``k``.
+        partition ``k``. Or a population too large to write out: ``(pool_x, pool_y, source)``
+        with a :class:`simulator.data.clients.ClientData` whose ``rows(k)`` index the pool
+        (virtual clients); each Flower client rebuilds its data from its partition id.
     model_fn : callable
         Picklable zero-argument model builder (module-level function or partial).
     rounds : int
@@ -275,7 +293,9 @@ def run_flower(
         ``imports_s`` (child start to ``run_simulation``), ``shutdown_s`` and ``round_s``
         (list of timed rounds' durations).
     """
-    n = len(client_data)
+    virtual = (isinstance(client_data, tuple) and len(client_data) == 3
+               and hasattr(client_data[2], "rows"))
+    n = client_data[2].num_clients if virtual else len(client_data)
     if not 0 <= warmup_rounds < rounds:
         raise ValueError("need 0 <= warmup_rounds < rounds")
     if not 1 <= clients_per_round <= n:
@@ -284,9 +304,17 @@ def run_flower(
         raise ValueError("epochs, batch_size and client_cpus must be positive")
     with tempfile.TemporaryDirectory(prefix="flower_peer_") as tmp:
         path = os.path.join(tmp, "clients.npz")
-        np.savez(path, count=np.asarray(n),
-                 **{f"x{i}": np.asarray(x, np.float32) for i, (x, _) in enumerate(client_data)},
-                 **{f"y{i}": np.asarray(y, np.int64) for i, (_, y) in enumerate(client_data)})
+        if virtual:
+            px, py, source = client_data
+            np.savez(path, pool_x=np.asarray(px, np.float32), pool_y=np.asarray(py, np.int64))
+            with open(os.path.join(tmp, "source.pkl"), "wb") as fh:
+                pickle.dump(source, fh)
+        else:
+            np.savez(path, count=np.asarray(n),
+                     **{f"x{i}": np.asarray(x, np.float32)
+                        for i, (x, _) in enumerate(client_data)},
+                     **{f"y{i}": np.asarray(y, np.int64)
+                        for i, (_, y) in enumerate(client_data)})
         spec = {"data_path": path, "num_clients": n, "rounds": rounds,
                 "clients_per_round": clients_per_round, "epochs": epochs,
                 "batch_size": batch_size, "lr": lr, "seed": seed,

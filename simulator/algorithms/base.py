@@ -1,49 +1,172 @@
-"""The algorithm interface: local objective hook, local work, server update, per-client state.
+"""The algorithm protocol: what one federated algorithm declares, in one file.
 
-An algorithm decides (1) the client's local objective, through the ``regularizer`` it puts in the
-:class:`~simulator.training.LocalSpec`; (2) how much local work each selected client does
-(:meth:`Algorithm.client_epochs`, FedProx's variable work); (3) how the server turns the defended
-aggregate into the next global model (:meth:`Algorithm.server_update`, where FedDyn's ``h`` or a
-server optimizer lives). State is an explicit object returned and passed back, never a global, so
-checkpoints capture it. MOON, FedDyn, SCAFFOLD and FedBN fit these hooks (FedBN: a ``shared_mask``
-that keeps normalization entries out of the server update).
+An algorithm is a class registered by name (:func:`simulator.algorithms.register`). It declares
+
+* **its parameters** (:attr:`Algorithm.params`): typed, validated, given on the command line as
+  ``--algorithm-param KEY=VALUE``; an unknown name lists the valid ones;
+* **its client step**, written for ONE client: :meth:`Algorithm.client_loss` gets a
+  :class:`~simulator.step.Step` (the client's parameters, its batch, the model's features and
+  logits, the masked cross-entropy, the global model, the client's own tensors from the
+  client-state store and the tensors the server sent) and returns the local objective. The
+  trainer runs it vmapped over a chunk of clients or one client at a time (the reference); it must
+  be vmap-safe (pure tensor code, no data-dependent Python control flow). After the local steps
+  :meth:`Algorithm.client_finish` (also per client) returns named tensors: those named in
+  :attr:`Algorithm.client_state` go back into the store, the others travel to the server as
+  named *extras* beside the client's update row;
+* **its optimizer** (:meth:`Algorithm.optimizer`): SGD with momentum and weight decay;
+* **what the server sends**: the server-state tensors named in :attr:`Algorithm.sends` go to
+  every selected client each round; per-client tensors come from the store
+  (:attr:`Algorithm.client_state`);
+* **its server update** (:meth:`Algorithm.server_update`), which sees the defended aggregate, the
+  rows, the verdicts and the extras in a :class:`ServerRound`;
+* **which parameters are shared** (aggregated, defended, recorded on the ledger) and which stay on
+  the client (:meth:`Algorithm.local_parameters`, e.g. FedBN's BatchNorm).
+
+State lives outside the algorithm object: per-client tensors in the run's
+:class:`~simulator.state.ClientStore`, server tensors in the ``server`` dict the engine keeps and
+checkpoints. The object itself holds only its validated parameters, so it can travel to actors.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from simulator.config import AlgorithmConfig
-from simulator.training import LocalSpec
+from simulator.config import AlgorithmConfig, ConfigError
+
+#: shapes a client-state table can declare: the trainable parameters, or the whole flat model
+STATE_SHAPES = ("params", "model")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One algorithm parameter: default, a check and its meaning (shown in errors and --help)."""
+
+    default: Any
+    help: str
+    check: Callable[[Any], bool] = field(default=lambda v: True)
+    rule: str = "any"
+    kind: type = float
+
+
+def positive(help: str, default: float) -> Param:
+    """A float parameter > 0."""
+    return Param(default, help, lambda v: v > 0, "> 0")
+
+
+def non_negative(help: str, default: float) -> Param:
+    """A float parameter >= 0."""
+    return Param(default, help, lambda v: v >= 0, ">= 0")
+
+
+def _coerce(name: str, key: str, p: Param, value: Any) -> Any:
+    if isinstance(value, str) and p.kind in (float, int):   # YAML reads "1e-3" as a string
+        try:
+            value = p.kind(value)
+        except ValueError:
+            pass
+    if p.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    ok = isinstance(value, p.kind) and not (p.kind is not bool and isinstance(value, bool))
+    if ok and p.kind is float:
+        ok = math.isfinite(value)
+    if not ok or not p.check(value):
+        raise ConfigError(f"algorithm.algorithm_params: {name} {key}={value!r} invalid; "
+                          f"must be {p.kind.__name__} {p.rule}")
+    return value
 
 
 @dataclass
-class AlgorithmState:
-    """Server-side state carried across rounds (checkpointed)."""
+class ServerRound:
+    """What an algorithm's server update sees (all tensors on the CPU, float32).
 
-    server: dict[str, Any] = field(default_factory=dict)
-    clients: dict[int, dict[str, Any]] = field(default_factory=dict)
+    Attributes
+    ----------
+    round : the round index.
+    global_flat : ``[P]`` the global model the round started from.
+    delta : ``[P]`` the defended aggregate update (zero at the entries kept on clients).
+    client_ids : ``[K]`` the clients whose updates arrived, in row order.
+    kept : ``[K]`` the defense's verdict per row (True = aggregated).
+    weights : ``[K]`` each row's share of the aggregate (0 for rejected rows).
+    extras : named ``[K, ...]`` tensors the clients returned beside their rows.
+    server : the algorithm's server state (mutate it in place).
+    num_clients : N, the population size.
+    """
+
+    round: int
+    global_flat: torch.Tensor
+    delta: torch.Tensor
+    client_ids: np.ndarray
+    kept: np.ndarray
+    weights: np.ndarray
+    extras: dict[str, torch.Tensor]
+    server: dict[str, torch.Tensor]
+    num_clients: int
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """The client optimizer: SGD with (heavy-ball) momentum and L2 weight decay, as
+    ``torch.optim.SGD(lr, momentum, weight_decay)`` with dampening 0; the momentum buffer starts
+    at zero every round."""
+
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
 
 
 class Algorithm:
-    """FedAvg behaviour; subclasses override the hooks they change."""
+    """FedAvg behaviour (McMahan et al., AISTATS 2017); subclasses override what they change."""
 
-    name = "fedavg"
+    name: ClassVar[str] = "fedavg"
+    #: the algorithm's parameters, ``--algorithm-param KEY=VALUE``
+    params: ClassVar[dict[str, Param]] = {}
+    #: per-client tensors kept in the client-state store: table -> shape ("params": the
+    #: trainable parameters, "model": the whole flat model); absent clients start at zero
+    client_state: ClassVar[dict[str, str]] = {}
+    #: server-state tensors sent to every selected client each round
+    sends: ClassVar[tuple[str, ...]] = ()
+    #: whether the client step draws random numbers (vmap then uses randomness="different")
+    random: ClassVar[bool] = False
 
-    def __init__(self, cfg: AlgorithmConfig) -> None:
+    def __init__(self, cfg: AlgorithmConfig, **params: Any) -> None:
         self.cfg = cfg
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            raise ConfigError(f"algorithm.algorithm_params: {self.name} has no parameter "
+                              f"{unknown[0]!r}; valid: {sorted(self.params)}")
+        self.p: dict[str, Any] = {k: _coerce(self.name, k, spec, params.get(k, spec.default))
+                                  for k, spec in self.params.items()}
 
-    def local_spec(self) -> LocalSpec:
-        """Client optimizer and local objective."""
+    # -- where parameters live ---------------------------------------------------------------
+    def local_parameters(self, names: list[str]) -> list[str]:
+        """Names (of the flat layout) that stay on each client: never averaged, defended or
+        recorded. Default: none."""
+        return []
+
+    # -- the client side (runs where clients train) ------------------------------------------
+    def optimizer(self) -> Optimizer:
         c = self.cfg
-        return LocalSpec(lr=c.lr, batch_size=c.batch_size, weight_decay=c.weight_decay)
+        return Optimizer(c.lr, c.momentum, c.weight_decay)
 
+    def client_loss(self, s: Any) -> torch.Tensor:
+        """The local objective of one client on its current batch (``s``: a
+        :class:`simulator.step.Step`). Default: the masked mean cross-entropy."""
+        return s.ce
+
+    def client_finish(self, f: Any) -> dict[str, torch.Tensor]:
+        """Per-client tensors after local training (``f``: a :class:`simulator.step.Finish`):
+        new store rows (keys of :attr:`client_state`) and extras for the server."""
+        return {}
+
+    # -- local work ---------------------------------------------------------------------------
     def client_epochs(self, num_selected: int, rng: np.random.Generator) -> np.ndarray:
-        """Local epochs of each selected client, and (via ``partial``) who did partial work.
+        """Local epochs of each selected client.
 
         With ``straggler_fraction`` > 0, that fraction of the selected clients runs
         x ~ U{1..E} epochs (Li et al., MLSys 2020, Sec. 5.2); the rest run E.
@@ -59,10 +182,11 @@ class Algorithm:
         """Whether updates of clients that did partial work are aggregated."""
         return not self.cfg.drop_stragglers
 
-    def init_state(self, global_flat: torch.Tensor) -> AlgorithmState:
-        return AlgorithmState()
+    # -- the server side ----------------------------------------------------------------------
+    def init_server(self, global_flat: torch.Tensor, num_params: int) -> dict[str, torch.Tensor]:
+        """Initial server state (checkpointed with the run)."""
+        return {}
 
-    def server_update(self, global_flat: torch.Tensor, delta: torch.Tensor,
-                      state: AlgorithmState) -> torch.Tensor:
-        """New global model from the defended aggregate update ``delta`` ([P])."""
-        return global_flat + self.cfg.server_lr * delta
+    def server_update(self, r: ServerRound) -> torch.Tensor:
+        """The next global model: ``global + server_lr * delta``."""
+        return r.global_flat + self.cfg.server_lr * r.delta

@@ -1,31 +1,31 @@
-"""FedProx (Li et al., MLSys 2020): proximal local objective and tolerated partial work.
+"""FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020).
 
-Each client minimizes h_k(w; w^t) = F_k(w) + (mu/2) ||w - w^t||^2, and clients may run fewer local
-epochs (gamma-inexact solutions) without being dropped; see ``straggler_fraction``.
+Each client minimizes h_k(w; w^t) = F_k(w) + (mu/2) ||w - w^t||^2 over the trainable parameters,
+and clients may run fewer local epochs (gamma-inexact solutions) without being dropped; see the
+general ``straggler_fraction`` / ``drop_stragglers`` settings. Departure: the paper's clients use
+plain SGD; here the shared client optimizer may add momentum or weight decay.
 """
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-from simulator.algorithms.base import Algorithm
-from simulator.training import LocalSpec
+from simulator.algorithms import register
+from simulator.algorithms.base import Algorithm, non_negative
+from simulator.step import Step
 
 
-def proximal_term(params: dict[str, torch.Tensor], global_params: dict[str, torch.Tensor],
-                  mu: float) -> torch.Tensor:
-    """(mu / 2) * ||w - w^t||^2 over the trainable parameters."""
-    return 0.5 * mu * sum(((params[n] - global_params[n]) ** 2).sum() for n in params)
+def proximal_term(flat: torch.Tensor, global_flat: torch.Tensor, mu: float) -> torch.Tensor:
+    """(mu / 2) * ||w - w^t||^2 of one client's trainable vector."""
+    return 0.5 * mu * ((flat - global_flat) ** 2).sum()
 
 
+@register
 class FedProx(Algorithm):
     name = "fedprox"
+    params = {"mu": non_negative("proximal coefficient mu (0 = FedAvg's objective)", 0.0)}
 
-    def local_spec(self) -> LocalSpec:
-        base = super().local_spec()
-        if self.cfg.mu <= 0:
-            return base
-        reg = functools.partial(proximal_term, mu=self.cfg.mu)
-        return LocalSpec(base.lr, base.batch_size, base.weight_decay, reg)
+    def client_loss(self, s: Step) -> torch.Tensor:
+        if self.p["mu"] == 0:
+            return s.ce
+        return s.ce + proximal_term(s.flat, s.global_flat, self.p["mu"])

@@ -1,0 +1,200 @@
+"""Population scale: start-up, round time, engine overhead and memory from 10^4 to 10^6 devices.
+
+Each run is a full ``run_experiment`` (Ray actors, event log) on virtual clients drawn from
+scikit-learn digits with the MLP, in a fresh child process so that its memory is its own. The
+parent samples the resident memory of the child and of every process it started (the Ray services
+and actors) from ``/proc`` every 0.1 s. Reported per run:
+
+* ``startup_s``: process start to the first round's plan (imports, data, population, Ray, actors);
+* ``round_s``: mean wall time of a round (all rounds, event log included);
+* ``overhead_share``: (round wall time - the slowest worker's training time) / round wall time,
+  averaged over rounds: everything that is not training (selection, clock, placement, transfers,
+  state store, aggregation, evaluation, records);
+* ``driver_peak_rss_gb`` (the child's own peak, ``ru_maxrss``) and ``total_peak_rss_gb`` (the
+  largest sum over the child's process tree seen by the sampler);
+* ``state_mem_mb`` / ``state_disk_mb``: the client-state store at the end of the run.
+
+Usage::
+
+    python benchmarks/scale.py --json s.json
+    python benchmarks/scale.py --populations 10000 100000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+T0 = time.perf_counter()
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+POPULATIONS = (10_000, 100_000, 1_000_000)
+FIELDS = ("population", "algorithm", "startup_s", "round_s", "overhead_share",
+          "driver_peak_rss_gb", "total_peak_rss_gb", "state_mem_mb", "state_disk_mb")
+
+
+# ------------------------------------------------------------------------------ child side
+
+
+class RoundClock:
+    """Round callback: when each round's plan starts and when each round ends."""
+
+    def __init__(self) -> None:
+        self.plans: list[float] = []
+        self.ends: list[float] = []
+        self.train: list[float] = []
+
+    def on_plan(self, sim: Any, plan: Any) -> None:
+        self.plans.append(time.perf_counter())
+
+    def on_round_end(self, sim: Any, record: Any) -> None:
+        self.ends.append(time.perf_counter())
+        self.train.append(float(record.extra["slowest_train_seconds"]))
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """One run (in this process); returns its figures."""
+    import resource
+
+    from simulator.config import build_config
+    from simulator.run import run_experiment
+
+    cfg = build_config(flat=spec["flat"])
+    clock = RoundClock()
+    summary = run_experiment(cfg, callbacks=[clock], progress=False)
+    starts = [clock.plans[0]] + clock.ends[:-1]
+    walls = [e - s for s, e in zip(starts, clock.ends, strict=True)]
+    shares = [(w - t) / w for w, t in zip(walls, clock.train, strict=True)]
+    st = summary["state_store"]
+    return {"startup_s": clock.plans[0] - T0, "round_s": sum(walls) / len(walls),
+            "round_walls": walls, "train_s": clock.train,
+            "overhead_share": sum(shares) / len(shares),
+            "driver_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+            "state_mem_mb": st["memory_bytes"] / 1e6, "state_disk_mb": st["disk_bytes"] / 1e6,
+            "final_accuracy": summary["final_accuracy"]}
+
+
+# ----------------------------------------------------------------------------- parent side
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    total, todo = 0, [pid]
+    page = os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def run_one(flat: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run one configuration in a child process while sampling its tree's memory."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps({"flat": flat})]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, start_new_session=True)
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], tree_rss(proc.pid))
+            stop.wait(0.1)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        stop.set()
+        th.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"run failed (exit {proc.returncode}): "
+                           f"{(err or out).strip().splitlines()[-1:]}")
+    res = json.loads(out.strip().splitlines()[-1])
+    res["total_peak_rss_gb"] = peak[0] / 1e9
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    from simulator.cli import OneLineParser
+
+    p = OneLineParser(description="Start-up, round time, engine overhead and memory of "
+                                  "FedSentry runs of 10^4-10^6 virtual clients (digits, MLP), "
+                                  "each in a fresh process.")
+    p.add_argument("--populations", type=int, nargs="+", default=list(POPULATIONS),
+                   help="population sizes (devices = virtual clients)")
+    p.add_argument("--clients-per-round", type=int, default=1000, help="cohort size")
+    p.add_argument("--rounds", type=int, default=5, help="rounds per run")
+    p.add_argument("--local-epochs", type=int, default=1, help="local epochs E")
+    p.add_argument("--state-algorithm", default="feddyn",
+                   help="algorithm of the extra run with per-client state at the largest "
+                        "population ('' to skip)")
+    p.add_argument("--state-memory", default="64MB",
+                   help="client-state store budget of that run (it must spill beyond it)")
+    p.add_argument("--actors", type=int, default=0, help="Ray actors (0 = one per CPU)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every run")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
+    p.add_argument("--json", metavar="FILE", help="write {'runs': [...]} as JSON")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+    if min(args.populations) < 1 or args.rounds < 1 or args.clients_per_round < 1:
+        p.error("--populations, --rounds and --clients-per-round must be >= 1")
+    base = {"dataset": "digits", "model": "mlp", "partition": "virtual",
+            "clients_per_round": args.clients_per_round, "rounds": args.rounds,
+            "local_epochs": args.local_epochs, "seed": args.seed, "num_actors": args.actors,
+            "progress": False, "plots": False}
+    plan = [(n, "fedavg", {}) for n in args.populations]
+    if args.state_algorithm:
+        plan.append((max(args.populations), args.state_algorithm,
+                     {"state_memory": args.state_memory}))
+    runs = []
+    from tqdm import tqdm
+
+    with tempfile.TemporaryDirectory(prefix="fedsentry-scale-") as tmp:
+        for n, algo, extra in tqdm(plan, desc="runs", unit="run"):
+            flat = {**base, "num_clients": n, "algorithm": algo,
+                    "out": str(Path(tmp) / f"{algo}-{n}"), **extra}
+            res = run_one(flat, args.timeout)
+            runs.append({"population": n, "algorithm": algo, **res})
+    print(f"{'population':>10} {'algorithm':>9} {'startup s':>9} {'round s':>8} "
+          f"{'overhead':>8} {'driver GB':>9} {'total GB':>8} {'state MB':>8} {'disk MB':>8}")
+    for r in runs:
+        print(f"{r['population']:>10,} {r['algorithm']:>9} {r['startup_s']:>9.1f} "
+              f"{r['round_s']:>8.2f} {r['overhead_share']:>8.1%} "
+              f"{r['driver_peak_rss_gb']:>9.2f} {r['total_peak_rss_gb']:>8.2f} "
+              f"{r['state_mem_mb']:>8.1f} {r['state_disk_mb']:>8.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": runs, "settings": base}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
+Learning", ICML 2020), Algorithm 1 with option II.
+
+The server keeps the control variate c and sends it every round; client i keeps c_i (zero before
+its first round, in the client-state store). Each local step uses the corrected gradient
+g_i(y) - c_i + c, written here as the loss term <c - c_i, y> whose gradient is exactly that
+correction. After K local steps with learning rate eta_l:
+
+    c_i+ = c_i - c + (x - y_i) / (K eta_l)        (option II),
+
+and the client returns its update y_i - x with the extra Delta c_i = c_i+ - c_i. The server steps
+x <- x + eta_g * (defended aggregate) and c <- c + (1/N) sum_{i kept} Delta c_i with N the
+population size.
+
+Departures: the aggregate of the model updates is the round's defended aggregate (sample-weighted
+for FedAvg, the paper averages uniformly); Delta c of rows the defense rejected is not added (a
+rejected client must not move c); only trainable parameters carry control variates (buffers are
+averaged as in FedAvg); K counts the steps actually taken (partial work); with momentum or weight
+decay option II is the usual approximation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from simulator.algorithms import register
+from simulator.algorithms.base import Algorithm, ServerRound
+from simulator.step import Finish, Step
+
+
+@register
+class Scaffold(Algorithm):
+    name = "scaffold"
+    client_state = {"c": "params"}
+    sends = ("c",)
+
+    def client_loss(self, s: Step) -> torch.Tensor:
+        return s.ce + ((s.shared["c"] - s.state["c"]) * s.flat).sum()
+
+    def client_finish(self, f: Finish) -> dict[str, torch.Tensor]:
+        k = f.steps.clamp_min(1.0)
+        c_new = f.state["c"] - f.shared["c"] + (f.global_flat - f.flat) / (k * f.lr)
+        c_new = torch.where(f.steps > 0, c_new, f.state["c"])
+        return {"c": c_new, "delta_c": c_new - f.state["c"]}
+
+    def init_server(self, global_flat: torch.Tensor, num_params: int) -> dict[str, torch.Tensor]:
+        return {"c": torch.zeros(num_params, dtype=torch.float32)}
+
+    def server_update(self, r: ServerRound) -> torch.Tensor:
+        kept = torch.from_numpy(r.kept.astype(bool))
+        if bool(kept.any()):
+            dc = r.extras["delta_c"][kept].double().sum(0) / r.num_clients
+            r.server["c"] = (r.server["c"].double() + dc).float()
+        return r.global_flat + self.cfg.server_lr * r.delta
