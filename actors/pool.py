@@ -55,8 +55,11 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
     if len(parts) == 1 and parts[0]["client_ids"].tolist() == list(order):
         return parts[0]
     ids = np.concatenate([p["client_ids"] for p in parts])
-    pos = {int(c): i for i, c in enumerate(ids)}
-    perm = np.array([pos[c] for c in order], dtype=np.int64)
+    if ids.tolist() == list(order):   # the usual case: answers in request order, no reordering
+        perm = slice(None)
+    else:
+        pos = {int(c): i for i, c in enumerate(ids)}
+        perm = np.array([pos[c] for c in order], dtype=np.int64)
     out = {k: np.concatenate([p[k] for p in parts])[perm] for k in PER_CLIENT}
     out["outputs"] = {k: np.concatenate([p["outputs"][k] for p in parts])[perm]
                       for k in parts[0]["outputs"]}

@@ -50,8 +50,14 @@ class Collected:
 
 def train(sim: Simulation, plan: RoundPlan) -> tuple[dict[str, Any], str]:
     """Run the plan's tasks; returns the merged result and where it ran ("driver"/"actors")."""
-    ids = plan.trained
-    pos = {c: i for i, c in enumerate(ids.tolist())}
+    executor, where = sim.executor_for(plan)
+    if where == "driver":
+        groups = [plan.tasks]
+    else:
+        groups = place(plan.tasks, executor.num_workers, sim.cfg.execution.placement,
+                       sim.cfg.execution.min_actor_mflop * 1e6 / sim.flops_per_sample)
+    # client state is fetched in group order, so each group's rows are a contiguous view
+    ids = np.array([t.client_id for g in groups for t in g], dtype=np.int64)
     state = {t: sim.store.get(t, ids)[0] for t in sim.algorithm.client_state}
     starts = dict(plan.starts)
     if sim.space.local is not None and len(ids):
@@ -62,22 +68,16 @@ def train(sim: Simulation, plan: RoundPlan) -> tuple[dict[str, Any], str]:
                 base = np.array(starts.get(c, g), dtype=np.float32, copy=True)
                 base[sim.space.local] = row
                 starts[c] = base
-    executor, where = sim.executor_for(plan)
-    if where == "driver":
-        groups = [plan.tasks]
-    else:
-        groups = place(plan.tasks, executor.num_workers, sim.cfg.execution.placement,
-                       sim.cfg.execution.min_actor_mflop * 1e6 / sim.flops_per_sample)
-    requests = []
+    requests, at = [], 0
     for g in groups:
-        rows = np.array([pos[t.client_id] for t in g], dtype=np.int64)
         gid = [t.client_id for t in g]
         summed = (np.array([c in plan.now for c in gid], dtype=bool) if plan.linear else None)
         weights = (np.array([plan.weights.get(c, 0.0) for c in gid], dtype=np.float64)
                    if plan.linear else None)
         requests.append(TrainRequest(g, summed, weights,
                                      {c: starts[c] for c in gid if c in starts},
-                                     {k: v[rows] for k, v in state.items()}))
+                                     {k: v[at:at + len(g)] for k, v in state.items()}))
+        at += len(g)
     shared = {k: sim.server_state[k].numpy() for k in sim.algorithm.sends}
     return executor.run(requests, sim.global_flat.numpy(), shared), where
 

@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from defenses import DefenseContext, UpdateBatch, Verdict, make_defense, screen_malformed
+from defenses import UpdateBatch, Verdict, make_defense
 from defenses.siren_client import CLIENT_SIDE
 from simulator.adversary import Adversary, detection
-from simulator.algorithms import ServerRound, make_algorithm
+from simulator.aggregate import aggregate, aggregate_round, server_step
+from simulator.algorithms import make_algorithm
 from simulator.clock import VirtualClock, make_policy
-from simulator.collect import Collected, collect, combine_linear, make_batch, train
+from simulator.collect import Collected, collect, train
 from simulator.config import Config
 from simulator.evaluation import ClientEval, ServerEval
 from simulator.plan import RoundPlan, make_plan
@@ -201,51 +202,18 @@ class Simulation:
     def aggregate_round(self, plan: RoundPlan, col: Collected
                         ) -> tuple[UpdateBatch | None, list[Verdict], torch.Tensor]:
         """The defended aggregate (shared entries) and every client's verdict."""
-        size = self.space.size
-        if plan.linear:
-            cb = make_batch(col.carried, size)
-            ok, bad = screen_malformed(cb, size)
-            delta, vs = combine_linear(self.defense, plan, col, ok, cb, size)
-            return None, plan.verdicts + vs + bad, delta
-        batch = make_batch(col.fresh + col.carried, size)
-        delta, vs = self.aggregate(plan.round, batch)
-        return batch, plan.verdicts + vs, delta
+        return aggregate_round(self, plan, col)
 
     def aggregate(self, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
         """Screen malformed rows once, then let the defense aggregate the rest (the ledger's
         committee and audit replay rounds through this same method)."""
-        ok, bad = screen_malformed(batch, self.space.size)
-        result = self.defense(batch.subset(ok), self._context(rnd))
-        return result.delta, bad + list(result.verdicts)
-
-    def _context(self, rnd: int) -> DefenseContext:
-        pub = self.fed.public_x is not None
-        sp = self.space
-        return DefenseContext(
-            rnd, self.global_flat_shared, self.fed.public_x, self.fed.public_y,
-            lambda flat: self.server.test(sp.full_of(flat, self.global_flat)),
-            stream(self.cfg.experiment.seed, rnd, _DEFENSE),
-            (lambda m: self.server.score_models(sp.full_rows(m, self.global_flat))) if pub
-            else None,
-            lambda r: sp.shared_of(self._base_model(r)),
-            (lambda: sp.shared_of(self.server.server_update(rnd, self.global_flat))) if pub
-            else None)
+        return aggregate(self, rnd, batch)
 
     def server_step(self, rnd: int, delta: torch.Tensor, verdicts: list[Verdict],
                     arrived: Sequence[int], extras_of: dict[int, dict[str, np.ndarray]]
                     ) -> torch.Tensor:
-        """The algorithm's server update from the defended aggregate (shared entries), the
-        verdicts of the ``arrived`` clients and their extras; returns the next global model."""
-        v = {x.client_id: x for x in verdicts}
-        ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
-        keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
-        extras = {k: torch.from_numpy(np.stack([extras_of[c][k] for c in ids.tolist()]))
-                  for k in keys} if len(ids) else {}
-        return self.algorithm.server_update(ServerRound(
-            rnd, self.global_flat, self.space.full_delta(delta), ids,
-            np.array([v[c].kept for c in ids.tolist()], bool),
-            np.array([v[c].weight for c in ids.tolist()], np.float64), extras,
-            self.server_state, self.fed.num_clients))
+        """The algorithm's server update (see :func:`simulator.aggregate.server_step`)."""
+        return server_step(self, rnd, delta, verdicts, arrived, extras_of)
 
     def _record(self, plan: RoundPlan, col: Collected, batch: UpdateBatch | None,
                 verdicts: list[Verdict], wall_start: float) -> RoundRecord:

@@ -2,8 +2,9 @@
 
 Algorithms keep rows per client between rounds (FedDyn's ``h_k``, SCAFFOLD's ``c_i``, MOON's
 previous model, FedBN's BatchNorm, personalised models...).  :class:`ClientStore` holds them
-in named tables of fixed-shape rows.  Memory is O(clients with a row): RAM rows are packed
-per table, and past a byte budget the least recently used rows (across tables) spill to disk
+in named tables of fixed-shape rows.  Memory is O(clients with a row): RAM rows sit in one
+array per table (with a free list of its slots), and past a byte budget the least recently used
+rows (across tables) spill to disk, written by a background thread
 (:mod:`simulator.state_tier`).  Every call works on its ids with dict lookups and vectorised
 numpy gathers/scatters; nothing is proportional to the number of clients in the store.
 
@@ -38,9 +39,11 @@ class ClientStore:
         Budget in bytes for the row arrays held in RAM across all tables.  The store never
         allocates past it: ``memory_bytes_used <= memory_bytes`` always holds (stricter than
         "budget plus one growth chunk": geometric growth is clipped at the budget, and spare
-        capacity of other tables is released when one needs room).  Bookkeeping is not
-        counted: a dict entry per row, an LRU entry per RAM row (~100-200 bytes each) and
-        8 bytes per RAM slot.
+        capacity of other tables is released when one needs room).  Not counted: the
+        bookkeeping (a dict entry per row, an LRU entry per RAM row, ~100-200 bytes each;
+        8 bytes per RAM slot plus a list entry per free one) and the buffers evicted rows are
+        gathered into for the spill files' background writes (per table at most two, each
+        the size of the largest recent eviction from it, kept for reuse).
     spill_dir
         Directory for the spill files; the store makes a private subdirectory in it on the
         first spill and removes it on :meth:`close`.  None forbids spilling: a put that would

@@ -1,11 +1,14 @@
 """The RAM and disk tiers behind :class:`simulator.state.ClientStore`, and their LRU order.
 
-Each table keeps its RAM rows densely packed in one array that grows geometrically (clipped at
-the budget), plus a dict client -> slot code.  Past the byte budget the least recently used rows
-(across tables) move to a memmap spill file per table (:class:`~simulator.state_files.SpillFile`);
-a spilled row read again moves back to RAM when it fits.  Every operation works on its ids with
-dict lookups and vectorised numpy gathers/scatters; nothing is proportional to the number of
-clients stored.
+Each table keeps its RAM rows in the slots of one array that grows geometrically (clipped at
+the budget), with a list of its free slots and a dict client -> slot code.  Rows never move
+inside RAM while they stay there: a row leaving RAM frees its slot, and the next row to enter
+takes it.  Past the byte budget the least recently used rows (across tables) move to a spill file
+per table (:class:`~simulator.state_files.SpillFile`); a spilled row read again moves back to RAM
+when it fits.  A put of ``k`` new rows into a full store costs one gather of the ``k`` evicted
+rows (handed to the spill file, which writes them in the background) and one scatter of the new
+rows into the slots the evicted ones left.  Every operation works on its ids with dict lookups
+and vectorised numpy gathers/scatters; nothing is proportional to the number of clients stored.
 Arguments are validated by the caller (:class:`~simulator.state.ClientStore`).
 """
 
@@ -29,10 +32,12 @@ MIN_GROW_ROWS = 16  # smallest RAM growth step (clipped to the budget)
 
 @dataclass(eq=False)
 class Table:
-    """One table: RAM rows packed in ``ram[:n]`` and the rest in ``disk``.
+    """One table: ``n`` RAM rows in the slots of ``ram`` not listed in ``free``, the rest in
+    ``disk``.
 
     ``loc`` maps a client to its slot code: ``s >= 0`` is RAM slot ``s``, ``~s`` (< 0) is
-    disk slot ``s``.  ``owner[s]`` is the client in RAM slot ``s``.
+    disk slot ``s``.  ``owner[s]`` is the client in RAM slot ``s`` (garbage for free slots).
+    ``free`` is a stack: the slot popped next is the last one.
     """
 
     index: int
@@ -43,12 +48,19 @@ class Table:
     loc: dict[int, int] = field(default_factory=dict)
     ram: np.ndarray = field(init=False)
     owner: np.ndarray = field(init=False)
+    free: list[int] = field(init=False)
     n: int = 0
     disk: SpillFile | None = None
 
     def __post_init__(self) -> None:
+        self.clear_ram()
+
+    def clear_ram(self) -> None:
+        """Drop the RAM rows and their array (``loc`` is the caller's business)."""
         self.ram = np.empty((0, *self.shape), self.dtype)
         self.owner = np.empty(0, np.int64)
+        self.free = []
+        self.n = 0
 
     @property
     def cap(self) -> int:
@@ -118,8 +130,7 @@ class Tiers:
             r = self._room_for(t, len(pos), int(ram.sum()))
             if r:
                 t.disk.release(slots[:r])
-                self._evict_for(t, r)
-                self._append_ram(t, ids[pos[:r]], values[pos[:r]])
+                self._admit(t, ids[pos[:r]], _rows_at(values, pos[:r]))
         return values, present
 
     def peek(self, t: Table, ids: np.ndarray) -> np.ndarray:
@@ -135,12 +146,14 @@ class Tiers:
     def write(self, t: Table, ids: np.ndarray, values: np.ndarray, codes: np.ndarray) -> None:
         """Store ``values[j]`` as the row of the unique ``ids[j]``, whose codes are ``codes``."""
         ram = codes >= 0
+        if ram.all():
+            t.ram[codes] = values
+            self._touch(t, ids)
+            return
         if ram.any():
             t.ram[codes[ram]] = values[ram]
             self._touch(t, ids[ram])
         rest = np.flatnonzero(~ram)
-        if not len(rest):
-            return
         r = self._room_for(t, len(rest), int(ram.sum()))
         to_ram, to_disk = rest[:r], rest[r:]
         moving = codes[to_ram]
@@ -157,8 +170,7 @@ class Tiers:
                 t.disk.write(slots, values[fresh])
                 t.loc.update(zip(ids[fresh].tolist(), (~slots).tolist(), strict=True))
         if r:
-            self._evict_for(t, r)
-            self._append_ram(t, ids[to_ram], values[to_ram])
+            self._admit(t, ids[to_ram], _rows_at(values, to_ram))
 
     def remove(self, t: Table, clients: list[int]) -> None:
         """Drop the rows of ``clients`` (unique, all present) from ``t``."""
@@ -169,9 +181,11 @@ class Tiers:
                 pop = self._lru.pop
                 for c in np.asarray(clients)[in_ram].tolist():
                     pop((t.index, c))
-            self._remove_ram(t, codes[in_ram])
+            slots = codes[in_ram]
+            t.free.extend(slots.tolist())
+            t.n -= len(slots)
             if t.cap > MIN_GROW_ROWS and t.n <= t.cap // 4:  # give memory back geometrically
-                self._resize(t, max(2 * t.n, MIN_GROW_ROWS))
+                self._shrink(t, max(2 * t.n, MIN_GROW_ROWS))
         if not in_ram.all():
             t.disk.release(~codes[~in_ram])
 
@@ -180,8 +194,8 @@ class Tiers:
         for t in self.tables:
             if t.disk is not None:
                 t.disk.close()
-            t.__post_init__()
-            t.loc, t.n = {}, 0
+            t.clear_ram()
+            t.loc = {}
         self._lru.clear()
         if self._cleanup is not None:
             self._cleanup()
@@ -201,25 +215,55 @@ class Tiers:
             return want
         return max(0, min(want, (self.budget - protected * t.row_bytes) // t.row_bytes))
 
-    def _evict_for(self, t: Table, r: int) -> None:
-        """Spill least recently used rows until ``r`` more rows of ``t`` fit, then reserve."""
-        deficit = self.data_bytes() + r * t.row_bytes - self.budget
+    def _admit(self, t: Table, ids: np.ndarray, values: np.ndarray) -> None:
+        """Place the rows of ``ids`` (unique, none in RAM, admitted by :meth:`_room_for`) in
+        free RAM slots of ``t``, spilling least recently used rows first to make room."""
+        k = len(ids)
+        if self.spilling:
+            self._evict(self.data_bytes() + k * t.row_bytes - self.budget)
+        self._reserve(t, k)
+        free = t.free
+        taken = free[len(free) - k:]
+        del free[len(free) - k:]
+        slots = np.array(taken, np.int64)
+        t.ram[slots] = values
+        t.owner[slots] = ids
+        clients = ids.tolist()
+        t.loc.update(zip(clients, taken, strict=True))
+        t.n += k
+        if self.spilling:
+            i = t.index
+            self._lru.update(((i, c), None) for c in clients)
+
+    def _evict(self, deficit: int) -> None:
+        """Spill least recently used RAM rows (any table) until ``deficit`` bytes are free.
+
+        Per table, the victims are gathered from RAM once and written to disk slots allocated
+        together (one consecutive run unless freed disk slots are reused); their RAM slots
+        become free for the rows that caused the eviction."""
+        if deficit <= 0:
+            return
         victims: dict[int, list[int]] = {}
+        pop, tables = self._lru.popitem, self.tables
         while deficit > 0:
-            (i, c), _ = self._lru.popitem(last=False)
+            (i, c), _ = pop(last=False)
             victims.setdefault(i, []).append(c)
-            deficit -= self.tables[i].row_bytes
+            deficit -= tables[i].row_bytes
         for i, clients in victims.items():
-            u = self.tables[i]
-            slots = np.array([u.loc[c] for c in clients], np.int64)
-            disk = self._disk(u).alloc(len(slots))
-            u.disk.write(disk, u.ram[slots])
-            u.loc.update(zip(clients, (~disk).tolist(), strict=True))
-            self._remove_ram(u, slots)
-        self._reserve(t, r)
+            u = tables[i]
+            loc = u.loc
+            freed = [loc[c] for c in clients]
+            disk = self._disk(u).alloc(len(freed))
+            rows = u.disk.scratch(len(freed))
+            # mode="wrap" (the slots are valid): with "raise", numpy copies via a temporary
+            np.take(u.ram, np.array(freed, np.int64), axis=0, out=rows, mode="wrap")
+            u.disk.write(disk, rows)
+            loc.update(zip(clients, (~disk).tolist(), strict=True))
+            u.free.extend(freed)
+            u.n -= len(freed)
 
     def _reserve(self, t: Table, r: int) -> None:
-        """Grow ``t``'s RAM array to hold ``r`` more rows without passing the budget."""
+        """Make ``t`` have ``r`` free RAM slots without passing the budget."""
         need = t.n + r
         if need <= t.cap:
             return
@@ -227,47 +271,44 @@ class Tiers:
         if t.cap + headroom // t.row_bytes < need:  # take back other tables' spare capacity
             for u in self.tables:
                 if u is not t and u.cap > u.n:
-                    self._resize(u, u.n)
+                    self._shrink(u, u.n)
             headroom = self.budget - self.memory_bytes_used()
         allowed = t.cap + headroom // t.row_bytes
         assert allowed >= need, "RAM budget accounting is off"
-        self._resize(t, min(max(need, 2 * t.cap, MIN_GROW_ROWS), allowed))
+        old = t.cap
+        new = min(max(need, 2 * old, MIN_GROW_ROWS), allowed)
+        self._realloc(t, new)
+        t.free.extend(range(new - 1, old - 1, -1))  # popped lowest first
+
+    @classmethod
+    def _shrink(cls, t: Table, cap: int) -> None:
+        """Cut ``t``'s RAM arrays to ``cap >= t.n`` slots, first moving the rows in slots at
+        or above ``cap`` into free slots below it."""
+        if cap >= t.cap:
+            return
+        live = np.ones(t.cap, bool)
+        live[np.array(t.free, np.int64)] = False
+        movers = cap + np.flatnonzero(live[cap:])
+        holes = np.flatnonzero(~live[:cap])
+        into, rest = holes[:len(movers)], holes[len(movers):]
+        if len(movers):
+            t.ram[into] = t.ram[movers]
+            t.owner[into] = t.owner[movers]
+            t.loc.update(zip(t.owner[into].tolist(), into.tolist(), strict=True))
+        t.free = rest[::-1].tolist()
+        cls._realloc(t, cap)
 
     @staticmethod
-    def _resize(t: Table, cap: int) -> None:
-        """Reallocate ``t``'s RAM arrays to ``cap`` slots, keeping rows ``[0, n)``."""
+    def _realloc(t: Table, cap: int) -> None:
+        """Reallocate ``t``'s RAM arrays to ``cap`` slots, keeping the first ones."""
         try:  # in place: realloc, no copy for large blocks
             t.ram.resize((cap, *t.shape), refcheck=True)
             t.owner.resize(cap, refcheck=True)
         except ValueError:  # something holds a view: copy instead
-            ram, owner = np.empty((cap, *t.shape), t.dtype), np.full(cap, -1, np.int64)
-            ram[:t.n], owner[:t.n] = t.ram[:t.n], t.owner[:t.n]
+            keep = min(cap, len(t.owner))  # owner is resized second
+            ram, owner = np.empty((cap, *t.shape), t.dtype), np.empty(cap, np.int64)
+            ram[:keep], owner[:keep] = t.ram[:keep], t.owner[:keep]
             t.ram, t.owner = ram, owner
-
-    def _append_ram(self, t: Table, ids: np.ndarray, values: np.ndarray) -> None:
-        """Place new RAM rows at the end of ``t``'s packed array (capacity reserved)."""
-        k, n = len(ids), t.n
-        t.ram[n:n + k] = values
-        t.owner[n:n + k] = ids
-        clients = ids.tolist()
-        t.loc.update(zip(clients, range(n, n + k), strict=True))
-        t.n = n + k
-        if self.spilling:
-            i = t.index
-            self._lru.update(((i, c), None) for c in clients)
-
-    def _remove_ram(self, t: Table, slots: np.ndarray) -> None:
-        """Free RAM ``slots`` of ``t`` by moving the last live rows into the holes."""
-        new_n = t.n - len(slots)
-        t.owner[slots] = -1
-        movers = new_n + np.flatnonzero(t.owner[new_n:t.n] >= 0)
-        holes = np.sort(slots[slots < new_n])
-        if len(movers):
-            t.ram[holes] = t.ram[movers]
-            t.owner[holes] = t.owner[movers]
-            t.loc.update(zip(t.owner[holes].tolist(), holes.tolist(), strict=True))
-        t.owner[new_n:t.n] = -1
-        t.n = new_n
 
     def _disk(self, t: Table) -> SpillFile:
         if t.disk is None:
@@ -278,3 +319,10 @@ class Tiers:
                 self._cleanup = weakref.finalize(self, shutil.rmtree, path, True)
             t.disk = SpillFile(self._spill_path / f"table-{t.index}.bin", t.shape, t.dtype)
         return t.disk
+
+
+def _rows_at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``values[idx]``; a view, not a copy, when ``idx`` is a run of consecutive positions."""
+    if len(idx) and idx[-1] - idx[0] == len(idx) - 1 and bool((np.diff(idx) == 1).all()):
+        return values[idx[0]:idx[-1] + 1]
+    return values[idx]

@@ -7,6 +7,7 @@ a checkpoint's payload is 16 bytes of values plus 8 bytes of id per row, 8 bytes
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +166,104 @@ def test_delete_frees_slots_that_are_reused(tmp_path: Path) -> None:
     values, present = disk.get("big", np.array([0, 1, 2, 3, 4, 5]))
     np.testing.assert_array_equal(present, [False, True, False, True, True, True])
     assert_same_bits(values[[1, 3, 4, 5]], big[[1, 3, 4, 5]])
+
+
+def test_rows_in_ram_stay_put_and_evicted_slots_are_reused(tmp_path: Path) -> None:
+    store = store_h(budget_rows=4, spill=tmp_path)
+    store.put("h", np.arange(4), rows(0, 1, 2, 3))
+    t = store._tiers.tables[0]
+    before = dict(t.loc)
+    store.get("h", np.array([1, 3]))  # order: 0 2 1 3
+    store.put("h", np.array([7, 8]), rows(7, 8))  # 0 and 2 go to disk, 7 and 8 take their slots
+    np.testing.assert_array_equal(store.resident("h", np.array([0, 1, 2, 3, 7, 8])),
+                                  [0, 1, 0, 1, 1, 1])
+    assert t.loc[1] == before[1] and t.loc[3] == before[3]  # not moved
+    assert {t.loc[7], t.loc[8]} == {before[0], before[2]}
+    assert store.memory_bytes_used == 4 * ROW
+    assert_same_bits(store.get("h", np.array([0, 1, 2, 3, 7, 8]))[0], rows(0, 1, 2, 3, 7, 8))
+
+
+def test_an_eviction_is_one_background_write_that_reads_wait_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    pwrite = state_files._pwrite
+
+    def slow_pwrite(path: Path, data: np.ndarray, offset: int) -> None:
+        calls.append((len(data) * data[0].nbytes, offset))
+        time.sleep(0.2)
+        pwrite(path, data, offset)
+
+    monkeypatch.setattr(state_files, "_pwrite", slow_pwrite)
+    big = np.arange(12 * 65536, dtype=np.float32).reshape(12, 65536)  # 256 KiB rows
+    store = ClientStore(4 * big[0].nbytes, tmp_path)
+    store.declare("big", (65536,))
+    store.put("big", np.arange(4), big[:4])
+    store.put("big", np.arange(4, 8), big[4:8])  # rows 0-3 leave RAM in one write
+    assert calls == [(4 * big[0].nbytes, 0)]
+    values, present = store.get("big", np.arange(4))  # waits for that write
+    assert present.all()
+    assert_same_bits(values, big[:4])
+    store.put("big", np.arange(8, 12), big[8:])
+    assert_same_bits(store.get("big", np.arange(12))[0], big)
+    store.close()
+
+
+def test_random_operations_match_a_dict(tmp_path: Path) -> None:
+    """Puts, gets, deletes and saves on three tables (one of 256 KiB rows, whose evictions are
+    written in the background) against a plain dict, checking the tiers' invariants."""
+    rng = np.random.default_rng(7)
+    shapes = {"a": (3,), "b": (2, 2), "big": (65536,)}
+    for budget, spill in [(40 * ROW + 3 * 65536 * 4, True), (9 * ROW, True), (60 * ROW, False)]:
+        store = ClientStore(budget, tmp_path / "spill" if spill else None)
+        model: dict[str, dict[int, np.ndarray]] = {name: {} for name in shapes}
+        for name, shape in shapes.items():
+            store.declare(name, shape)
+        for _ in range(150):
+            name = str(rng.choice(list(shapes)))
+            ids = rng.choice(40, size=rng.integers(0, 12), replace=False) - 10  # some negative
+            op = rng.random()
+            if op < 0.45:
+                values = rng.standard_normal((len(ids), *shapes[name])).astype(np.float32)
+                try:
+                    store.put(name, ids, values)
+                except StoreError:
+                    assert not spill
+                    continue
+                model[name].update(zip(ids.tolist(), values, strict=True))
+            elif op < 0.8:
+                ids = np.concatenate([ids, ids[:2]])  # repeated ids read the same row
+                got, present = store.get(name, ids)
+                for c, g, p in zip(ids.tolist(), got, present, strict=True):
+                    assert p == (c in model[name])
+                    assert_same_bits(g, model[name][c] if p else np.zeros_like(g))
+            elif op < 0.95:
+                store.delete(name, ids)
+                for c in ids.tolist():
+                    model[name].pop(c, None)
+            else:
+                store.save(tmp_path / f"ck{budget}")
+                loaded = ClientStore.load(tmp_path / f"ck{budget}", 1 << 30)
+                for n, rows_of in model.items():
+                    ks = np.array(sorted(rows_of), np.int64)
+                    assert loaded.count(n) == len(ks)
+                    if len(ks):
+                        assert_same_bits(loaded.get(n, ks)[0], np.stack([rows_of[c] for c in ks]))
+                loaded.close()
+            tiers = store._tiers
+            assert tiers.memory_bytes_used() <= budget
+            in_ram = set()
+            for t in tiers.tables:
+                assert set(t.loc) == set(model[t.name])
+                slots = [s for s in t.loc.values() if s >= 0]
+                assert len(slots) == t.n and len(t.free) == t.cap - t.n
+                assert set(slots).isdisjoint(t.free) and len(set(t.free)) == len(t.free)
+                assert all(t.owner[s] == c for c, s in t.loc.items() if s >= 0)
+                in_ram |= {(t.index, c) for c, s in t.loc.items() if s >= 0}
+                if t.disk is not None:
+                    assert t.disk.used == len(t.loc) - t.n
+            if spill:
+                assert set(tiers._lru) == in_ram
+        store.close()
 
 
 # ------------------------------------------------------------------ checkpoints

@@ -15,6 +15,7 @@ def test_throughput_json_schema(ray_session: None, tmp_path: Path,
     out = tmp_path / "t.json"
     png = tmp_path / "t.png"
     rc = throughput.main(["--tasks", "digits-mlp-k10", "--rounds", "2", "--min-seconds", "0",
+                          "--repeats", "1",
                           "--no-flower", "--actors", "2", "--json", str(out), "--plot", str(png)])
     assert rc == 0
     data = json.loads(out.read_text())

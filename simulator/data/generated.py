@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .clients import ClientData, ClientRows, _check_seed, hash_normal
+from .synthetic import check_synthetic
 
 __all__ = ["SyntheticDevices", "synthetic_test_set"]
 
@@ -64,15 +65,9 @@ class SyntheticDevices(ClientData):
         if int(num_clients) != num_clients or num_clients < 1:
             raise ValueError(f"num_clients must be a positive integer, got {num_clients}")
         _check_seed("seed", seed)
-        if alpha < 0 or beta < 0:
-            raise ValueError(f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
-        if dim < 1 or num_classes < 2:
-            raise ValueError("need dim >= 1 and num_classes >= 2")
-        if not 1 <= min_samples <= max_samples:
-            raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, "
-                             f"{max_samples}")
-        if not 0.0 <= test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+        check_synthetic(alpha=alpha, beta=beta, num_devices=1, dim=dim,
+                        num_classes=num_classes, min_samples=min_samples,
+                        max_samples=max_samples, test_fraction=test_fraction)
         self.num_clients = int(num_clients)
         self.seed, self.alpha, self.beta, self.iid = int(seed), float(alpha), float(beta), iid
         self.dim, self.num_classes = int(dim), int(num_classes)

@@ -48,6 +48,20 @@ class SyntheticSplit:
     test_groups: np.ndarray
 
 
+def check_synthetic(*, alpha: float, beta: float, num_devices: int, dim: int, num_classes: int,
+                    min_samples: int, max_samples: int, test_fraction: float) -> None:
+    """ValueError naming the first invalid FedProx synthetic argument."""
+    if alpha < 0 or beta < 0:
+        raise ValueError(f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
+    if num_devices < 1 or dim < 1 or num_classes < 2:
+        raise ValueError("need num_devices >= 1, dim >= 1 and num_classes >= 2")
+    if not 1 <= min_samples <= max_samples:
+        raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, "
+                         f"{max_samples}")
+    if not 0.0 <= test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+
+
 def make_fedprox_synthetic(
     *,
     seed: int,
@@ -83,16 +97,9 @@ def make_fedprox_synthetic(
     SyntheticSplit
         float32 features, int64 labels and int64 device ids for train and test.
     """
-    if alpha < 0 or beta < 0:
-        raise ValueError(f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
-    if num_devices < 1 or dim < 1 or num_classes < 2:
-        raise ValueError("need num_devices >= 1, dim >= 1 and num_classes >= 2")
-    if not 1 <= min_samples <= max_samples:
-        raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, "
-                         f"{max_samples}")
-    if not 0.0 <= test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
-
+    check_synthetic(alpha=alpha, beta=beta, num_devices=num_devices, dim=dim,
+                    num_classes=num_classes, min_samples=min_samples, max_samples=max_samples,
+                    test_fraction=test_fraction)
     rng = np.random.default_rng(seed)
     sizes = rng.lognormal(4.0, 2.0, num_devices).astype(np.int64) + min_samples
     sizes = np.minimum(sizes, max_samples)

@@ -1,0 +1,75 @@
+"""Step 4 of a round: aggregate. One screening of malformed rows, the defense's aggregate and
+verdicts (or the actors' partial sums of a linear rule plus the carried rows), then the
+algorithm's server update from the defended aggregate, the verdicts and the clients' extras."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from defenses import DefenseContext, UpdateBatch, Verdict, screen_malformed
+from simulator.algorithms import ServerRound
+from simulator.collect import Collected, combine_linear, make_batch
+from simulator.plan import RoundPlan
+from simulator.rounds import _DEFENSE, stream
+
+if TYPE_CHECKING:
+    from simulator.engine import Simulation
+
+
+def aggregate_round(sim: Simulation, plan: RoundPlan, col: Collected
+                    ) -> tuple[UpdateBatch | None, list[Verdict], torch.Tensor]:
+    """The defended aggregate (shared entries) and every client's verdict."""
+    size = sim.space.size
+    if plan.linear:
+        cb = make_batch(col.carried, size)
+        ok, bad = screen_malformed(cb, size)
+        delta, vs = combine_linear(sim.defense, plan, col, ok, cb, size)
+        return None, plan.verdicts + vs + bad, delta
+    batch = make_batch(col.fresh + col.carried, size)
+    delta, vs = aggregate(sim, plan.round, batch)
+    return batch, plan.verdicts + vs, delta
+
+
+def aggregate(sim: Simulation, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
+    """Screen malformed rows once, then let the defense aggregate the rest (the ledger's
+    committee and audit replay rounds through this same method)."""
+    ok, bad = screen_malformed(batch, sim.space.size)
+    result = sim.defense(batch.subset(ok), context(sim, rnd))
+    return result.delta, bad + list(result.verdicts)
+
+
+def context(sim: Simulation, rnd: int) -> DefenseContext:
+    """What the defense may read: the round, the global model, the public set and scorers, in
+    the shared space of the rows (full models are rebuilt with the global local entries)."""
+    pub = sim.fed.public_x is not None
+    sp = sim.space
+    return DefenseContext(
+        rnd, sim.global_flat_shared, sim.fed.public_x, sim.fed.public_y,
+        lambda flat: sim.server.test(sp.full_of(flat, sim.global_flat)),
+        stream(sim.cfg.experiment.seed, rnd, _DEFENSE),
+        (lambda m: sim.server.score_models(sp.full_rows(m, sim.global_flat))) if pub
+        else None,
+        lambda r: sp.shared_of(sim._base_model(r)),
+        (lambda: sp.shared_of(sim.server.server_update(rnd, sim.global_flat))) if pub
+        else None)
+
+
+def server_step(sim: Simulation, rnd: int, delta: torch.Tensor, verdicts: list[Verdict],
+                arrived: Sequence[int], extras_of: dict[int, dict[str, np.ndarray]]
+                ) -> torch.Tensor:
+    """The algorithm's server update from the defended aggregate (shared entries), the
+    verdicts of the ``arrived`` clients and their extras; returns the next global model."""
+    v = {x.client_id: x for x in verdicts}
+    ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
+    keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
+    extras = {k: torch.from_numpy(np.stack([extras_of[c][k] for c in ids.tolist()]))
+              for k in keys} if len(ids) else {}
+    return sim.algorithm.server_update(ServerRound(
+        rnd, sim.global_flat, sim.space.full_delta(delta), ids,
+        np.array([v[c].kept for c in ids.tolist()], bool),
+        np.array([v[c].weight for c in ids.tolist()], np.float64), extras,
+        sim.server_state, sim.fed.num_clients))
