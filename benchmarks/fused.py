@@ -72,75 +72,134 @@ def _worker(conn: Any, cfg: Config, fed: Federation) -> None:
         conn.send(trainer(*msg))
 
 
-def _timed(step: Any, cfg: Config, fed: Federation, warmup: int, rounds: int,
-           min_seconds: float) -> dict[str, Any]:
-    """Run ``step(g, rnd, ids) -> (sum, weight, samples)`` rounds; time the post-warm-up ones."""
-    g = fed.layout.flatten(fed.model).numpy().astype(np.float32)
-    updates = samples = 0
-    start, r = 0.0, 0
-    while r < warmup + rounds or time.perf_counter() - start < min_seconds:
-        if r == warmup:
-            start = time.perf_counter()
-        ids = chosen_clients(cfg, fed, r)
-        s, w, n = step(g, r, ids)
-        g = g + (s / w).astype(np.float32)
-        if r >= warmup:
-            updates += len(ids)
-            samples += n
-        r += 1
-    sec = time.perf_counter() - start
-    return {"rounds_timed": r - warmup, "seconds": sec, "client_updates": updates,
-            "samples": samples, "updates_per_s": updates / sec, "samples_per_s": samples / sec}
+class _Fused:
+    """A fused runner: ``round(r)`` trains round ``r``'s clients and averages them into its own
+    global model; returns (client updates, samples)."""
+
+    mode = ""
+
+    def __init__(self, cfg: Config, fed: Federation) -> None:
+        self.cfg, self.fed = cfg, fed
+        self.g = fed.layout.flatten(fed.model).numpy().astype(np.float32)
+
+    def step(self, rnd: int, ids: np.ndarray) -> tuple[np.ndarray, float, int]:
+        raise NotImplementedError
+
+    def round(self, rnd: int) -> tuple[int, int]:
+        ids = chosen_clients(self.cfg, self.fed, rnd)
+        s, w, n = self.step(rnd, ids)
+        self.g = self.g + (s / w).astype(np.float32)
+        return len(ids), n
+
+    def close(self) -> None:
+        pass
 
 
-def fused_threads(cfg: Config, fed: Federation, warmup: int, rounds: int,
-                  min_seconds: float = 0.0) -> dict[str, Any]:
-    """One process, torch's default threads: the round as one stacked computation."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)
-    try:
-        out = _timed(_Trainer(cfg, fed), cfg, fed, warmup, rounds, min_seconds)
-    finally:
-        torch.set_num_threads(threads)
-    return {**out, "mode": f"1 process x {os.cpu_count()} threads"}
+class FusedThreads(_Fused):
+    """One process, all cores' threads: the round as one stacked computation."""
+
+    def __init__(self, cfg: Config, fed: Federation) -> None:
+        super().__init__(cfg, fed)
+        self.trainer = _Trainer(cfg, fed)
+        self.threads = os.cpu_count() or 1
+        self.mode = f"1 process x {self.threads} threads"
+
+    def step(self, rnd: int, ids: np.ndarray) -> tuple[np.ndarray, float, int]:
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            return self.trainer(self.g, rnd, ids)
+        finally:
+            torch.set_num_threads(before)
 
 
-def fused_processes(cfg: Config, fed: Federation, warmup: int, rounds: int,
-                    min_seconds: float = 0.0, processes: int | None = None) -> dict[str, Any]:
-    """One process per core, one thread each (plain multiprocessing, spawned once)."""
-    n = processes or os.cpu_count() or 1
-    ctx = mp.get_context("spawn")
-    pipes, procs = [], []
-    for _ in range(n):
-        a, b = ctx.Pipe()
-        p = ctx.Process(target=_worker, args=(b, cfg, fed), daemon=True)
-        p.start()
-        pipes.append(a)
-        procs.append(p)
+class FusedProcesses(_Fused):
+    """One process per core, one thread each (plain multiprocessing, spawned once): each trains
+    its share of the round's clients and returns the weighted sum of their updates."""
 
-    def step(g: np.ndarray, rnd: int, ids: np.ndarray) -> tuple[np.ndarray, float, int]:
-        parts = [c for c in np.array_split(ids, n) if len(c)]
-        for conn, chunk in zip(pipes, parts, strict=False):
-            conn.send((g, rnd, chunk))
-        res = [conn.recv() for conn in pipes[:len(parts)]]
+    def __init__(self, cfg: Config, fed: Federation, processes: int | None = None) -> None:
+        super().__init__(cfg, fed)
+        self.n = processes or os.cpu_count() or 1
+        self.mode = f"{self.n} processes x 1 thread"
+        ctx = mp.get_context("spawn")
+        self.pipes, self.procs = [], []
+        for _ in range(self.n):
+            a, b = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(b, cfg, fed), daemon=True)
+            p.start()
+            self.pipes.append(a)
+            self.procs.append(p)
+
+    def step(self, rnd: int, ids: np.ndarray) -> tuple[np.ndarray, float, int]:
+        parts = [c for c in np.array_split(ids, self.n) if len(c)]
+        for conn, chunk in zip(self.pipes, parts, strict=False):
+            conn.send((self.g, rnd, chunk))
+        res = [conn.recv() for conn in self.pipes[:len(parts)]]
         return (np.sum([r[0] for r in res], axis=0), sum(r[1] for r in res),
                 sum(r[2] for r in res))
 
-    try:
-        out = _timed(step, cfg, fed, warmup, rounds, min_seconds)
-    finally:
-        for conn in pipes:
+    def close(self) -> None:
+        for conn in self.pipes:
             conn.send(None)
-        for p in procs:
+        for p in self.procs:
             p.join(timeout=10)
-    return {**out, "mode": f"{n} processes x 1 thread"}
+
+
+def rates(updates: int, samples: int, seconds: float, rounds: int) -> dict[str, Any]:
+    return {"rounds_timed": rounds, "seconds": seconds, "client_updates": updates,
+            "samples": samples, "updates_per_s": updates / seconds,
+            "samples_per_s": samples / seconds}
+
+
+def interleaved(runners: dict[str, Any], warmup: int, rounds: int,
+                min_seconds: float = 0.0, block_seconds: float = 0.25
+                ) -> dict[str, dict[str, Any]]:
+    """Time ``runners[name](r) -> (updates, samples)`` in turns: blocks of consecutive rounds
+    of about ``block_seconds`` per runner, the runners taking turns, until each has run at least
+    ``rounds`` timed rounds and ``min_seconds`` of its own time. Turns of a fraction of a second
+    let every runner see the same machine (its speed drifts by tens of percent within minutes
+    here) while each block pays a cold start (caches another process's round evicted) only
+    once. Each runner does rounds 0, 1, 2, ... in order; its first ``warmup`` are not timed."""
+    for run in runners.values():
+        for r in range(warmup):
+            run(r)
+    acc = {k: [0.0, 0, 0, warmup] for k in runners}   # seconds, updates, samples, next round
+
+    def pending() -> bool:
+        return any(a[3] - warmup < rounds or a[0] < min_seconds for a in acc.values())
+
+    while pending():
+        for k, run in runners.items():
+            a = acc[k]
+            start = time.perf_counter()
+            while True:
+                t0 = time.perf_counter()
+                u, n = run(a[3])
+                a[0] += time.perf_counter() - t0
+                a[1] += u
+                a[2] += n
+                a[3] += 1
+                if (time.perf_counter() - start >= block_seconds
+                        or (a[3] - warmup >= rounds and a[0] >= min_seconds)):
+                    break
+    return {k: rates(a[1], a[2], a[0], a[3] - warmup) for k, a in acc.items()}
+
+
+def ceiling(results: dict[str, dict[str, Any]], modes: dict[str, str]) -> dict[str, Any]:
+    """The best of the fused results (keys of ``modes``), with every mode's rate."""
+    best = max(modes, key=lambda k: results[k]["updates_per_s"])
+    return {**results[best], "mode": modes[best],
+            "tried": {modes[k]: results[k]["updates_per_s"] for k in modes}}
 
 
 def measure_fused(cfg: Config, fed: Federation, warmup: int, rounds: int,
                   min_seconds: float = 0.0) -> dict[str, Any]:
-    """The ceiling: the faster of :func:`fused_threads` and :func:`fused_processes`; both
-    results are kept under ``"tried"``."""
-    tried = [fused_threads(cfg, fed, warmup, rounds, min_seconds),
-             fused_processes(cfg, fed, warmup, rounds, min_seconds)]
-    best = max(tried, key=lambda r: r["updates_per_s"])
-    return {**best, "tried": {r["mode"]: r["updates_per_s"] for r in tried}}
+    """The ceiling alone: the faster of :class:`FusedThreads` and :class:`FusedProcesses`,
+    timed in turns; both rates are kept under ``"tried"``."""
+    runners = [FusedThreads(cfg, fed), FusedProcesses(cfg, fed)]
+    try:
+        res = interleaved({r.mode: r.round for r in runners}, warmup, rounds, min_seconds)
+    finally:
+        for r in runners:
+            r.close()
+    return ceiling(res, {r.mode: r.mode for r in runners})

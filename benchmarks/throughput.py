@@ -38,7 +38,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.fused import measure_fused  # noqa: E402
+from benchmarks.fused import (  # noqa: E402
+    FusedProcesses,
+    FusedThreads,
+    ceiling,
+    interleaved,
+)
 from simulator.config import Config, build_config  # noqa: E402
 from simulator.engine import Simulation  # noqa: E402
 from simulator.models import ModelSpec  # noqa: E402
@@ -74,36 +79,30 @@ def task_config(task: Task, seed: int, num_actors: int) -> Config:
         out="/tmp/fedsentry-throughput"))
 
 
-def _rates(updates: int, samples: int, seconds: float, rounds: int) -> dict[str, Any]:
-    return {"rounds_timed": rounds, "seconds": seconds, "client_updates": updates,
-            "samples": samples, "updates_per_s": updates / seconds,
-            "samples_per_s": samples / seconds}
-
-
-def measure_fedsentry(cfg: Config, fed: Federation, warmup: int, rounds: int,
-                      min_seconds: float = 0.0) -> dict[str, Any]:
-    """Time full engine rounds after ``warmup`` untimed ones: at least ``rounds`` of them and
-    at least ``min_seconds`` of wall time (a cheap round is a few ms, too short to time alone)."""
+def measure(cfg: Config, fed: Federation, warmup: int, rounds: int,
+            min_seconds: float = 0.0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """FedSentry (full engine rounds) and the fused ceiling, timed round by round in turns
+    (see :func:`benchmarks.fused.interleaved`): at least ``rounds`` timed rounds each and at
+    least ``min_seconds`` of each one's own time (a cheap round is a few ms)."""
     sim = Simulation(cfg, federation=fed)
+    fused = [FusedThreads(cfg, fed), FusedProcesses(cfg, fed)]
+    where: set[str] = set()
+    t0 = time.perf_counter()
+
+    def fedsentry(r: int) -> tuple[int, int]:
+        rec = sim.run_round(r, t0)
+        where.add(rec.extra["trained_in"])
+        return len(rec.participants), int(fed.sizes(rec.participants).sum()) * EPOCHS
+
     try:
-        t0 = time.perf_counter()
-        for r in range(warmup):
-            sim.run_round(r, t0)
-        samples = updates = done = 0
-        where: set[str] = set()
-        start = time.perf_counter()
-        while done < rounds or time.perf_counter() - start < min_seconds:
-            rec = sim.run_round(warmup + done, t0)
-            updates += len(rec.participants)
-            samples += int(fed.sizes(rec.participants).sum()) * EPOCHS
-            where.add(rec.extra["trained_in"])
-            done += 1
-        out = _rates(updates, samples, time.perf_counter() - start, done)
-        out["actors"] = sim.executor.num_workers
-        out["trained_in"] = sorted(where)
-        return out
+        res = interleaved({"fedsentry": fedsentry, **{f.mode: f.round for f in fused}},
+                          warmup, rounds, min_seconds)
     finally:
         sim.close()
+        for f in fused:
+            f.close()
+    fs = {**res["fedsentry"], "actors": sim.executor.num_workers, "trained_in": sorted(where)}
+    return fs, ceiling(res, {f.mode: f.mode for f in fused})
 
 
 def _build(spec: ModelSpec) -> torch.nn.Module:
@@ -152,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="Flower client CPU settings to try; the fastest is reported")
     p.add_argument("--no-flower", action="store_true", help="skip the Flower peer")
     p.add_argument("--repeats", type=int, default=None,
-                   help="FedSentry and fused measured in turns this many times each, best "
-                        "reported (default 3; quick: 2)")
+                   help="measurements of FedSentry and fused (each timed round by round in "
+                        "turns); each system's best is reported (default 3; quick: 2)")
     p.add_argument("--actors", type=int, default=0,
                    help="FedSentry device actors (0 = one per CPU)")
     p.add_argument("--seed", type=int, default=0, help="seed of partition and sampling")
@@ -180,18 +179,17 @@ def main(argv: list[str] | None = None) -> int:
         task = known[name]
         cfg = task_config(task, args.seed, args.actors)
         fed = build_federation(cfg)
-        # FedSentry and the ceiling are measured in turns, best of --repeats each: this
-        # machine's speed drifts by tens of percent within minutes
-        fss, fus = [], []
+        # FedSentry and the ceiling are timed round by round in turns (this machine's speed
+        # drifts by tens of percent within minutes); --repeats such measurements, each best
+        pairs = []
         for rep in range(repeats):
-            print(f"[{name}] fedsentry ({rep + 1}/{repeats}) ...", file=sys.stderr, flush=True)
-            fss.append(measure_fedsentry(cfg, fed, warmup=3, rounds=rounds, min_seconds=min_s))
-            print(f"[{name}] fused ({rep + 1}/{repeats}) ...", file=sys.stderr, flush=True)
-            fus.append(measure_fused(cfg, fed, warmup=3, rounds=rounds, min_seconds=min_s))
-        fs = {**max(fss, key=lambda r: r["updates_per_s"]),
-              "repeats": [r["updates_per_s"] for r in fss]}
-        fu = {**max(fus, key=lambda r: r["updates_per_s"]),
-              "repeats": [r["updates_per_s"] for r in fus]}
+            print(f"[{name}] fedsentry and fused ({rep + 1}/{repeats}) ...", file=sys.stderr,
+                  flush=True)
+            pairs.append(measure(cfg, fed, warmup=3, rounds=rounds, min_seconds=min_s))
+        fs = {**max((p[0] for p in pairs), key=lambda r: r["updates_per_s"]),
+              "repeats": [p[0]["updates_per_s"] for p in pairs]}
+        fu = {**max((p[1] for p in pairs), key=lambda r: r["updates_per_s"]),
+              "repeats": [p[1]["updates_per_s"] for p in pairs]}
         fl = None
         if not args.no_flower:
             print(f"[{name}] flower ...", file=sys.stderr, flush=True)

@@ -58,7 +58,10 @@ class Adversary:
             return set()
         if self.cfg.malicious_mode == "redraw":
             return {int(c) for c in redraw_malicious(selected, self.cfg.attack_fraction, rng)}
-        return {int(c) for c in np.intersect1d(selected, self.fixed)}
+        # the fixed set is sorted: a binary search per selected client, O(cohort log F)
+        pos = np.minimum(np.searchsorted(self.fixed, selected), max(len(self.fixed) - 1, 0))
+        hit = self.fixed[pos] == selected if len(self.fixed) else np.zeros(len(selected), bool)
+        return {int(c) for c in np.asarray(selected)[hit]}
 
     def rewrite(self, rnd: int, global_flat: torch.Tensor, rows: dict[int, InFlight],
                 malicious: set[int], rng: np.random.Generator) -> None:

@@ -26,7 +26,7 @@ def aggregate_round(sim: Simulation, plan: RoundPlan, col: Collected
     size = sim.space.size
     if plan.linear:
         cb = make_batch(col.carried, size)
-        ok, bad = screen_malformed(cb, size)
+        ok, bad = screen_malformed(cb, size) if col.carried else (np.zeros(0, np.int64), [])
         delta, vs = combine_linear(sim.defense, plan, col, ok, cb, size)
         return None, plan.verdicts + vs + bad, delta
     batch = make_batch(col.fresh + col.carried, size)

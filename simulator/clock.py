@@ -40,9 +40,17 @@ def compute_seconds(samples: ArrayLike, epochs: ArrayLike, ms_per_sample: ArrayL
     float is returned when all of them are scalars.
     """
     f = _array("factor", factor, positive=True)
-    out = f * _array("samples", samples) * _array("epochs", epochs) \
-        * _array("ms_per_sample", ms_per_sample) / 1000.0
-    return _result(out)
+    return _result(compute_seconds_unchecked(_array("samples", samples),
+                                             _array("epochs", epochs),
+                                             _array("ms_per_sample", ms_per_sample), f))
+
+
+def compute_seconds_unchecked(samples: np.ndarray, epochs: np.ndarray,
+                              ms_per_sample: np.ndarray, factor: float | np.ndarray
+                              ) -> np.ndarray:
+    """:func:`compute_seconds` of valid float64 arrays, without the checks (the engine's
+    per-round path: the population was validated when it was built)."""
+    return factor * samples * epochs * ms_per_sample / 1000.0
 
 
 def transfer_seconds(model_bytes: ArrayLike, up_kbps: ArrayLike, down_kbps: ArrayLike,
@@ -53,11 +61,16 @@ def transfer_seconds(model_bytes: ArrayLike, up_kbps: ArrayLike, down_kbps: Arra
     ``kbit = model_bytes * 8 / 1000`` (one latency per transfer).  Broadcasts like
     :func:`compute_seconds`.
     """
-    kbit = _array("model_bytes", model_bytes) * 8.0 / 1000.0
-    out = kbit / _array("down_kbps", down_kbps, positive=True) \
-        + kbit / _array("up_kbps", up_kbps, positive=True) \
-        + 2.0 * _array("latency_ms", latency_ms) / 1000.0
-    return _result(out)
+    return _result(transfer_seconds_unchecked(
+        _array("model_bytes", model_bytes), _array("up_kbps", up_kbps, positive=True),
+        _array("down_kbps", down_kbps, positive=True), _array("latency_ms", latency_ms)))
+
+
+def transfer_seconds_unchecked(model_bytes: float | np.ndarray, up_kbps: np.ndarray,
+                               down_kbps: np.ndarray, latency_ms: np.ndarray) -> np.ndarray:
+    """:func:`transfer_seconds` of valid float64 arrays, without the checks."""
+    kbit = model_bytes * 8.0 / 1000.0
+    return kbit / down_kbps + kbit / up_kbps + 2.0 * latency_ms / 1000.0
 
 
 @dataclass(frozen=True)

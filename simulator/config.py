@@ -275,8 +275,9 @@ class ExecutionConfig:
                              "'auto' when its training is below --inline-mflop (too small to "
                              "pay for a Ray call), 'always', or 'never'",
                      ("auto", "always", "never"))
-    inline_mflop: float = _f(60.0, "auto inline: rounds of less training compute than this "
-                                   "(MFLOP, forward + backward) run in the driver")
+    inline_mflop: float = _f(300.0, "auto inline: rounds of less training compute than this "
+                                    "(MFLOP, forward + backward) run in the driver, on all its "
+                                    "threads")
     state_memory: str = _f("2GB", "memory budget of the client-state store (per-client tensors "
                                   "of FedDyn, SCAFFOLD, Siren, ...); beyond it rows spill to "
                                   "OUT/state/spill on disk, e.g. 64MB, 1.5GB")

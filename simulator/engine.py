@@ -88,6 +88,7 @@ class Simulation:
                  federation: Federation | None = None, executor: Any = None) -> None:
         self.cfg = cfg
         self.callbacks = list(callbacks)
+        self._hooks: dict[tuple[str, int], list[Any]] = {}
         # cheap validation first: names and parameters fail before data loads or Ray starts
         from attacks import make_attack
 
@@ -145,8 +146,11 @@ class Simulation:
     # -- helpers the round steps use ---------------------------------------------------------
     def hooks(self, method: str) -> list[Any]:
         """The client side and the callbacks that define ``method``."""
-        every = ([self.client_side] if self.client_side is not None else []) + self.callbacks
-        return [h for h in every if hasattr(h, method)]
+        key = (method, len(self.callbacks))
+        if key not in self._hooks:
+            every = ([self.client_side] if self.client_side is not None else []) + self.callbacks
+            self._hooks[key] = [h for h in every if hasattr(h, method)]
+        return self._hooks[key]
 
     def linear_round(self) -> bool:
         """Whether the actors may pre-aggregate the fresh rows (a linear rule whose rows neither

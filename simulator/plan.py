@@ -16,7 +16,12 @@ import numpy as np
 
 from actors.trainer import TrainTask
 from defenses import Verdict
-from simulator.clock import Arrival, RoundOutcome, compute_seconds, transfer_seconds
+from simulator.clock import (
+    Arrival,
+    RoundOutcome,
+    compute_seconds_unchecked,
+    transfer_seconds_unchecked,
+)
 from simulator.rounds import (
     _ATTACK,
     _EPOCHS,
@@ -95,10 +100,12 @@ def arrivals(sim: Simulation, rnd: int, selected: np.ndarray, epochs: np.ndarray
              sizes: np.ndarray, start: float) -> list[Arrival]:
     """When each selected client's update reaches the server (compute + transfer)."""
     pop, c = sim.fed.population, sim.cfg.clock
-    dur = (compute_seconds(sizes, epochs, pop.compute_ms_per_sample[selected], c.compute_factor)
-           + transfer_seconds(sim.model_bytes, pop.up_kbps[selected], pop.down_kbps[selected],
-                              pop.latency_ms[selected]))
-    dur = np.atleast_1d(np.asarray(dur, dtype=np.float64))
+    # the population's arrays were validated when it was built; sizes and epochs are counts
+    dur = (compute_seconds_unchecked(np.asarray(sizes, np.float64), np.asarray(epochs, np.float64),
+                                     pop.compute_ms_per_sample[selected],
+                                     np.float64(c.compute_factor))
+           + transfer_seconds_unchecked(np.float64(sim.model_bytes), pop.up_kbps[selected],
+                                        pop.down_kbps[selected], pop.latency_ms[selected]))
     return [Arrival(int(k), rnd, start + float(d))
             for k, d in zip(selected.tolist(), dur.tolist(), strict=True)]
 

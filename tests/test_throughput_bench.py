@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import throughput
+from benchmarks import fused, throughput
 
 
 def test_throughput_json_schema(ray_session: None, tmp_path: Path,
@@ -44,7 +44,7 @@ def test_min_seconds_times_more_rounds_and_rejects_bad_values(
     nan is an error (exit 2)."""
     cfg = throughput.task_config(throughput.TASKS[0], seed=0, num_actors=1)
     fed = throughput.build_federation(cfg)
-    fu = throughput.measure_fused(cfg, fed, warmup=1, rounds=1, min_seconds=0.3)
+    fu = fused.measure_fused(cfg, fed, warmup=1, rounds=1, min_seconds=0.3)
     assert fu["seconds"] >= 0.3 and fu["rounds_timed"] > 1
     assert fu["client_updates"] == 10 * fu["rounds_timed"]
     for bad in ("-1", "nan"):

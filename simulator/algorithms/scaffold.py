@@ -48,7 +48,9 @@ class Scaffold(Algorithm):
 
     def server_update(self, r: ServerRound) -> torch.Tensor:
         kept = torch.from_numpy(r.kept.astype(bool))
-        if bool(kept.any()):
+        # a replay of recorded rounds (the ledger's committee, the audit) has no extras: the
+        # model step it checks does not depend on c
+        if bool(kept.any()) and "delta_c" in r.extras:
             dc = r.extras["delta_c"][kept].double().sum(0) / r.num_clients
             r.server["c"] = (r.server["c"].double() + dc).float()
         return r.global_flat + self.cfg.server_lr * r.delta
