@@ -92,14 +92,14 @@ def collect(sim: Simulation, plan: RoundPlan, res: dict[str, Any], where: str) -
     if res["local"] is not None and len(ids):
         sim.store.put("local", ids, res["local"])
     extra_keys = [k for k in res["outputs"] if k not in tables]
-    extras = {int(c): {k: res["outputs"][k][i] for k in extra_keys}
-              for i, c in enumerate(ids.tolist())}
+    extras = ({int(c): {k: res["outputs"][k][i] for k in extra_keys}
+               for i, c in enumerate(ids.tolist())} if extra_keys else {})
     info = {int(c): (int(n), float(lo), bool(ok)) for c, n, lo, ok in zip(
         ids, res["num_samples"], res["losses"], res["finite"], strict=True)}
     arrival = {a.client_id: a for a in plan.arrivals}
     returned = {int(c): InFlight(arrival[int(c)], row, info[int(c)][0], info[int(c)][1],
                                  int(c) in plan.malicious, plan.alarms.get(int(c), False),
-                                 extras[int(c)])
+                                 extras.get(int(c), {}))
                 for c, row in zip(res["row_ids"], res["rows"] if res["rows"] is not None
                                   else [], strict=True)}
     for hook in sim.hooks("on_collect"):

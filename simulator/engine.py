@@ -35,7 +35,7 @@ from simulator.aggregate import aggregate, aggregate_round, server_step
 from simulator.algorithms import make_algorithm
 from simulator.clock import VirtualClock, make_policy
 from simulator.collect import Collected, collect, train
-from simulator.config import Config
+from simulator.config import Config, ConfigError
 from simulator.evaluation import ClientEval, ServerEval
 from simulator.plan import RoundPlan, make_plan
 from simulator.rounds import (  # noqa: F401 (re-exported for callers of the engine)
@@ -291,6 +291,9 @@ class Simulation:
         }
 
     def load_state_dict(self, st: dict[str, Any], store_dir: Path | None = None) -> None:
+        if "server_state" not in st:
+            raise ConfigError("output.resume: the checkpoint was written by a FedSentry before "
+                              "engine v2 and cannot be resumed; run it again")
         self.next_round = int(st["next_round"])
         self.global_flat = st["global"].clone()
         self.clock = VirtualClock()
