@@ -1,27 +1,26 @@
-"""Device profiles: heterogeneous client hardware, population generator and trace loader.
+"""Device profiles: heterogeneous client hardware and population generator.
 
 Small populations are lists of :class:`DeviceProfile`; large ones (millions of devices)
 are a struct of arrays, :class:`Population`.  Deterministic in the seed; virtual time only.
+The trace loader (:func:`load_trace`, :class:`TraceError`) lives in :mod:`simulator.traces`
+and can also be imported from here.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:  # defined in simulator.traces, re-exported lazily (see __getattr__ below)
+    from simulator.traces import TraceError as TraceError
+    from simulator.traces import load_trace as load_trace
+
 FIELDS = ("compute_ms_per_sample", "up_kbps", "down_kbps", "latency_ms", "availability")
-
-
-class TraceError(ValueError):
-    """A device trace cannot be read; the message reads ``FILE:LINE: what is wrong``."""
 
 
 def _problem(field: str, value: float) -> str | None:
@@ -238,99 +237,14 @@ def generate_population(n: int, *, seed: int, **params: float) -> list[DevicePro
     return generate_population_arrays(n, seed=seed, **params).to_profiles()
 
 
-def _parse_row(path: Path, line: int, index: int, row: Mapping[str, object]) -> list[float]:
-    """Validate one trace entry and return its values in :data:`FIELDS` order."""
-    where = f"{path}:{line}:"
-    raw = row.get("device_id", index)
-    if str(raw).strip() != str(index):  # rejects 2.0, True, "02" as well
-        raise TraceError(f"{where} field 'device_id' is {raw!r}, expected {index} "
-                         "(ids must be 0, 1, 2, ... in order)")
-    values = []
-    for name in FIELDS:
-        raw = row.get(name)
-        if raw is None or (isinstance(raw, str) and not raw.strip()):
-            raise TraceError(f"{where} missing field '{name}'")
-        try:
-            if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-                raise TypeError
-            value = float(raw)
-        except (TypeError, ValueError, OverflowError):
-            raise TraceError(f"{where} field '{name}' is not a number: {raw!r}") from None
-        why = _problem(name, value)
-        if why:
-            raise TraceError(f"{where} field '{name}' {why}, got {raw!r}")
-        values.append(value)
-    return values
+_LAZY = {"TraceError", "load_trace"}
 
 
-def _read_csv(path: Path, text: str) -> list[list[float]]:
-    rows: list[list[float]] = []
-    header = None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        for cells in reader:
-            if not any(c.strip() for c in cells) or cells[0].lstrip().startswith("#"):
-                continue
-            if header is None:
-                header = [c.strip() for c in cells]
-                missing = [f for f in FIELDS if f not in header]
-                if missing or len(set(header)) != len(header):
-                    raise TraceError(f"{path}:{reader.line_num}: bad header, missing columns "
-                                     f"{missing} or duplicate names; need {list(FIELDS)}")
-                continue
-            if len(cells) != len(header):
-                raise TraceError(f"{path}:{reader.line_num}: expected {len(header)} fields, "
-                                 f"got {len(cells)}")
-            row = dict(zip(header, cells, strict=True))
-            rows.append(_parse_row(path, reader.line_num, len(rows), row))
-    except csv.Error as exc:
-        raise TraceError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
-    return rows
+def __getattr__(name: str) -> object:
+    """Lazy re-exports of the trace loader defined in :mod:`simulator.traces` (which imports
+    this module, so it cannot be imported at the top)."""
+    if name in _LAZY:
+        from simulator import traces
 
-
-def _read_json(path: Path, text: str) -> list[list[float]]:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
-    entries = doc.get("devices") if isinstance(doc, dict) else doc
-    if not isinstance(entries, list):
-        raise TraceError(f"{path}:1: expected a list of devices or {{\"devices\": [...]}}")
-    rows = []
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise TraceError(f"{path}:{i + 1}: entry is not an object")
-        rows.append(_parse_row(path, i + 1, i, entry))
-    return rows
-
-
-def load_trace(path: str | Path) -> Population:
-    """Load device profiles from a CSV or JSON trace (format chosen by extension).
-
-    CSV: a header row naming the :data:`FIELDS` columns in any order, plus an
-    optional ``device_id`` column; extra columns are ignored, blank lines and lines
-    starting with ``#`` are skipped.  LINE in errors is the physical line in the file.
-    JSON: a list of objects with those fields, or ``{"devices": [...]}``.  LINE in
-    errors is the 1-based position of the entry in the device list (for a syntax
-    error, the line reported by the JSON parser).  If ``device_id`` is given it must
-    be 0, 1, 2, ... in order.  Values must obey the :class:`DeviceProfile` ranges.
-
-    Raises
-    ------
-    TraceError
-        Missing or unreadable file, unknown extension, bad header or bad row.
-    """
-    path = Path(path)
-    read_rows = {".csv": _read_csv, ".json": _read_json}.get(path.suffix.lower())
-    if not path.exists():
-        raise TraceError(f"{path}: no such trace file")
-    if read_rows is None:
-        raise TraceError(f"{path}: unsupported trace format {path.suffix!r}; use .csv or .json")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read trace: {exc}") from None
-    rows = read_rows(path, text)
-    if not rows:
-        raise TraceError(f"{path}: trace contains no devices")
-    return Population(*np.array(rows, dtype=np.float64).T)
+        return getattr(traces, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

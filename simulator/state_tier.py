@@ -4,7 +4,7 @@ Each table keeps its RAM rows in the slots of one array that grows geometrically
 the budget), with a list of its free slots and a dict client -> slot code.  Rows never move
 inside RAM while they stay there: a row leaving RAM frees its slot, and the next row to enter
 takes it.  Past the byte budget the least recently used rows (across tables) move to a spill file
-per table (:class:`~simulator.state_files.SpillFile`); a spilled row read again moves back to RAM
+per table (:class:`~simulator.state_spill.SpillFile`); a spilled row read again moves back to RAM
 when it fits.  A put of ``k`` new rows into a full store costs one gather of the ``k`` evicted
 rows (handed to the spill file, which writes them in the background) and one scatter of the new
 rows into the slots the evicted ones left.  Every operation works on its ids with dict lookups

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import state_files
+from simulator import state_files, state_spill
 from simulator.state import ClientStore, StoreError
 
 ROW = 16  # bytes of one (4,) float32 row
@@ -186,14 +186,14 @@ def test_rows_in_ram_stay_put_and_evicted_slots_are_reused(tmp_path: Path) -> No
 def test_an_eviction_is_one_background_write_that_reads_wait_for(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    pwrite = state_files._pwrite
+    pwrite = state_spill._pwrite
 
     def slow_pwrite(path: Path, data: np.ndarray, offset: int) -> None:
         calls.append((len(data) * data[0].nbytes, offset))
         time.sleep(0.2)
         pwrite(path, data, offset)
 
-    monkeypatch.setattr(state_files, "_pwrite", slow_pwrite)
+    monkeypatch.setattr(state_spill, "_pwrite", slow_pwrite)
     big = np.arange(12 * 65536, dtype=np.float32).reshape(12, 65536)  # 256 KiB rows
     store = ClientStore(4 * big[0].nbytes, tmp_path)
     store.declare("big", (65536,))
