@@ -9,7 +9,6 @@ and out of flight.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +23,6 @@ from simulator.rounds import _ATTACK, InFlight, stream
 
 if TYPE_CHECKING:
     from simulator.engine import Simulation
-
-log = logging.getLogger("fedsentry")
-
 
 @dataclass
 class Collected:

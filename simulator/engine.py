@@ -19,6 +19,7 @@ defense state, the client-state store), which is exactly what a checkpoint store
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -88,7 +89,7 @@ class Simulation:
                  federation: Federation | None = None, executor: Any = None) -> None:
         self.cfg = cfg
         self.callbacks = list(callbacks)
-        self._hooks: dict[tuple[str, int], list[Any]] = {}
+        self._hooks: dict[str, list[Any]] = {}
         # cheap validation first: names and parameters fail before data loads or Ray starts
         from attacks import make_attack
 
@@ -121,8 +122,6 @@ class Simulation:
         self.adversary = Adversary(self.attack, cfg.attack, self.fed.num_clients,
                                    cfg.experiment.seed)
         if self.adversary.is_data_attack:
-            import dataclasses
-
             self.spec = dataclasses.replace(self.spec, data_attack=self.adversary.data_attack,
                                             num_classes=self.fed.dataset.num_classes)
         self._configured: set[int] = set()
@@ -146,11 +145,10 @@ class Simulation:
     # -- helpers the round steps use ---------------------------------------------------------
     def hooks(self, method: str) -> list[Any]:
         """The client side and the callbacks that define ``method``."""
-        key = (method, len(self.callbacks))
-        if key not in self._hooks:
+        if method not in self._hooks:
             every = ([self.client_side] if self.client_side is not None else []) + self.callbacks
-            self._hooks[key] = [h for h in every if hasattr(h, method)]
-        return self._hooks[key]
+            self._hooks[method] = [h for h in every if hasattr(h, method)]
+        return self._hooks[method]
 
     def linear_round(self) -> bool:
         """Whether the actors may pre-aggregate the fresh rows (a linear rule whose rows neither
@@ -253,9 +251,6 @@ class Simulation:
         if rnd not in self.history:
             raise KeyError(f"global model of round {rnd} is no longer kept (max_staleness)")
         return self.history[rnd]
-
-    def _evaluate(self, flat: torch.Tensor) -> tuple[float, float]:
-        return self.server.test(flat)
 
     # -- whole run -----------------------------------------------------------------------------
     def run(self, progress: bool = False, on_record: Any = None) -> list[RoundRecord]:
