@@ -3,7 +3,8 @@
 :class:`RayPool` keeps one :class:`~actors.trainer.ClientTrainer` actor per CPU (or GPU share).
 The training set and the client data source go to the object store once; the global model once
 per round. Results are collected as actors finish (``ray.wait``). When an actor dies mid-round its
-clients re-run on the surviving actors and a replacement actor is started for later rounds.
+clients re-run on the surviving actors and a replacement actor is started for later rounds. Each
+actor reports the Ray node it runs on once, when it starts (:meth:`RayPool.actor_nodes`).
 :class:`LocalExecutor` runs the same trainer in this process (small rounds, tests, debugging).
 """
 
@@ -80,6 +81,16 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
     return out
 
 
+class PoolTrainer(ClientTrainer):
+    """The trainer as a pool actor: it can also say which Ray node it runs on."""
+
+    def node_id(self) -> str:
+        """The hex id of the Ray node hosting this actor."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
 class LocalExecutor:
     """Runs every request in this process, one after another."""
 
@@ -91,6 +102,10 @@ class LocalExecutor:
 
     def configure(self, *settings: Any) -> None:
         self.trainer.configure(*settings)
+
+    def actor_nodes(self) -> list[str]:
+        """Always empty: there are no actors, every request runs in this process."""
+        return []
 
     def run(self, requests: list[TrainRequest], global_flat: np.ndarray,
             shared: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
@@ -130,12 +145,13 @@ class RayPool:
         self._args = (model_spec, ray.put(x), ray.put(y), ray.put(clients), transform)
         self._gpus = gpus_per_actor
         self.actors = [self._start() for _ in range(num_actors)]
-        ray.get([a.ping.remote() for a in self.actors])
+        # the start-up call that waits for the actors also tells where each one runs
+        self._nodes: list[str] = ray.get([a.node_id.remote() for a in self.actors])
         self.restarts = 0
         self._settings: tuple[Any, ...] | None = None
 
     def _start(self) -> Any:
-        cls = self._ray.remote(ClientTrainer)
+        cls = self._ray.remote(PoolTrainer)
         device = "cuda" if self._gpus > 0 else "cpu"
         return cls.options(num_cpus=1, num_gpus=self._gpus, max_restarts=0).remote(
             *self._args, threads=1, device=device)
@@ -152,9 +168,15 @@ class RayPool:
                 self._replace(i, settings)
         self._settings = settings
 
+    def actor_nodes(self) -> list[str]:
+        """The hex id of the Ray node each actor runs on, in actor order (as reported when the
+        actor started: a replacement reports its own; a killed, not yet replaced actor keeps
+        its last)."""
+        return list(self._nodes)
+
     def _replace(self, i: int, settings: tuple[Any, ...]) -> None:
-        self.actors[i] = self._start()
-        self._ray.get(self.actors[i].configure.remote(*settings))
+        a = self.actors[i] = self._start()
+        _, self._nodes[i] = self._ray.get([a.configure.remote(*settings), a.node_id.remote()])
         self.restarts += 1
 
     def run(self, requests: list[TrainRequest], global_flat: np.ndarray,
@@ -203,4 +225,4 @@ class RayPool:
     def shutdown(self) -> None:
         for a in self.actors:
             self._ray.kill(a, no_restart=True)
-        self.actors = []
+        self.actors, self._nodes = [], []

@@ -80,7 +80,7 @@ class _Fused:
 
     def __init__(self, cfg: Config, fed: Federation) -> None:
         self.cfg, self.fed = cfg, fed
-        self.g = fed.layout.flatten(fed.model).numpy().astype(np.float32)
+        self.g = fed.initial.numpy().astype(np.float32)
 
     def step(self, rnd: int, ids: np.ndarray) -> tuple[np.ndarray, float, int]:
         raise NotImplementedError

@@ -4,6 +4,7 @@ algorithm's server update from the defended aggregate, the verdicts and the clie
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -30,8 +31,25 @@ def aggregate_round(sim: Simulation, plan: RoundPlan, col: Collected
         delta, vs = combine_linear(sim.defense, plan, col, ok, cb, size)
         return None, plan.verdicts + vs + bad, delta
     batch = make_batch(col.fresh + col.carried, size)
+    if sim.policy.adjusts_rows and len(batch.client_ids):
+        batch = adjusted(sim, plan.round, batch)
     delta, vs = aggregate(sim, plan.round, batch)
     return batch, plan.verdicts + vs, delta
+
+
+def adjusted(sim: Simulation, rnd: int, batch: UpdateBatch) -> UpdateBatch:
+    """The batch with the round policy's row adjustment (staleness weights, asynchronous
+    mixing) applied; what the defense aggregates and the ledger records."""
+    staleness = rnd - batch.base_rounds.astype(np.int64)
+
+    def drift() -> torch.Tensor:
+        g = sim.global_flat_shared
+        bases = {int(b): sim.space.shared_of(sim._base_model(int(b))) - g
+                 for b in np.unique(batch.base_rounds)}
+        return torch.stack([bases[int(b)] for b in batch.base_rounds])
+
+    rows = sim.policy.adjust_rows(batch.updates, staleness, drift)
+    return dataclasses.replace(batch, updates=rows)
 
 
 def aggregate(sim: Simulation, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:

@@ -4,7 +4,8 @@ A run that cannot fit must say so up front with one line (exit code 2 on the com
 die to the kernel's OOM killer mid-way. The estimate adds up what grows with the run's size:
 
 * the device arrays (six float64 values per device: five profile fields and the availability
-  phase) and, for a real partition, its index;
+  phase; a seventh, the declared GFLOP/s, with ``--gflops-median``) and, for a real partition,
+  its index;
 * the client-state store: its memory budget, or less when fewer clients can ever train;
 * one round's buffers: the cohort's gathered batches on the workers, its update rows and
   client-state rows in flight (driver and workers);
@@ -86,7 +87,8 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
                         for s in algo.client_state.values())
     if cfg.defense.defense == "siren":
         state_row += 4 * p_full
-    devices = 48.0 * n + (8.0 * rows if d.partition != "virtual" else 0.0)
+    per_device = 48.0 + (8.0 if cfg.devices.gflops_median > 0 else 0.0)
+    devices = per_device * n + (8.0 * rows if d.partition != "virtual" else 0.0)
     dataset = 2.0 * 4 * rows * feat          # the driver's copy and the object store's
     ever = min(n, cfg.experiment.rounds * k)  # clients that can ever hold state
     state = min(float(ex.state_memory_bytes), float(ever * state_row))

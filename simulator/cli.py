@@ -86,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     flat = {k: v for k, v in vars(args).items()
             if k not in ("config", "print_config", "verbose", "config_markdown")
             and v is not None}
-    for k in ("defense_params", "attack_params", "algorithm_params"):
-        if k in flat:
+    index = field_index()
+    for k in flat:  # KEY=VALUE maps (defense, attack, algorithm and policy parameters)
+        if _type_name(get_type_hints(SECTIONS[index[k][0]])[k]).startswith("dict"):
             flat[k] = dict(flat[k])
     from ledger.recorder import LedgerError, LedgerRoundError
     from simulator.data import DataError

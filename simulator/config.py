@@ -19,6 +19,7 @@ import yaml
 
 from simulator.config_fields import ConfigError, _check_choice, _coerce, _f, _positive, parse_size
 from simulator.config_fields import _type_name as _type_name
+from simulator.policies import policy_names
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,12 @@ class ExperimentConfig:
     eval_every: int = _f(1, "evaluate the global model every N rounds (and after the last)")
     eval_clients: int = _f(100, "per-client evaluation (--client-test-fraction > 0): clients "
                                 "in the fixed seeded sample evaluated each time")
+    max_virtual_hours: float = _f(0.0, "stop after the round that ends past this much virtual "
+                                       "time, in hours (0 = no limit; --rounds still caps)")
 
     def __post_init__(self) -> None:
         _positive("experiment", self, ("rounds", "clients_per_round", "eval_every"))
+        _positive("experiment", self, ("max_virtual_hours",), strict=False)
         if not 0 <= self.seed < 2**32:
             raise ConfigError(f"experiment.seed: must be in [0, 2**32), got {self.seed!r}")
 
@@ -120,32 +124,77 @@ class DevicesConfig:
     latency_ms_median: float = _f(50.0, "median one-way latency, ms")
     availability_low: float = _f(1.0, "device availability is uniform in [this, 1]; 1 = "
                                       "always online")
+    availability_trace: str | None = _f(None, "CSV/JSON trace of online intervals "
+                                              "(device_id,start_s,end_s per row, repeating "
+                                              "every period); population device i follows "
+                                              "traced device i mod T. Default: diurnal model "
+                                              "(one window per hour of availability_low..1)")
+    availability_period_s: float = _f(0.0, "period of the availability trace, seconds; 0 = "
+                                           "the file's period_s, else its largest end_s")
+    gflops_median: float = _f(0.0, "devices declare sustained GFLOP/s, log-normal with this "
+                                   "median: compute time = model training FLOPs / GFLOP/s, so "
+                                   "a bigger model is slower; 0 = use ms/sample")
+    gflops_sigma: float = _f(0.5, "log-normal sigma of the declared GFLOP/s (gflops_median "
+                                  "> 0)")
 
     def __post_init__(self) -> None:
         _positive("devices", self, ("compute_ms_median", "up_kbps_median", "down_kbps_median"))
         _positive("devices", self, ("compute_sigma", "bandwidth_sigma", "latency_ms_median"),
+                  strict=False)
+        _positive("devices", self, ("availability_period_s", "gflops_median", "gflops_sigma"),
                   strict=False)
         if not 0.0 < self.availability_low <= 1.0:
             raise ConfigError(f"devices.availability_low: must be in (0, 1], got "
                               f"{self.availability_low!r}")
 
 
-POLICY_NAMES = ("wait_for_all", "deadline", "deadline_carryover", "first_k")
+POLICY_NAMES = tuple(policy_names())
 
 
 @dataclass(frozen=True)
 class ClockConfig:
-    round_policy: str = _f("wait_for_all", "which updates a round waits for", POLICY_NAMES)
-    deadline_s: float = _f(60.0, "round deadline in virtual seconds (deadline policies)")
+    round_policy: str = _f("wait_for_all", "which updates a step waits for (one file each in "
+                                           "simulator/policies/; fedbuff and fedasync are "
+                                           "asynchronous: a round is a server step)",
+                           POLICY_NAMES)
+    policy_params: dict[str, Any] = _f({}, "round policy parameters, KEY=VALUE (repeatable), "
+                                           "e.g. ratio=1.3 (overcommit), k=10 concurrency=100 "
+                                           "(fedbuff), alpha=0.6 a=0.5 (fedasync); an unknown "
+                                           "key lists the valid ones")
+    deadline_s: float = _f(60.0, "round deadline in virtual seconds (deadline policies; "
+                                 "default of their deadline_s)")
     first_k: int = _f(0, "first_k policy: aggregate the first K arrivals (0 = 80%% of selected)")
     max_staleness: int = _f(5, "deadline_carryover: drop updates older than this many rounds")
     compute_factor: float = _f(3.0, "compute time = factor x samples x epochs x ms/sample "
                                     "(forward + backward ~ 3 passes)")
+    dropout: bool = _f(False, "mid-training dropout: a device that goes offline before its "
+                              "update is uploaded loses it (the event log lists it)")
 
     def __post_init__(self) -> None:
         _check_choice("clock", self)
         _positive("clock", self, ("deadline_s", "compute_factor"))
         _positive("clock", self, ("first_k", "max_staleness"), strict=False)
+        policy_of(self)  # unknown parameters and bad values fail here, naming the valid ones
+
+
+def policy_of(clock: ClockConfig, clients_per_round: int | None = None) -> Any:
+    """The configured round policy: the legacy fields (``deadline_s``, ``max_staleness``,
+    ``first_k``) are defaults of the parameters of the same name, ``policy_params`` override
+    them. ConfigError naming ``clock.policy_params`` on a bad parameter."""
+    from simulator.policies import make_policy, policy_parameters
+
+    valid = policy_parameters(clock.round_policy)
+    legacy = {"deadline_s": clock.deadline_s, "max_staleness": clock.max_staleness,
+              "first_k": clock.first_k}
+    params: dict[str, Any] = {k: legacy[k] for k in ("deadline_s", "max_staleness")
+                              if k in valid}
+    if clock.round_policy == "first_k":
+        params["k"] = clock.first_k
+    params.update(clock.policy_params)
+    try:
+        return make_policy(clock.round_policy, clients_per_round, **params)
+    except ValueError as e:
+        raise ConfigError(f"clock.policy_params: {e}") from None
 
 
 @dataclass(frozen=True)

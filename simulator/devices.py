@@ -3,7 +3,12 @@
 Small populations are lists of :class:`DeviceProfile`; large ones (millions of devices)
 are a struct of arrays, :class:`Population`.  Deterministic in the seed; virtual time only.
 The trace loader (:func:`load_trace`, :class:`TraceError`) lives in :mod:`simulator.traces`
-and can also be imported from here.
+and can also be imported from here; availability models (diurnal, traced online intervals) live
+in :mod:`simulator.availability`.
+
+A device may declare its sustained training speed in GFLOP/s (``gflops``, 0 = not declared);
+:meth:`Population.compute_seconds` then derives its compute time from the model's training FLOPs,
+so a bigger model is slower on the same device, and from ``compute_ms_per_sample`` otherwise.
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ if TYPE_CHECKING:  # defined in simulator.traces, re-exported lazily (see __geta
     from simulator.traces import load_trace as load_trace
 
 FIELDS = ("compute_ms_per_sample", "up_kbps", "down_kbps", "latency_ms", "availability")
+#: optional per-device fields (default 0 = not declared)
+OPTIONAL_FIELDS = ("gflops",)
 
 
 def _problem(field: str, value: float) -> str | None:
     """Return why ``value`` is invalid for ``field``, or None if it is fine."""
     if not math.isfinite(value):
         return "is not finite"
-    if field == "latency_ms":
+    if field in ("latency_ms", "gflops"):
         return "must be >= 0" if value < 0 else None
     if field == "availability":
         return None if 0.0 < value <= 1.0 else "must be in (0, 1]"
@@ -44,6 +51,7 @@ class DeviceProfile:
     down_kbps: float               # > 0, download bandwidth in kilobit/s
     latency_ms: float              # >= 0, one-way latency added to every transfer
     availability: float            # in (0, 1], long-run fraction of time online
+    gflops: float = 0.0            # >= 0, sustained training GFLOP/s; 0 = not declared
 
     def __post_init__(self) -> None:
         i = self.device_id
@@ -54,6 +62,8 @@ class DeviceProfile:
             if type(value) is not float or _problem(name, value):  # fast path: valid float
                 _check_number(name, value, strict=name != "latency_ms",
                               high=1.0 if name == "availability" else math.inf)
+        if type(self.gflops) is not float or _problem("gflops", self.gflops):
+            _check_number("gflops", self.gflops, strict=False)
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -68,7 +78,9 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 class Population:
     """Struct of read-only float64 arrays (copied, validated like :class:`DeviceProfile`).
 
-    All arrays have the same length; device ``i`` has ``device_id == i``.
+    All arrays have the same length; device ``i`` has ``device_id == i``.  ``gflops`` is
+    optional: None means no device declares its speed (a read-only all-zero view that takes no
+    memory).
     """
 
     compute_ms_per_sample: np.ndarray
@@ -76,6 +88,7 @@ class Population:
     down_kbps: np.ndarray
     latency_ms: np.ndarray
     availability: np.ndarray
+    gflops: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = np.shape(self.availability)
@@ -91,6 +104,18 @@ class Population:
                 raise ValueError(f"{name}[{bad}] {_problem(name, arr[bad])}, got {arr[bad]!r}")
             arr.flags.writeable = False
             object.__setattr__(self, name, arr)
+        if self.gflops is None:
+            object.__setattr__(self, "gflops", np.broadcast_to(np.float64(0.0), n))
+            return
+        arr = np.array(self.gflops, dtype=np.float64)
+        if arr.shape != n:
+            raise ValueError("gflops must be 1-D and as long as the other fields")
+        ok = np.isfinite(arr) & (arr >= 0)
+        if not ok.all():
+            bad = int(np.argmin(ok))
+            raise ValueError(f"gflops[{bad}] {_problem('gflops', arr[bad])}, got {arr[bad]!r}")
+        arr.flags.writeable = False
+        object.__setattr__(self, "gflops", arr)
 
     def __len__(self) -> int:
         return int(self.availability.shape[0])
@@ -99,11 +124,12 @@ class Population:
         """Return device ``i`` (0 <= i < len) as a :class:`DeviceProfile`."""
         if not 0 <= i < len(self):
             raise IndexError(f"device {i} out of range for population of {len(self)}")
-        return DeviceProfile(int(i), *(float(getattr(self, f)[i]) for f in FIELDS))
+        return DeviceProfile(int(i), *(float(getattr(self, f)[i]) for f in FIELDS),
+                             gflops=float(self.gflops[i]))
 
     def to_profiles(self) -> list[DeviceProfile]:
         """Return all devices as a list of :class:`DeviceProfile`."""
-        cols = [getattr(self, f).tolist() for f in FIELDS]
+        cols = [getattr(self, f).tolist() for f in (*FIELDS, "gflops")]
         return [DeviceProfile(i, *vals) for i, vals in enumerate(zip(*cols, strict=True))]
 
     @classmethod
@@ -112,8 +138,9 @@ class Population:
         for i, p in enumerate(profiles):
             if p.device_id != i:
                 raise ValueError(f"profiles[{i}] has device_id {p.device_id}, expected {i}")
+        gflops = np.array([p.gflops for p in profiles], dtype=np.float64)
         return cls(*(np.array([getattr(p, f) for p in profiles], dtype=np.float64)
-                     for f in FIELDS))
+                     for f in FIELDS), gflops=gflops if gflops.any() else None)
 
     def phases(self, *, seed: int, period_s: float = 3600.0) -> np.ndarray:
         """Per-device phase in ``[0, period_s)``: a hash of ``(seed, device_id)`` only.
@@ -161,7 +188,43 @@ class Population:
 
     def prefix(self, n: int) -> Population:
         """The first ``n`` devices (a trace longer than the population)."""
-        return Population(*(getattr(self, f)[:n] for f in FIELDS))
+        return Population(*(getattr(self, f)[:n] for f in FIELDS), gflops=self.gflops[:n])
+
+    def compute_seconds(self, ids: np.ndarray, samples: np.ndarray, epochs: np.ndarray,
+                        factor: float, train_flops_per_sample: float) -> np.ndarray:
+        """Local training time in seconds of devices ``ids`` (aligned with ``samples``, ``epochs``).
+
+        A device that declares ``gflops > 0`` takes
+        ``train_flops_per_sample * samples * epochs / (gflops * 1e9)``: a bigger model is
+        slower on the same device.  Any other takes
+        ``factor * samples * epochs * compute_ms_per_sample / 1000``, bitwise the same as
+        :func:`simulator.clock.compute_seconds_unchecked`.
+
+        Parameters
+        ----------
+        ids : array of int
+            Device ids (0 <= id < len).
+        samples, epochs : array of float or int
+            Counts (>= 0, not checked: the engine's per-round path).
+        factor : float
+            Training cost of a sample in forward passes (> 0).
+        train_flops_per_sample : float
+            FLOPs of one training sample, forward and backward (> 0).
+        """
+        from simulator.clock import compute_seconds_unchecked
+
+        _check_number("factor", factor)
+        _check_number("train_flops_per_sample", train_flops_per_sample)
+        ids = np.asarray(ids, dtype=np.int64)
+        samples = np.asarray(samples, dtype=np.float64)
+        epochs = np.asarray(epochs, dtype=np.float64)
+        base = compute_seconds_unchecked(samples, epochs, self.compute_ms_per_sample[ids], factor)
+        speed = self.gflops[ids]
+        declared = speed > 0
+        if not declared.any():
+            return base
+        model = train_flops_per_sample * samples * epochs / (np.where(declared, speed, 1.0) * 1e9)
+        return np.where(declared, model, base)
 
 
 def _check_number(name: str, value: float, *, strict: bool = True, high: float = math.inf) -> None:
@@ -184,6 +247,7 @@ def generate_population_arrays(
     up_kbps_median: float = 1000.0, down_kbps_median: float = 5000.0,
     bandwidth_sigma: float = 0.8, latency_ms_median: float = 50.0, latency_sigma: float = 0.5,
     availability_low: float = 0.5, availability_high: float = 1.0,
+    gflops_median: float = 0.0, gflops_sigma: float = 0.5,
 ) -> Population:
     """Draw a FedScale-style heterogeneous population of ``n >= 1`` devices.
 
@@ -201,8 +265,13 @@ def generate_population_arrays(
         Log-normal one-way latency (ms).
     availability_low, availability_high : float
         Availability is uniform in ``[low, high]``, ``0 < low <= high <= 1``.
+    gflops_median, gflops_sigma : float
+        When ``gflops_median > 0`` each device declares a sustained training speed of
+        ``gflops_median * exp(gflops_sigma * Z)`` GFLOP/s (see
+        :meth:`Population.compute_seconds`); 0 (default) declares none.
 
-    Each field comes from its own child stream of ``SeedSequence(seed)``, so the first
+    Each field comes from its own child stream of ``SeedSequence(seed)`` (GFLOP/s from a sixth
+    one, so turning it on leaves the other fields bitwise unchanged), so the first
     ``m`` devices of a population of size ``n >= m`` equal the population of size ``m``
     drawn with the same arguments.  Cost is O(n), fully vectorized.
     """
@@ -213,12 +282,13 @@ def generate_population_arrays(
     for name in ("compute_ms_median", "up_kbps_median", "down_kbps_median",
                  "latency_ms_median", "availability_low", "availability_high"):
         _check_number(name, args[name], high=1.0 if name.startswith("avail") else math.inf)
-    for name in ("compute_sigma", "bandwidth_sigma", "latency_sigma"):
+    for name in ("compute_sigma", "bandwidth_sigma", "latency_sigma", "gflops_median",
+                 "gflops_sigma"):
         _check_number(name, args[name], strict=False)
     if availability_low > availability_high:
         raise ValueError(f"availability_low ({availability_low}) must be <= "
                          f"availability_high ({availability_high})")
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(5)]
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(6)]
 
     def lognormal(rng: np.random.Generator, median: float, sigma: float) -> np.ndarray:
         return median * np.exp(sigma * rng.standard_normal(int(n)))
@@ -229,6 +299,7 @@ def generate_population_arrays(
         down_kbps=lognormal(rngs[2], down_kbps_median, bandwidth_sigma),
         latency_ms=lognormal(rngs[3], latency_ms_median, latency_sigma),
         availability=rngs[4].uniform(availability_low, availability_high, int(n)),
+        gflops=lognormal(rngs[5], gflops_median, gflops_sigma) if gflops_median > 0 else None,
     )
 
 

@@ -34,11 +34,12 @@ from defenses.siren_client import CLIENT_SIDE
 from simulator.adversary import Adversary, detection
 from simulator.aggregate import aggregate, aggregate_round, server_step
 from simulator.algorithms import make_algorithm
-from simulator.clock import VirtualClock, make_policy
+from simulator.clock import VirtualClock
 from simulator.collect import Collected, collect, train
-from simulator.config import Config, ConfigError
+from simulator.config import Config, ConfigError, policy_of
 from simulator.evaluation import ClientEval, ServerEval
 from simulator.plan import RoundPlan, make_plan
+from simulator.policies import RoundPolicy
 from simulator.rounds import (  # noqa: F401 (re-exported for callers of the engine)
     _ATTACK,
     _CLIENT,
@@ -61,17 +62,9 @@ from simulator.training import LocalSpec
 log = logging.getLogger("fedsentry")
 
 
-def round_policy(cfg: Config) -> Any:
-    """The configured round policy with its parameters."""
-    c = cfg.clock
-    params: dict[str, Any] = {}
-    if c.round_policy in ("deadline", "deadline_carryover"):
-        params["deadline_s"] = c.deadline_s
-    if c.round_policy == "deadline_carryover":
-        params["max_staleness"] = c.max_staleness
-    if c.round_policy == "first_k":
-        params["k"] = c.first_k or max(1, int(0.8 * cfg.experiment.clients_per_round))
-    return make_policy(c.round_policy, **params)
+def round_policy(cfg: Config) -> RoundPolicy:
+    """The configured round policy with its parameters (see :func:`simulator.config.policy_of`)."""
+    return policy_of(cfg.clock, cfg.experiment.clients_per_round)
 
 
 class Simulation:
@@ -125,7 +118,7 @@ class Simulation:
             self.spec = dataclasses.replace(self.spec, data_attack=self.adversary.data_attack,
                                             num_classes=self.fed.dataset.num_classes)
         self._configured: set[int] = set()
-        self.global_flat = self.fed.layout.flatten(self.fed.model).clone()
+        self.global_flat = self.fed.initial.clone()  # not the template: a shared federation
         self.server_state = self.algorithm.init_server(self.global_flat,
                                                        self.fed.layout.num_params)
         self.clock = VirtualClock()
@@ -154,7 +147,7 @@ class Simulation:
         """Whether the actors may pre-aggregate the fresh rows (a linear rule whose rows neither
         a model attack nor a hook needs)."""
         return (self.defense.linear and self.cfg.execution.preaggregate
-                and not self.adversary.is_model_attack
+                and not self.adversary.is_model_attack and not self.policy.adjusts_rows
                 and not any(getattr(h, "needs_rows", False) for h in self.hooks("on_round_end")))
 
     @property
@@ -189,7 +182,10 @@ class Simulation:
     def run_round(self, rnd: int, wall_start: float) -> RoundRecord:
         """plan -> train -> collect -> aggregate -> record."""
         self.history[rnd] = self.global_flat
-        for old in [r for r in self.history if r < rnd - self.cfg.clock.max_staleness]:
+        # a past global model is kept while an update trained from it is in flight (stale rows
+        # are relative to it: defenses and asynchronous mixing read it)
+        bases = {f.arrival.base_round for f in self.in_flight}
+        for old in [r for r in self.history if r != rnd and r not in bases]:
             del self.history[old]
         plan = make_plan(self, rnd)
         res, where = train(self, plan)
@@ -225,11 +221,14 @@ class Simulation:
                        | {f.arrival.client_id for f in col.carried if f.malicious})
         acc = loss = asr = None
         extra: dict[str, Any] = {}
-        if (rnd + 1) % cfg.experiment.eval_every == 0 or rnd == cfg.experiment.rounds - 1:
+        limit = cfg.experiment.max_virtual_hours * 3600.0
+        if ((rnd + 1) % cfg.experiment.eval_every == 0 or rnd == cfg.experiment.rounds - 1
+                or (limit and self.clock.now >= limit)):
             acc, loss = self.server.test(self.global_flat)
             asr = self.server.attack_success_rate(self.global_flat, self.adversary.trigger)
             extra.update(self.client_eval.evaluate(self.global_flat))
         rejected = [v.client_id for v in verdicts if not v.kept]
+        staleness = [rnd - a.base_round for a in plan.outcome.arrived]
         return RoundRecord(
             round=rnd, virtual_time=self.clock.now,
             wall_time=self.wall_offset + time.perf_counter() - wall_start,
@@ -240,7 +239,11 @@ class Simulation:
             verdicts=[v.to_dict() for v in verdicts],
             train_loss=float(np.mean(col.losses)) if col.losses else None, accuracy=acc,
             loss=loss,
-            extra={"slowest_train_seconds": col.seconds, "trained_in": col.where,
+            extra={"round_start": plan.start, "aggregated": len(plan.outcome.arrived),
+                   "staleness": staleness, "dropout": plan.dropout,
+                   "device_seconds": plan.device_seconds,
+                   "wasted_device_seconds": plan.wasted_seconds,
+                   "slowest_train_seconds": col.seconds, "trained_in": col.where,
                    "malicious": sorted(plan.malicious), "attack_success_rate": asr,
                    "alarms": sorted(c for c, a in plan.alarms.items() if a),
                    "detection": detection(arrived, mal_arrived, rejected), **extra},
@@ -261,7 +264,10 @@ class Simulation:
         wall_start = time.perf_counter()
         rng = range(self.next_round, self.cfg.experiment.rounds)
         bar = tqdm(rng, desc="rounds", unit="round", disable=not progress, leave=False)
+        limit = self.cfg.experiment.max_virtual_hours * 3600.0
         for rnd in bar:
+            if limit and self.clock.now >= limit:
+                break
             rec = self.run_round(rnd, wall_start)
             self.next_round = rnd + 1
             for cb in self.hooks("on_round_end"):

@@ -19,14 +19,12 @@ from defenses import Verdict
 from simulator.clock import (
     Arrival,
     RoundOutcome,
-    compute_seconds_unchecked,
     transfer_seconds_unchecked,
 )
 from simulator.rounds import (
     _ATTACK,
     _EPOCHS,
     _SELECT,
-    AVAILABILITY_PERIOD_S,
     client_seeds,
     stream,
 )
@@ -50,6 +48,11 @@ class RoundPlan:
     outcome : the round policy's decision over new and carried updates.
     now, hold : selected clients trained now whose update arrives this round / later.
     verdicts : rejections decided before training (partial work under ``drop_stragglers``).
+    dropout : selected clients whose device goes offline before their update is uploaded
+        (``--dropout``); they neither train nor arrive.
+    device_seconds, wasted_seconds : compute device-seconds of the updates resolved this round
+        (aggregated, dropped, rejected before training, lost to dropout) and the part of it
+        spent on updates that are discarded.
     linear : the actors pre-aggregate this round's fresh rows (a linear rule, rows not needed).
     weights : client -> aggregation weight of a linear rule (fresh rows arriving now).
     starts : client -> ``[P]`` start model for clients that do not start from the global one.
@@ -70,6 +73,9 @@ class RoundPlan:
     hold: set[int]
     verdicts: list[Verdict]
     linear: bool
+    dropout: list[int] = field(default_factory=list)
+    device_seconds: float = 0.0
+    wasted_seconds: float = 0.0
     weights: dict[int, float] = field(default_factory=dict)
     starts: dict[int, np.ndarray] = field(default_factory=dict)
     alarms: dict[int, bool] = field(default_factory=dict)
@@ -84,15 +90,14 @@ class RoundPlan:
 def select(sim: Simulation, rnd: int) -> np.ndarray:
     """Clients among the devices online now and not busy with an earlier update; when nobody is
     online the clock first moves to the moment the next device comes online."""
-    seed, pop = sim.cfg.experiment.seed, sim.fed.population
-    m = sim.cfg.experiment.clients_per_round
+    seed, avail = sim.cfg.experiment.seed, sim.fed.availability
+    m = sim.policy.cohort(sim.cfg.experiment.clients_per_round, len(sim.in_flight))
     busy = np.array([f.arrival.client_id for f in sim.in_flight], dtype=np.int64)
-    kw = {"seed": seed, "period_s": AVAILABILITY_PERIOD_S}
     rng = stream(seed, rnd, _SELECT)
-    chosen = select_clients(pop, sim.clock.now, m, busy, rng, **kw)
-    if len(chosen) == 0 and not pop.available(sim.clock.now, **kw).any():
-        sim.clock.advance_to(next_online_time(pop, sim.clock.now, **kw))
-        chosen = select_clients(pop, sim.clock.now, m, busy, rng, **kw)
+    chosen = select_clients(avail, sim.clock.now, m, busy, rng)
+    if len(chosen) == 0 and m > 0 and not avail.online(sim.clock.now).any():
+        sim.clock.advance_to(next_online_time(avail, sim.clock.now))
+        chosen = select_clients(avail, sim.clock.now, m, busy, rng)
     return chosen
 
 
@@ -101,13 +106,14 @@ def arrivals(sim: Simulation, rnd: int, selected: np.ndarray, epochs: np.ndarray
     """When each selected client's update reaches the server (compute + transfer)."""
     pop, c = sim.fed.population, sim.cfg.clock
     # the population's arrays were validated when it was built; sizes and epochs are counts
-    dur = (compute_seconds_unchecked(np.asarray(sizes, np.float64), np.asarray(epochs, np.float64),
-                                     pop.compute_ms_per_sample[selected],
-                                     np.float64(c.compute_factor))
-           + transfer_seconds_unchecked(np.float64(sim.model_bytes), pop.up_kbps[selected],
-                                        pop.down_kbps[selected], pop.latency_ms[selected]))
-    return [Arrival(int(k), rnd, start + float(d))
-            for k, d in zip(selected.tolist(), dur.tolist(), strict=True)]
+    # ms/sample, or the model's training FLOPs over the device's GFLOP/s where it declares one
+    comp = pop.compute_seconds(selected, np.asarray(sizes, np.float64),
+                               np.asarray(epochs, np.float64), np.float64(c.compute_factor),
+                               sim.flops_per_sample)
+    dur = comp + transfer_seconds_unchecked(np.float64(sim.model_bytes), pop.up_kbps[selected],
+                                            pop.down_kbps[selected], pop.latency_ms[selected])
+    return [Arrival(int(k), rnd, start + float(d), float(s))
+            for k, d, s in zip(selected.tolist(), dur.tolist(), comp.tolist(), strict=True)]
 
 
 def make_plan(sim: Simulation, rnd: int) -> RoundPlan:
@@ -119,20 +125,30 @@ def make_plan(sim: Simulation, rnd: int) -> RoundPlan:
     sizes = sim.train_clients.sizes(selected)
     start = sim.clock.now
     new = arrivals(sim, rnd, selected, epochs, sizes, start)
+    dropout, lost_s = _dropouts(sim, start, new) if cfg.clock.dropout else ([], 0.0)
+    if dropout:
+        gone = set(dropout)
+        new = [a for a in new if a.client_id not in gone]
     verdicts: list[Verdict] = []
+    partial_s = 0.0
     if not sim.algorithm.keep_partial_work():
         # partial-work clients are rejected before the round closes: the server neither waits
         # for them nor trains them (the FedAvg baseline of the FedProx paper)
-        part = epochs < cfg.algorithm.local_epochs
+        partial = set(selected[epochs < cfg.algorithm.local_epochs].tolist())
+        partial &= {a.client_id for a in new}
         verdicts = [Verdict(int(c), False, 0.0, float("nan"), "partial-work")
-                    for c in selected[part].tolist()]
-        new = [a for a, p in zip(new, part.tolist(), strict=True) if not p]
+                    for c in sorted(partial)]
+        partial_s = sum(a.compute_s for a in new if a.client_id in partial)
+        new = [a for a in new if a.client_id not in partial]
     outcome = sim.policy.close_round(rnd, start, new, [f.arrival for f in sim.in_flight])
     now = {a.client_id for a in outcome.arrived if a.base_round == rnd}
     hold = {a.client_id for a in outcome.pending if a.base_round == rnd}
     plan = RoundPlan(rnd, start, selected, mal, epochs, sizes,
                      client_seeds(seed, rnd, selected), new, outcome, now, hold, verdicts,
-                     sim.linear_round())
+                     sim.linear_round(), dropout)
+    dropped_s = sum(a.compute_s for a in outcome.dropped)
+    plan.wasted_seconds = dropped_s + partial_s + lost_s
+    plan.device_seconds = sum(a.compute_s for a in outcome.arrived) + plan.wasted_seconds
     if plan.linear:
         fresh = [i for i, c in enumerate(selected.tolist()) if c in now]
         w = sim.defense.row_weights(sizes[fresh])
@@ -145,3 +161,16 @@ def make_plan(sim: Simulation, rnd: int) -> RoundPlan:
                                          plan.seeds.tolist(), sizes.tolist(), strict=True)
                   if c in now or c in hold]
     return plan
+
+
+def _dropouts(sim: Simulation, start: float, new: list[Arrival]) -> tuple[list[int], float]:
+    """The clients whose device goes offline before their update lands, and the compute
+    device-seconds they spent until then."""
+    if not new:
+        return [], 0.0
+    ids = np.array([a.client_id for a in new], dtype=np.int64)
+    finish = np.array([a.finish_time for a in new], dtype=np.float64)
+    until = sim.fed.availability.online_until(start, ids)
+    lost = finish > until
+    spent = np.minimum(np.array([a.compute_s for a in new], np.float64), until - start)
+    return ids[lost].tolist(), float(spent[lost].sum())

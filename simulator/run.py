@@ -95,6 +95,10 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
                                  "disk_bytes": sim.store.disk_bytes_used}
         if recorder is not None:
             result["ledger"] = recorder.summary()
+        nodes = getattr(sim.executor, "actor_nodes", list)()  # empty unless Ray actors started
+        if nodes:  # how many Ray nodes the actors ran on, and each actor's (short) node id
+            result["actor_nodes"] = len(set(nodes))
+            result["actor_node_ids"] = [n[:12] for n in nodes]
         (out / "summary.json").write_text(json.dumps(result, indent=2))
         write_csv(out / "metrics.csv", summary.series)
         if cfg.output.plots:

@@ -8,12 +8,16 @@ taken, until ``m`` are found. The first ``m`` distinct eligible ids of a uniform
 uniform ``m``-subset of the eligible devices, so both ways draw from the same distribution; only
 the large-population one never touches all N devices. When sampling cannot find ``m`` eligible
 devices within its budget (few devices online), it falls back to the exact pass.
+
+Who is online comes from an availability model (:mod:`simulator.availability`): the diurnal
+model or a trace of online intervals.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from simulator.availability import Availability, Diurnal
 from simulator.devices import Population
 
 #: populations up to this size take the exact vectorized pass (under ~2 ms here)
@@ -22,21 +26,35 @@ FULL_PASS_MAX = 100_000
 DRAW_BUDGET = 64
 
 
-def select_clients(pop: Population, t: float, m: int, busy: np.ndarray,
-                   rng: np.random.Generator, *, seed: int, period_s: float) -> np.ndarray:
+def _model(avail: Availability | Population, seed: int | None, period_s: float
+           ) -> Availability:
+    if not isinstance(avail, Population):
+        return avail
+    if seed is None:
+        raise ValueError("select_clients: a Population needs seed= (or pass an availability "
+                         "model)")
+    return Diurnal(avail, seed, period_s)
+
+
+def select_clients(avail: Availability | Population, t: float, m: int, busy: np.ndarray,
+                   rng: np.random.Generator, *, seed: int | None = None,
+                   period_s: float = 3600.0) -> np.ndarray:
     """Sorted ids of ``min(m, eligible)`` devices online at ``t`` and not in ``busy``.
 
+    ``avail`` is the availability model; a :class:`Population` with ``seed`` and ``period_s``
+    stands for its :class:`~simulator.availability.Diurnal` model (the older call form).
     Returns an empty array when no device is eligible (the caller may move the clock).
     """
-    n = len(pop)
+    avail = _model(avail, seed, period_s)
+    n = len(avail)
     if m <= 0:
         return np.zeros(0, np.int64)
     busy = np.unique(np.asarray(busy, dtype=np.int64))
     if n > FULL_PASS_MAX and m * 20 <= n:
-        got = _sample(pop, t, m, busy, rng, seed=seed, period_s=period_s)
+        got = _sample(avail, t, m, busy, rng)
         if got is not None:
             return got
-    online = pop.available(t, seed=seed, period_s=period_s)
+    online = avail.online(t)
     online[busy] = False
     candidates = np.flatnonzero(online)
     k = min(m, len(candidates))
@@ -45,17 +63,17 @@ def select_clients(pop: Population, t: float, m: int, busy: np.ndarray,
     return np.sort(rng.choice(candidates, k, replace=False))
 
 
-def _sample(pop: Population, t: float, m: int, busy: np.ndarray, rng: np.random.Generator,
-            *, seed: int, period_s: float) -> np.ndarray | None:
+def _sample(avail: Availability, t: float, m: int, busy: np.ndarray, rng: np.random.Generator
+            ) -> np.ndarray | None:
     """Rejection sampling of ``m`` eligible ids; None when the draw budget runs out."""
     taken = np.zeros(0, np.int64)
     draws, batch = 0, 2 * m + 16
     while len(taken) < m:
         if draws > DRAW_BUDGET * m:
             return None
-        ids = rng.integers(0, len(pop), size=batch)
+        ids = rng.integers(0, len(avail), size=batch)
         draws += batch
-        ok = pop.available_ids(t, ids, seed=seed, period_s=period_s)
+        ok = avail.online_ids(t, ids)
         if len(busy):
             ok &= ~np.isin(ids, busy)
         ids = ids[ok]
@@ -67,8 +85,8 @@ def _sample(pop: Population, t: float, m: int, busy: np.ndarray, rng: np.random.
     return np.sort(taken)
 
 
-def next_online_time(pop: Population, t: float, *, seed: int, period_s: float) -> float:
-    """The first time after ``t`` at which some device comes online (one O(N) pass; only used
-    when nobody is online)."""
-    wait = np.mod(pop.phases(seed=seed, period_s=period_s) - t, period_s)
-    return t + float(wait.min()) + 1e-6
+def next_online_time(avail: Availability | Population, t: float, *, seed: int | None = None,
+                     period_s: float = 3600.0) -> float:
+    """The first time after ``t`` at which some device comes online (may be one O(N) pass; only
+    used when nobody is online).  ``avail`` as in :func:`select_clients`."""
+    return _model(avail, seed, period_s).next_online_time(t)

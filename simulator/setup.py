@@ -12,11 +12,13 @@ import numpy as np
 import torch
 
 from actors.trainer import ClientTransform, client_arrays
+from simulator.availability import Availability, make_availability
 from simulator.config import Config, ConfigError
 from simulator.data import Dataset, load_dataset, partition, split_public
 from simulator.data.clients import ClientData, NaturalData, PartitionData, with_local_test
 from simulator.devices import Population, generate_population_arrays, load_trace
 from simulator.models import ModelSpec, SplitModel
+from simulator.rounds import AVAILABILITY_PERIOD_S
 from simulator.training import FlatLayout
 
 log = logging.getLogger("fedsentry")
@@ -25,6 +27,9 @@ log = logging.getLogger("fedsentry")
 @dataclass
 class Federation:
     """The devices, the clients' data, the server's public and test sets and the model.
+
+    ``availability`` says when each device is online (diurnal, or a trace of intervals; see
+    :mod:`simulator.availability`).
 
     ``clients`` gives any client's local training data on demand from its id (a real partition,
     virtual draws or generated devices); nothing here is sized by the population except the
@@ -44,10 +49,18 @@ class Federation:
     model_spec: ModelSpec
     model: SplitModel
     layout: FlatLayout
+    availability: Availability
     #: each client's local test data (``--client-test-fraction``), and which arrays its rows
     #: index ("train" or "test"); ``clients`` then holds only the rest of a partition's rows
     local_test: ClientData | None = None
     local_test_pool: str = "test"
+    #: the model's initial flat state (seeded): every simulation of this federation starts from
+    #: it, whatever an earlier simulation sharing the federation left in ``model``
+    initial: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.initial is None:
+            self.initial = self.layout.flatten(self.model).clone()
 
     @property
     def num_clients(self) -> int:
@@ -160,7 +173,18 @@ def population_of(cfg: Config) -> Population:
         n, seed=cfg.experiment.seed, compute_ms_median=dv.compute_ms_median,
         compute_sigma=dv.compute_sigma, up_kbps_median=dv.up_kbps_median,
         down_kbps_median=dv.down_kbps_median, bandwidth_sigma=dv.bandwidth_sigma,
-        latency_ms_median=dv.latency_ms_median, availability_low=dv.availability_low)
+        latency_ms_median=dv.latency_ms_median, availability_low=dv.availability_low,
+        gflops_median=dv.gflops_median, gflops_sigma=dv.gflops_sigma)
+
+
+def availability_of(cfg: Config, pop: Population) -> Availability:
+    """When the devices are online: the ``--availability-trace`` file's intervals, or the diurnal
+    model (seeded by the experiment, period :data:`AVAILABILITY_PERIOD_S`).  A bad trace raises
+    TraceError (``FILE:LINE: ...``)."""
+    dv = cfg.devices
+    return make_availability(pop, seed=cfg.experiment.seed, period_s=AVAILABILITY_PERIOD_S,
+                             trace=dv.availability_trace or None,
+                             trace_period_s=dv.availability_period_s)
 
 
 def build_federation(cfg: Config) -> Federation:
@@ -169,6 +193,8 @@ def build_federation(cfg: Config) -> Federation:
     Cost is O(dataset) plus O(N) vectorized numpy for the device arrays: no Python loop over the
     population (a real partition is bounded by the dataset's rows)."""
     d, seed = cfg.data, cfg.experiment.seed
+    pop = population_of(cfg)
+    avail = availability_of(cfg, pop)    # a bad trace fails before the dataset loads
     ds, generated = _load(cfg)
     public_idx, rest = split_public(ds.y_train, d.public_fraction, seed=seed)
     clients = generated if generated is not None else _client_data(cfg, ds, rest)
@@ -187,8 +213,8 @@ def build_federation(cfg: Config) -> Federation:
     return Federation(ds, ds.x_train.astype(np.float32, copy=False),
                       ds.y_train.astype(np.int64, copy=False), clients, transform, pub_x, pub_y,
                       torch.from_numpy(ds.x_test.astype(np.float32)),
-                      torch.from_numpy(ds.y_test.astype(np.int64)), population_of(cfg), spec,
-                      model, FlatLayout(model), local_test, pool)
+                      torch.from_numpy(ds.y_test.astype(np.int64)), pop, spec,
+                      model, FlatLayout(model), avail, local_test, pool)
 
 
 def actor_gpu_share(gpus_per_actor: float | None, cluster_gpus: float) -> float:

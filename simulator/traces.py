@@ -2,7 +2,8 @@
 
 :func:`load_trace` validates every entry like :class:`~simulator.devices.DeviceProfile` and
 returns a :class:`~simulator.devices.Population`; errors are :class:`TraceError`.  Both are
-re-exported by :mod:`simulator.devices`.
+re-exported by :mod:`simulator.devices`.  Availability traces (per-device online intervals) are
+read by :mod:`simulator.availability_trace`, which raises the same :class:`TraceError`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.devices import FIELDS, Population, _problem
+from simulator.devices import FIELDS, OPTIONAL_FIELDS, Population, _problem
 
 
 class TraceError(ValueError):
@@ -23,16 +24,20 @@ class TraceError(ValueError):
 
 
 def _parse_row(path: Path, line: int, index: int, row: Mapping[str, object]) -> list[float]:
-    """Validate one trace entry and return its values in :data:`FIELDS` order."""
+    """Validate one trace entry and return its values in :data:`FIELDS` order, then the
+    :data:`OPTIONAL_FIELDS` (0.0 when absent or empty)."""
     where = f"{path}:{line}:"
     raw = row.get("device_id", index)
     if str(raw).strip() != str(index):  # rejects 2.0, True, "02" as well
         raise TraceError(f"{where} field 'device_id' is {raw!r}, expected {index} "
                          "(ids must be 0, 1, 2, ... in order)")
     values = []
-    for name in FIELDS:
+    for name in (*FIELDS, *OPTIONAL_FIELDS):
         raw = row.get(name)
         if raw is None or (isinstance(raw, str) and not raw.strip()):
+            if name in OPTIONAL_FIELDS:
+                values.append(0.0)
+                continue
             raise TraceError(f"{where} missing field '{name}'")
         try:
             if isinstance(raw, bool) or not isinstance(raw, int | float | str):
@@ -92,9 +97,11 @@ def load_trace(path: str | Path) -> Population:
     """Load device profiles from a CSV or JSON trace (format chosen by extension).
 
     CSV: a header row naming the :data:`FIELDS` columns in any order, plus an
-    optional ``device_id`` column; extra columns are ignored, blank lines and lines
+    optional ``device_id`` column and an optional ``gflops`` column (sustained training
+    GFLOP/s, >= 0; 0 or empty = not declared); extra columns are ignored, blank lines and lines
     starting with ``#`` are skipped.  LINE in errors is the physical line in the file.
-    JSON: a list of objects with those fields, or ``{"devices": [...]}``.  LINE in
+    JSON: a list of objects with those fields (``gflops`` optional), or
+    ``{"devices": [...]}``.  LINE in
     errors is the 1-based position of the entry in the device list (for a syntax
     error, the line reported by the JSON parser).  If ``device_id`` is given it must
     be 0, 1, 2, ... in order.  Values must obey the :class:`DeviceProfile` ranges.
@@ -117,4 +124,6 @@ def load_trace(path: str | Path) -> Population:
     rows = read_rows(path, text)
     if not rows:
         raise TraceError(f"{path}: trace contains no devices")
-    return Population(*np.array(rows, dtype=np.float64).T)
+    cols = np.array(rows, dtype=np.float64).T
+    gflops = cols[len(FIELDS)]
+    return Population(*cols[:len(FIELDS)], gflops=gflops if gflops.any() else None)

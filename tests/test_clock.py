@@ -140,11 +140,15 @@ def test_update_from_a_future_round_is_rejected() -> None:
 
 
 def test_make_policy_builds_each_policy() -> None:
-    assert set(POLICIES) == {"wait_for_all", "deadline", "deadline_carryover", "first_k"}
+    assert set(POLICIES) == {"wait_for_all", "deadline", "deadline_carryover", "first_k",
+                             "overcommit", "fedbuff", "fedasync"}
     assert isinstance(make_policy("wait_for_all"), WaitForAll)
     assert make_policy("deadline", deadline_s=2.5) == Deadline(2.5)
     assert make_policy("deadline_carryover", deadline_s=1.0).max_staleness == 5
     assert make_policy("first_k", k=3) == FirstK(3)
+    # k = 0 is 80% of the cohort, resolved when the cohort size is known
+    assert make_policy("first_k", clients_per_round=10) == FirstK(8)
+    assert make_policy("first_k", clients_per_round=1) == FirstK(1)
 
 
 @pytest.mark.parametrize("name, params, pattern", [
@@ -155,7 +159,7 @@ def test_make_policy_builds_each_policy() -> None:
     ("deadline", {"deadline_s": 0.0}, "deadline_s"),
     ("deadline_carryover", {"deadline_s": -1.0}, "deadline_s"),
     ("deadline_carryover", {"deadline_s": 1.0, "max_staleness": -1}, "max_staleness"),
-    ("first_k", {"k": 0}, "k must be"),
+    ("first_k", {"k": -1}, "k must be"),
     ("first_k", {"k": 1.5}, "k must be"),
 ])
 def test_make_policy_errors(name: str, params: dict, pattern: str) -> None:

@@ -339,7 +339,8 @@ def test_print_config_is_resolved_yaml(tmp_path: Path, capsys: pytest.CaptureFix
                              "vectorize": False, "partition": "iid"})
     assert printed == expected.to_dict()
     assert printed["experiment"] == {"seed": 4, "rounds": 7, "clients_per_round": 10,
-                                     "eval_every": 1, "eval_clients": 100}
+                                     "eval_every": 1, "eval_clients": 100,
+                                     "max_virtual_hours": 0.0}
     assert list(printed) == list(SECTIONS)
 
 

@@ -194,3 +194,55 @@ def test_trace_file_level_errors(tmp_path: Path) -> None:
         load_trace(write(tmp_path, "h.csv", "compute_ms_per_sample,down_kbps\n1,2\n"))
     with pytest.raises(TraceError, match="list of devices"):
         load_trace(write(tmp_path, "d.json", '{"clients": []}'))
+
+
+# ------------------------------------------------------------------------ declared GFLOP/s
+
+
+def test_gflops_field_validation() -> None:
+    assert DeviceProfile(0, 5.0, 1.0, 1.0, 0.0, 1.0).gflops == 0.0
+    assert DeviceProfile(0, 5.0, 1.0, 1.0, 0.0, 1.0, gflops=2.5).gflops == 2.5
+    with pytest.raises(ValueError, match="gflops must be a finite number >= 0"):
+        DeviceProfile(0, 5.0, 1.0, 1.0, 0.0, 1.0, gflops=-1.0)
+    ones = [np.ones(3) for _ in FIELDS]
+    assert Population(*ones).gflops.tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match=r"gflops\[2\] must be >= 0"):
+        Population(*ones, gflops=[1.0, 0.0, -2.0])
+    with pytest.raises(ValueError, match=r"gflops\[0\] is not finite"):
+        Population(*ones, gflops=[np.inf, 0.0, 0.0])
+    with pytest.raises(ValueError, match="gflops must be 1-D"):
+        Population(*ones, gflops=[1.0, 2.0])
+
+
+def test_gflops_generation_leaves_other_fields_bitwise_unchanged() -> None:
+    plain = generate_population_arrays(5000, seed=8)
+    fast = generate_population_arrays(5000, seed=8, gflops_median=20.0, gflops_sigma=0.5)
+    for field in FIELDS:
+        assert np.array_equal(getattr(plain, field), getattr(fast, field)), field
+    assert not plain.gflops.any() and (fast.gflops > 0).all()
+    assert np.median(fast.gflops) == pytest.approx(20.0, rel=0.05)
+    assert np.std(np.log(fast.gflops)) == pytest.approx(0.5, rel=0.05)
+    small = generate_population_arrays(10, seed=8, gflops_median=20.0)
+    assert np.array_equal(small.gflops, fast.gflops[:10])          # prefix property holds
+    assert np.array_equal(fast.prefix(10).gflops, small.gflops)
+    with pytest.raises(ValueError, match="gflops_median"):
+        generate_population_arrays(10, seed=0, gflops_median=-1.0)
+    with pytest.raises(ValueError, match="gflops_sigma"):
+        generate_population_arrays(10, seed=0, gflops_median=1.0, gflops_sigma=float("nan"))
+
+
+def test_gflops_round_trip_and_trace_column(tmp_path: Path) -> None:
+    pop = generate_population_arrays(6, seed=1, gflops_median=10.0)
+    profiles = pop.to_profiles()
+    assert profiles[3].gflops == pop.gflops[3] and pop.profile(3) == profiles[3]
+    assert np.array_equal(Population.from_profiles(profiles).gflops, pop.gflops)
+    text = CSV_GOOD.replace("availability\n", "availability,gflops\n", 1)
+    text = text.replace("50,1.0\n", "50,1.0,12.5\n").replace("0,0.5\n", "0,0.5,\n")
+    assert load_trace(write(tmp_path, "g.csv", text)).gflops.tolist() == [12.5, 0.0]
+    assert not load_trace(write(tmp_path, "plain.csv", CSV_GOOD)).gflops.any()
+    doc = [{**{f: getattr(p, f) for f in FIELDS}, "gflops": g}
+           for p, g in zip(EXPECTED, (0.0, 3.0), strict=True)]
+    assert load_trace(write(tmp_path, "g.json", json.dumps(doc))).gflops.tolist() == [0.0, 3.0]
+    bad = text.replace("12.5", "-4")
+    with pytest.raises(TraceError, match=r"g2\.csv:2: field 'gflops' must be >= 0"):
+        load_trace(write(tmp_path, "g2.csv", bad))
