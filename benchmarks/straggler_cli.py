@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from simulator.cli import OneLineParser, parse_kv
@@ -47,6 +48,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "(default fedavg; sageflow handles stale rows)")
     p.add_argument("--availability-trace", default=None, metavar="FILE",
                    help="CSV/JSON of per-device online intervals (default: diurnal model)")
+    p.add_argument("--speed-label-skew", type=float, default=0.0, metavar="S",
+                   help="devices whose data is mostly the lower half of the classes compute "
+                        "exp(S) times slower (speed correlated with data; default 0 = "
+                        "independent); the slow/fast quartile accuracies then show whether "
+                        "slow devices' data is underrepresented")
     p.add_argument("--no-dropout", action="store_true",
                    help="devices going offline keep their update (default: it is lost)")
     p.add_argument("--set", action="append", default=[], type=parse_kv, metavar="FIELD=VALUE",
@@ -80,6 +86,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')}: must be >= {low}, got {getattr(a, name)}")
     if not a.virtual_hours > 0:
         p.error(f"--virtual-hours: must be > 0, got {a.virtual_hours}")
+    if not (a.speed_label_skew >= 0 and math.isfinite(a.speed_label_skew)):
+        p.error(f"--speed-label-skew: must be a finite number >= 0, got {a.speed_label_skew}")
     if not 0 < a.deadline_quantile < 1:
         p.error(f"--deadline-quantile: must be in (0, 1), got {a.deadline_quantile}")
     a.policy_params = {}

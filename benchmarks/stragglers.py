@@ -66,6 +66,25 @@ def base_config(a: argparse.Namespace, seed: int) -> dict[str, Any]:
     return flat
 
 
+def skew_speeds(fed: Any, skew: float) -> Any:
+    """The population with devices whose data is mostly the lower half of the classes made
+    ``exp(skew)`` times slower per sample: device speed correlated with the data, as when cheap
+    phones are common where some classes are (virtual clients only; one label-mix draw per
+    device)."""
+    import dataclasses
+
+    from simulator.data.virtual import VirtualData
+
+    if not isinstance(fed.clients, VirtualData):
+        raise ValueError("--speed-label-skew needs virtual clients (partition=virtual)")
+    n, half = fed.num_clients, len(fed.clients.classes) / 2
+    dominant = np.fromiter((int(np.argmax(fed.clients.label_mix(i)[1])) for i in range(n)),
+                           np.int64, n)
+    slow = np.where(dominant < half, np.exp(skew), 1.0)
+    pop = fed.population
+    return dataclasses.replace(pop, compute_ms_per_sample=pop.compute_ms_per_sample * slow)
+
+
 def deadline_for(fed: Any, cfg: Any, quantile: float) -> float:
     """The ``quantile`` of the devices' update durations (compute + transfer), from 4,000
     devices drawn with a fixed seed: the deadline that leaves ``1 - quantile`` stragglers."""
@@ -208,6 +227,8 @@ def _federation(a: argparse.Namespace, seed: int, settings: dict[str, Any], old:
     cfg0 = build_config(flat=base_config(a, seed))
     check_budget(cfg0)  # a study that cannot fit stops here, before anything starts
     fed = build_federation(cfg0)
+    if a.speed_label_skew:
+        fed.population = skew_speeds(fed, a.speed_label_skew)
     settings["deadline_s"] = deadline_for(fed, cfg0, a.deadline_quantile)
     executor = make_executor(cfg0, fed) if cfg0.execution.backend == "ray" else None
     return fed, executor

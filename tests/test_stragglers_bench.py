@@ -115,3 +115,18 @@ def test_dropout_loses_the_updates_of_devices_going_offline(tmp_path: Path,
     assert rec.extra["dropout"] == [] and sorted(rec.participants) == list(range(10))
     assert rec.extra["wasted_device_seconds"] == 0.0 and math.isfinite(
         rec.extra["device_seconds"])
+
+
+def test_speed_label_skew_slows_the_devices_of_the_lower_classes(make_config: MakeConfig
+                                                                  ) -> None:
+    import numpy as np
+
+    from simulator.setup import build_federation
+
+    fed = build_federation(make_config("skew", num_clients=40, partition="virtual"))
+    pop = stragglers.skew_speeds(fed, 1.0)
+    dominant = np.array([np.argmax(fed.clients.label_mix(i)[1]) for i in range(40)])
+    ratio = pop.compute_ms_per_sample / fed.population.compute_ms_per_sample
+    np.testing.assert_allclose(ratio, np.where(dominant < 5, math.e, 1.0))
+    assert 0 < (dominant < 5).sum() < 40
+    np.testing.assert_array_equal(pop.up_kbps, fed.population.up_kbps)
