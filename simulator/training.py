@@ -260,7 +260,7 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
         return step_obj.client_finish(Finish(pflat, gflat, own, shared, steps, lr))
 
     steps = active.sum(-1)
-    if vectorize and k > 1:  # one client runs faster unmapped (vmap's per-call cost, ~4x here)
+    if vectorize:
         # one [K, P] copy for the parameters, one for the float buffers (if any): at a thousand
         # clients per actor these copies are most of a round's fixed cost
         pflat = gflat.expand(k, -1).clone()
