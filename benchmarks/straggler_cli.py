@@ -96,5 +96,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--policy-param: expected POLICY:KEY=VALUE, got {key}={value}")
         pol, k = key.split(":", 1)
         a.policy_params.setdefault(pol, {})[k] = value
+    from simulator.policies import make_policy, policy_parameters
+
+    for pol, params in a.policy_params.items():  # fail before anything starts
+        try:
+            probe = {"deadline_s": 1.0} if "deadline_s" in policy_parameters(pol) else {}
+            make_policy(pol, a.clients_per_round, **{**probe, **params})
+        except ValueError as e:
+            p.error(f"--policy-param: {e}")
     a.extra = dict(a.set)
     return a
