@@ -182,10 +182,12 @@ class Simulation:
     def run_round(self, rnd: int, wall_start: float) -> RoundRecord:
         """plan -> train -> collect -> aggregate -> record."""
         self.history[rnd] = self.global_flat
-        # a past global model is kept while an update trained from it is in flight (stale rows
-        # are relative to it: defenses and asynchronous mixing read it)
+        # past global models: the last --max-staleness rounds (Siren's roll-back reads the
+        # previous one) and every round an update in flight was trained from (stale rows are
+        # relative to it: defenses and asynchronous mixing read it)
         bases = {f.arrival.base_round for f in self.in_flight}
-        for old in [r for r in self.history if r != rnd and r not in bases]:
+        low = rnd - self.cfg.clock.max_staleness
+        for old in [r for r in self.history if r < low and r not in bases]:
             del self.history[old]
         plan = make_plan(self, rnd)
         res, where = train(self, plan)

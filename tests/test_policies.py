@@ -126,9 +126,11 @@ def test_fedbuff_engine_steps_every_k_with_at_most_concurrency_in_flight(
     assert len(recs[0].selected) == 6 and all(len(r.selected) == 2 for r in recs[1:])
     assert len(sim.in_flight) == 4
     # a past global model is kept only while an update trained from it is in flight
-    kept = {f.arrival.base_round for f in sim.in_flight}          # still needed
-    kept |= {7 - s for s in recs[-1].extra["staleness"]} | {7}   # read by the last step
-    assert set(sim.history) <= kept and len(sim.history) < 8
+    # kept: the last max_staleness (5) steps and the bases of the updates still in flight
+    kept = {f.arrival.base_round for f in sim.in_flight} | set(range(2, 8))
+    kept |= {7 - s for s in recs[-1].extra["staleness"]}          # read by the last step
+    assert set(sim.history) <= kept
+    assert min(sim.history) == min(kept)  # older ones are gone
 
 
 def test_fedasync_engine_mixes_one_update_per_step(make_config: MakeConfig) -> None:
