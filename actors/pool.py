@@ -45,16 +45,18 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
     Per-client fields (``client_ids``, ``losses``, ``steps``, ``num_samples``, ``finite``,
     ``outputs``, ``local``) are reordered to follow ``order``; returned rows (``row_ids``,
     ``rows``) likewise; partial sums are added (``sum``, ``sum_weight``); ``seconds`` is the
-    slowest worker's training time.
+    slowest worker's training time; ``chunks`` has one entry per answer (see
+    :func:`chunk_timings`).
     """
     parts = [expand(p) for p in parts if len(p["meta"])]
     if not parts:
         out: dict[str, Any] = {k: np.zeros(0, np.int64) for k in PER_CLIENT}
         out.update(row_ids=np.zeros(0, np.int64), rows=None, sum=None, sum_weight=0.0,
-                   outputs={}, local=None, seconds=0.0)
+                   outputs={}, local=None, seconds=0.0, chunks=[])
         return out
+    chunks = chunk_timings(parts)
     if len(parts) == 1 and parts[0]["client_ids"].tolist() == list(order):
-        return parts[0]
+        return {**parts[0], "chunks": chunks}
     ids = np.concatenate([p["client_ids"] for p in parts])
     if ids.tolist() == list(order):   # the usual case: answers in request order, no reordering
         perm = slice(None)
@@ -78,7 +80,16 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
     out["sum"] = np.sum(sums, axis=0) if sums else None
     out["sum_weight"] = float(sum(p["sum_weight"] for p in parts))
     out["seconds"] = max(float(p["seconds"]) for p in parts)
+    out["chunks"] = chunks
     return out
+
+
+def chunk_timings(parts: list[dict[str, Any]]) -> list[dict[str, float | int]]:
+    """What each worker trained as one stacked chunk and how long it took: clients, the longest
+    and the total local steps, samples, wall seconds (the runtime a placement must predict)."""
+    return [{"clients": len(p["client_ids"]), "max_steps": int(p["steps"].max()),
+             "steps": int(p["steps"].sum()), "samples": int(p["num_samples"].sum()),
+             "seconds": round(float(p["seconds"]), 6)} for p in parts]
 
 
 class PoolTrainer(ClientTrainer):

@@ -42,6 +42,7 @@ class Collected:
     seconds: float = 0.0
     where: str = "actors"
     losses: list[float] = field(default_factory=list)
+    chunks: list[dict[str, float | int]] = field(default_factory=list)
 
 
 def train(sim: Simulation, plan: RoundPlan) -> tuple[dict[str, Any], str]:
@@ -113,7 +114,7 @@ def collect(sim: Simulation, plan: RoundPlan, res: dict[str, Any], where: str) -
               if np.isfinite(lo)]
     partial = (res["sum"], float(res["sum_weight"])) if plan.linear else None
     return Collected(fresh, carried, info, extras, partial, float(res["seconds"]), where,
-                     losses)
+                     losses, res.get("chunks", []))
 
 
 def make_batch(arrived: list[InFlight], size: int) -> UpdateBatch:

@@ -246,6 +246,7 @@ class Simulation:
                    "device_seconds": plan.device_seconds,
                    "wasted_device_seconds": plan.wasted_seconds,
                    "slowest_train_seconds": col.seconds, "trained_in": col.where,
+                   "chunks": col.chunks,
                    "malicious": sorted(plan.malicious), "attack_success_rate": asr,
                    "alarms": sorted(c for c, a in plan.alarms.items() if a),
                    "detection": detection(arrived, mal_arrived, rejected), **extra},

@@ -101,6 +101,12 @@ def test_merge_results_orders_by_client_order() -> None:
     assert out["seconds"] == 2.0
     rev = merge_results(parts, [7, 5, 2, 1])
     assert rev["client_ids"].tolist() == [7, 5, 2, 1] and rev["row_ids"].tolist() == [7, 2, 1]
+    # one chunk per worker answer: steps 2c, samples 3c per client c (see part())
+    assert out["chunks"] == [
+        {"clients": 2, "max_steps": 10, "steps": 12, "samples": 18, "seconds": 0.5},
+        {"clients": 2, "max_steps": 14, "steps": 18, "samples": 27, "seconds": 2.0}]
+    one = merge_results(parts[:1], [5, 1])
+    assert one["chunks"] == out["chunks"][:1]
 
 
 def test_merge_results_empty() -> None:
@@ -109,6 +115,8 @@ def test_merge_results_empty() -> None:
     assert out["sum"] is None and out["sum_weight"] == 0.0
     only_sums = merge_results([part([3], [], [1.0, 1.0], 2.0, 0.1)], [3])
     assert only_sums["rows"] is None and only_sums["row_ids"].tolist() == []
+    assert out["chunks"] == [] and only_sums["chunks"] == [
+        {"clients": 1, "max_steps": 6, "steps": 6, "samples": 9, "seconds": 0.1}]
 
 
 # ------------------------------------------------------------------------------- trainers
