@@ -11,6 +11,7 @@ actor reports the Ray node it runs on once, when it starts (:meth:`RayPool.actor
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -230,8 +231,15 @@ class RayPool:
         return merge_results(parts, order)
 
     def kill(self, i: int) -> None:
-        """Kill actor ``i`` (fault injection for tests and studies)."""
+        """Kill actor ``i`` (fault injection for tests and studies); returns once it is gone
+        (``ray.kill`` is asynchronous: a call made right after it could still be served)."""
         self._ray.kill(self.actors[i], no_restart=True)
+        for _ in range(200):
+            try:
+                self._ray.get(self.actors[i].node_id.remote(), timeout=5)
+            except self._ray.exceptions.RayActorError:
+                return
+            time.sleep(0.05)
 
     def shutdown(self) -> None:
         for a in self.actors:
