@@ -2,7 +2,8 @@
 
 ``schedule(name, etc)`` runs the method called ``name`` (``METHOD_NAMES``) and returns an
 assignment array task -> machine; ``makespan(etc, assign)`` scores it; ``lst_bound(etc)`` is the
-LP lower bound it is measured against. Instances: ``simulator.scheduler.instances``.
+LP lower bound it is measured against. Instances: ``simulator.scheduler.instances``; chunk
+runtime predictors (GBDT, Parrot's linear fit): ``simulator.scheduler.predictor``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 from simulator.scheduler.baselines import BASELINES, baseline, loads, makespan
 from simulator.scheduler.ga import GAResult, genetic
 from simulator.scheduler.lp_bound import lst_bound
+from simulator.scheduler.predictor import PREDICTORS, GBDTPredictor, LinearPredictor
 
 METHOD_NAMES: tuple[str, ...] = ("ga", *sorted(BASELINES))
 
@@ -30,5 +32,5 @@ def schedule(name: str, etc: np.ndarray, seed: int = 0, seconds: float = 10.0,
     return baseline(name, etc)
 
 
-__all__ = ["BASELINES", "GAResult", "METHOD_NAMES", "baseline", "genetic", "loads",
-           "lst_bound", "makespan", "schedule"]
+__all__ = ["BASELINES", "PREDICTORS", "GAResult", "GBDTPredictor", "LinearPredictor",
+           "METHOD_NAMES", "baseline", "genetic", "loads", "lst_bound", "makespan", "schedule"]
