@@ -86,20 +86,20 @@ def skew_speeds(fed: Any, skew: float) -> Any:
 
 
 def deadline_for(fed: Any, cfg: Any, quantile: float) -> float:
-    """The ``quantile`` of the devices' update durations (compute + transfer), from 4,000
-    devices drawn with a fixed seed: the deadline that leaves ``1 - quantile`` stragglers."""
-    from simulator.clock import compute_seconds_unchecked, transfer_seconds_unchecked
+    """The ``quantile`` of the devices' update durations (compute + transfer, as the engine's
+    plan computes them), from 4,000 devices drawn with a fixed seed: the deadline that leaves
+    ``1 - quantile`` stragglers."""
+    from simulator.clock import transfer_seconds_unchecked
 
     pop = fed.population
     ids = np.random.default_rng(cfg.experiment.seed).choice(len(pop), min(4000, len(pop)),
                                                             replace=False)
     sizes = fed.clients.sizes(ids).astype(np.float64)
-    comp = compute_seconds_unchecked(sizes, np.float64(cfg.algorithm.local_epochs),
-                                     pop.compute_ms_per_sample[ids],
-                                     np.float64(cfg.clock.compute_factor))
-    model_bytes = 4.0 * fed.layout.num_params
-    tr = transfer_seconds_unchecked(model_bytes, pop.up_kbps[ids], pop.down_kbps[ids],
-                                    pop.latency_ms[ids])
+    comp = pop.compute_seconds(ids, sizes, np.full(len(ids), float(cfg.algorithm.local_epochs)),
+                               np.float64(cfg.clock.compute_factor),
+                               fed.model_spec.train_flops_per_sample())
+    tr = transfer_seconds_unchecked(np.float64(4.0 * fed.layout.size), pop.up_kbps[ids],
+                                    pop.down_kbps[ids], pop.latency_ms[ids])
     return float(np.quantile(comp + tr, quantile))
 
 

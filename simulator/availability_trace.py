@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.online_intervals import IntervalTrace, build, first_problem, period_of
-from simulator.traces import TraceError
+from simulator.traces import TraceError, open_trace
 
 COLUMNS = ("device_id", "start_s", "end_s")
 _WS = re.compile(r"[ \t\n\r]*")
@@ -57,15 +57,8 @@ def load_availability_trace(path: str | Path, period_s: float = 0.0) -> Interval
             or not math.isfinite(period_s) or period_s < 0:
         raise ValueError(f"period_s must be a finite number >= 0, got {period_s!r}")
     path = Path(path)
-    reader = {".csv": _read_csv, ".json": _read_json}.get(path.suffix.lower())
-    if not path.exists():
-        raise TraceError(f"{path}: no such availability trace file")
-    if reader is None:
-        raise TraceError(f"{path}: unsupported trace format {path.suffix!r}; use .csv or .json")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read trace: {exc}") from None
+    reader, text = open_trace(path, {".csv": _read_csv, ".json": _read_json},
+                              "availability trace")
     return reader(path, text, period_s)
 
 

@@ -184,10 +184,8 @@ def policy_of(clock: ClockConfig, clients_per_round: int | None = None) -> Any:
     from simulator.policies import make_policy, policy_parameters
 
     valid = policy_parameters(clock.round_policy)
-    legacy = {"deadline_s": clock.deadline_s, "max_staleness": clock.max_staleness,
-              "first_k": clock.first_k}
-    params: dict[str, Any] = {k: legacy[k] for k in ("deadline_s", "max_staleness")
-                              if k in valid}
+    legacy = {"deadline_s": clock.deadline_s, "max_staleness": clock.max_staleness}
+    params: dict[str, Any] = {k: v for k, v in legacy.items() if k in valid}
     if clock.round_policy == "first_k":
         params["k"] = clock.first_k
     params.update(clock.policy_params)

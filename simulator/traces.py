@@ -13,10 +13,13 @@ import io
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from simulator.devices import FIELDS, OPTIONAL_FIELDS, Population, _problem
+
+T = TypeVar("T")
 
 
 class TraceError(ValueError):
@@ -93,6 +96,21 @@ def _read_json(path: Path, text: str) -> list[list[float]]:
     return rows
 
 
+def open_trace(path: Path, readers: dict[str, T], what: str) -> tuple[T, str]:
+    """The reader for ``path``'s extension (``.csv`` / ``.json``) and the file's text;
+    :class:`TraceError` naming the file when it is missing, unreadable or of another kind."""
+    reader = readers.get(path.suffix.lower())
+    if not path.exists():
+        raise TraceError(f"{path}: no such {what} file")
+    if reader is None:
+        raise TraceError(f"{path}: unsupported trace format {path.suffix!r}; use .csv or .json")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read trace: {exc}") from None
+    return reader, text
+
+
 def load_trace(path: str | Path) -> Population:
     """Load device profiles from a CSV or JSON trace (format chosen by extension).
 
@@ -112,15 +130,7 @@ def load_trace(path: str | Path) -> Population:
         Missing or unreadable file, unknown extension, bad header or bad row.
     """
     path = Path(path)
-    read_rows = {".csv": _read_csv, ".json": _read_json}.get(path.suffix.lower())
-    if not path.exists():
-        raise TraceError(f"{path}: no such trace file")
-    if read_rows is None:
-        raise TraceError(f"{path}: unsupported trace format {path.suffix!r}; use .csv or .json")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read trace: {exc}") from None
+    read_rows, text = open_trace(path, {".csv": _read_csv, ".json": _read_json}, "trace")
     rows = read_rows(path, text)
     if not rows:
         raise TraceError(f"{path}: trace contains no devices")

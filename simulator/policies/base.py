@@ -143,6 +143,18 @@ def first_k(round_start: float, every: tuple[Arrival, ...], k: int
     return last_finish(round_start, first), first, every[k:]
 
 
+def close_first_k(policy: str, k: int, round_idx: int, round_start: float,
+                  new: Sequence[Arrival], pending: Sequence[Arrival], *, keep_rest: bool
+                  ) -> RoundOutcome:
+    """The step of ``policy`` that aggregates the first ``k`` updates in flight; the rest stay
+    pending (``keep_rest``: asynchronous policies) or are dropped."""
+    if k < 1:
+        raise ValueError(f"round policy {policy!r}: k is 0; resolve it with the cohort size")
+    every = in_flight(round_idx, round_start, new, pending)
+    end, first, rest = first_k(round_start, every, k)
+    return RoundOutcome(end, first, (), rest) if keep_rest else RoundOutcome(end, first, rest)
+
+
 def check_positive(policy: str, name: str, value: object, *, integer: bool = False,
                    low: float = 0.0, strict: bool = True, high: float = math.inf) -> None:
     """Require a finite number (an int if ``integer``) > ``low`` (>= if not ``strict``) and

@@ -30,8 +30,7 @@ from simulator.policies.base import (
     RoundOutcome,
     RoundPolicy,
     check_positive,
-    first_k,
-    in_flight,
+    close_first_k,
 )
 
 
@@ -69,9 +68,8 @@ class FedBuff(RoundPolicy):
 
     def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
                     pending: Sequence[Arrival]) -> RoundOutcome:
-        every = in_flight(round_idx, round_start, new, pending)
-        end, first, rest = first_k(round_start, every, self.k)
-        return RoundOutcome(end, first, (), rest)
+        return close_first_k("fedbuff", self.k, round_idx, round_start, new, pending,
+                             keep_rest=True)
 
     def adjust_rows(self, rows: torch.Tensor, staleness: np.ndarray,
                     drift: Callable[[], torch.Tensor]) -> torch.Tensor:

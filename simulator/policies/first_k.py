@@ -12,8 +12,7 @@ from simulator.policies.base import (
     RoundOutcome,
     RoundPolicy,
     check_positive,
-    first_k,
-    in_flight,
+    close_first_k,
 )
 
 
@@ -37,8 +36,5 @@ class FirstK(RoundPolicy):
 
     def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
                     pending: Sequence[Arrival]) -> RoundOutcome:
-        if self.k < 1:
-            raise ValueError("round policy 'first_k': k is 0; resolve it with the cohort size")
-        every = in_flight(round_idx, round_start, new, pending)
-        end, first, rest = first_k(round_start, every, self.k)
-        return RoundOutcome(end, first, rest)
+        return close_first_k("first_k", self.k, round_idx, round_start, new, pending,
+                             keep_rest=False)

@@ -17,8 +17,7 @@ from simulator.policies.base import (
     RoundOutcome,
     RoundPolicy,
     check_positive,
-    first_k,
-    in_flight,
+    close_first_k,
 )
 
 
@@ -46,8 +45,5 @@ class Overcommit(RoundPolicy):
 
     def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
                     pending: Sequence[Arrival]) -> RoundOutcome:
-        if self.k < 1:
-            raise ValueError("round policy 'overcommit': k is 0; resolve it with the cohort size")
-        every = in_flight(round_idx, round_start, new, pending)
-        end, first, rest = first_k(round_start, every, self.k)
-        return RoundOutcome(end, first, rest)
+        return close_first_k("overcommit", self.k, round_idx, round_start, new, pending,
+                             keep_rest=False)
