@@ -1,22 +1,30 @@
 """Executors: where a round's training requests run.
 
-:class:`RayPool` keeps one :class:`~actors.trainer.ClientTrainer` actor per CPU (or GPU share).
-The training set and the client data source go to the object store once; the global model once
-per round. Results are collected as actors finish (``ray.wait``). When an actor dies mid-round its
-clients re-run on the surviving actors and a replacement actor is started for later rounds. Each
-actor reports the Ray node it runs on once, when it starts (:meth:`RayPool.actor_nodes`).
-:class:`LocalExecutor` runs the same trainer in this process (small rounds, tests, debugging).
+:class:`RayPool` keeps :class:`~actors.trainer.ClientTrainer` actors of one or more kinds
+(:class:`~actors.kinds.ActorKind`: threads, GPU share, a node resource label; by default one CPU
+actor per CPU, or one per GPU share). The training set and the client data source go to the
+object store once; the global model once per round. Results are collected as actors finish
+(``ray.wait``) and merged in request order. When an actor dies mid-round its clients re-run on
+the idle actors (split evenly, or as a ``replace`` callback places them) and a replacement of
+the same kind is started. Each actor reports the Ray node it runs on once, when it starts
+(:meth:`RayPool.actor_nodes`). :class:`LocalExecutor` runs the same trainer in this process
+(small rounds, tests, debugging).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from actors.trainer import ClientTrainer, ClientTransform, TrainRequest
+from actors.kinds import ActorKind, check_schedulable
+from actors.merge import chunk_timings as chunk_timings  # re-exported
+from actors.merge import expand as expand  # re-exported
+from actors.merge import merge_results
+from actors.trainer import ClientTrainer, ClientTransform, TrainRequest, TrainTask
 from simulator.config import ConfigError
 from simulator.data.clients import ClientData
 from simulator.models import ModelSpec
@@ -24,73 +32,33 @@ from simulator.models import ModelSpec
 log = logging.getLogger("fedsentry.actors")
 
 INLINE_BYTES = 100 * 1024  # Ray's default max_direct_call_object_size
-PER_CLIENT = ("client_ids", "losses", "steps", "num_samples", "finite")
+#: fault re-placement: (the dead actor's tasks, candidate actor indices) -> one group per
+#: candidate, together holding each of the tasks once
+Replace = Callable[[list[TrainTask], list[int]], list[list[TrainTask]]]
 
 
-def expand(part: dict[str, Any]) -> dict[str, Any]:
-    """A worker's compact answer (per-client numbers in one ``meta`` array: id, loss, steps,
-    samples, finite, returned) as named per-client fields."""
-    m = part["meta"]
-    ids = m[:, 0].astype(np.int64)
-    return {"client_ids": ids, "losses": m[:, 1].astype(np.float32),
-            "steps": m[:, 2].astype(np.int64), "num_samples": m[:, 3].astype(np.int64),
-            "finite": m[:, 4] > 0, "row_ids": ids[m[:, 5] > 0], "rows": part["rows"],
-            "sum": part["sum"], "sum_weight": part["sum_weight"],
-            "outputs": part.get("outputs", {}), "local": part.get("local"),
-            "seconds": part["seconds"]}
-
-
-def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, Any]:
-    """Combine the workers' answers.
-
-    Per-client fields (``client_ids``, ``losses``, ``steps``, ``num_samples``, ``finite``,
-    ``outputs``, ``local``) are reordered to follow ``order``; returned rows (``row_ids``,
-    ``rows``) likewise; partial sums are added (``sum``, ``sum_weight``); ``seconds`` is the
-    slowest worker's training time; ``chunks`` has one entry per answer (see
-    :func:`chunk_timings`).
-    """
-    parts = [expand(p) for p in parts if len(p["meta"])]
-    if not parts:
-        out: dict[str, Any] = {k: np.zeros(0, np.int64) for k in PER_CLIENT}
-        out.update(row_ids=np.zeros(0, np.int64), rows=None, sum=None, sum_weight=0.0,
-                   outputs={}, local=None, seconds=0.0, chunks=[])
-        return out
-    chunks = chunk_timings(parts)
-    if len(parts) == 1 and parts[0]["client_ids"].tolist() == list(order):
-        return {**parts[0], "chunks": chunks}
-    ids = np.concatenate([p["client_ids"] for p in parts])
-    if ids.tolist() == list(order):   # the usual case: answers in request order, no reordering
-        perm = slice(None)
-    else:
-        pos = {int(c): i for i, c in enumerate(ids)}
-        perm = np.array([pos[c] for c in order], dtype=np.int64)
-    out = {k: np.concatenate([p[k] for p in parts])[perm] for k in PER_CLIENT}
-    out["outputs"] = {k: np.concatenate([p["outputs"][k] for p in parts])[perm]
-                      for k in parts[0]["outputs"]}
-    out["local"] = (None if parts[0]["local"] is None
-                    else np.concatenate([p["local"] for p in parts])[perm])
-    row_ids = np.concatenate([p["row_ids"] for p in parts])
-    rows = [p["rows"] for p in parts if len(p["row_ids"])]
-    if rows:
-        rank = {c: i for i, c in enumerate(order)}
-        rperm = np.argsort([rank[int(c)] for c in row_ids], kind="stable")
-        out["row_ids"], out["rows"] = row_ids[rperm], np.concatenate(rows)[rperm]
-    else:
-        out["row_ids"], out["rows"] = row_ids, None
-    sums = [p["sum"] for p in parts if p["sum"] is not None]
-    out["sum"] = np.sum(sums, axis=0) if sums else None
-    out["sum_weight"] = float(sum(p["sum_weight"] for p in parts))
-    out["seconds"] = max(float(p["seconds"]) for p in parts)
-    out["chunks"] = chunks
+def regroup(tasks: list[TrainTask], groups: list[list[TrainTask]], n: int) -> list[list[int]]:
+    """Positions in ``tasks`` of each of ``groups`` (a ``replace`` callback's answer for ``n``
+    candidate actors); ValueError unless there are ``n`` groups holding each task once."""
+    if len(groups) != n:
+        raise ValueError(f"replace: returned {len(groups)} groups for {n} candidate actors")
+    pos = {t.client_id: i for i, t in enumerate(tasks)}
+    seen: set[int] = set()
+    out: list[list[int]] = []
+    for g in groups:
+        out.append([])
+        for t in g:
+            if t.client_id not in pos:
+                raise ValueError(f"replace: client {t.client_id} is not among the dead "
+                                 "actor's tasks")
+            if t.client_id in seen:
+                raise ValueError(f"replace: client {t.client_id} placed twice")
+            seen.add(t.client_id)
+            out[-1].append(pos[t.client_id])
+    missing = sorted(set(pos) - seen)
+    if missing:
+        raise ValueError(f"replace: clients {missing} of the dead actor were not placed")
     return out
-
-
-def chunk_timings(parts: list[dict[str, Any]]) -> list[dict[str, float | int]]:
-    """What each worker trained as one stacked chunk and how long it took: clients, the longest
-    and the total local steps, samples, wall seconds (the runtime a placement must predict)."""
-    return [{"clients": len(p["client_ids"]), "max_steps": int(p["steps"].max()),
-             "steps": int(p["steps"].sum()), "samples": int(p["num_samples"].sum()),
-             "seconds": round(float(p["seconds"]), 6)} for p in parts]
 
 
 class PoolTrainer(ClientTrainer):
@@ -119,10 +87,18 @@ class LocalExecutor:
         """Always empty: there are no actors, every request runs in this process."""
         return []
 
+    def kinds(self) -> list[str]:
+        """``"local"`` for each worker."""
+        return ["local"] * self.num_workers
+
     def run(self, requests: list[TrainRequest], global_flat: np.ndarray,
-            shared: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+            shared: dict[str, np.ndarray] | None = None, replace: Replace | None = None
+            ) -> dict[str, Any]:
+        """Train the requests one after another; each answer is tagged with its request index
+        as ``actor`` and kind ``"local"`` (``replace`` is unused: nothing dies here)."""
         order = [t.client_id for r in requests for t in r.tasks]
-        parts = [self.trainer.train(global_flat, r, shared) for r in requests if r.tasks]
+        parts = [{**self.trainer.train(global_flat, r, shared), "actor": i, "kind": "local"}
+                 for i, r in enumerate(requests) if r.tasks]
         return merge_results(parts, order)
 
     def shutdown(self) -> None:
@@ -134,39 +110,52 @@ class RayPool:
 
     Parameters
     ----------
-    num_actors : pool size.
-    gpus_per_actor : fractional GPU share per actor (0: CPU actors, one thread each).
+    num_actors : pool size without ``kinds`` (with them: 0, or their total count).
+    gpus_per_actor : fractional GPU share per actor without ``kinds`` (0: CPU actors, one
+        thread each).
+    kinds : actor kinds; the pool is each kind's ``count`` actors, kind after kind. None: one
+        kind, named "gpu" when ``gpus_per_actor > 0`` else "cpu".
     """
 
     def __init__(self, model_spec: ModelSpec, x: np.ndarray, y: np.ndarray,
                  clients: ClientData, num_actors: int, gpus_per_actor: float = 0.0,
-                 transform: ClientTransform | None = None) -> None:
+                 transform: ClientTransform | None = None,
+                 kinds: Sequence[ActorKind] | None = None) -> None:
         import ray
 
         self._ray = ray
-        res = ray.cluster_resources()
-        cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
-        # an actor that cannot be scheduled would wait forever: refuse up front
-        if num_actors > cpus:
-            raise ConfigError(f"execution.num_actors: {num_actors} actors need {num_actors} "
-                              f"CPUs; the Ray cluster has {cpus:g}")
-        if gpus_per_actor > 0 and num_actors * gpus_per_actor > gpus + 1e-9:
-            raise ConfigError(f"execution.gpus_per_actor: {num_actors} actors x "
-                              f"{gpus_per_actor:g} GPU exceed the cluster's {gpus:g} GPUs")
-        self.num_workers = num_actors
+        if kinds:
+            kinds = list(kinds)
+            total = sum(k.count for k in kinds)
+            if num_actors not in (0, total):
+                raise ValueError(f"RayPool: num_actors={num_actors} but the kinds hold {total} "
+                                 "actors (give 0 with kinds)")
+            # an actor that cannot be scheduled would wait forever: refuse up front
+            check_schedulable(kinds, ray.nodes())
+        else:
+            res = ray.cluster_resources()
+            cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
+            if num_actors > cpus:
+                raise ConfigError(f"execution.num_actors: {num_actors} actors need "
+                                  f"{num_actors} CPUs; the Ray cluster has {cpus:g}")
+            if gpus_per_actor > 0 and num_actors * gpus_per_actor > gpus + 1e-9:
+                raise ConfigError(f"execution.gpus_per_actor: {num_actors} actors x "
+                                  f"{gpus_per_actor:g} GPU exceed the cluster's {gpus:g} GPUs")
+            device = "gpu" if gpus_per_actor > 0 else "cpu"
+            kinds = [ActorKind(device, device, num_actors, 1, float(gpus_per_actor))]
+        self._kinds = [k for k in kinds for _ in range(k.count)]
+        self.num_workers = len(self._kinds)
         self._args = (model_spec, ray.put(x), ray.put(y), ray.put(clients), transform)
-        self._gpus = gpus_per_actor
-        self.actors = [self._start() for _ in range(num_actors)]
+        self.actors = [self._start(k) for k in self._kinds]
         # the start-up call that waits for the actors also tells where each one runs
         self._nodes: list[str] = ray.get([a.node_id.remote() for a in self.actors])
         self.restarts = 0
         self._settings: tuple[Any, ...] | None = None
 
-    def _start(self) -> Any:
+    def _start(self, kind: ActorKind) -> Any:
         cls = self._ray.remote(PoolTrainer)
-        device = "cuda" if self._gpus > 0 else "cpu"
-        return cls.options(num_cpus=1, num_gpus=self._gpus, max_restarts=0).remote(
-            *self._args, threads=1, device=device)
+        return cls.options(**kind.ray_options(), max_restarts=0).remote(
+            *self._args, threads=kind.threads, device=kind.torch_device)
 
     def configure(self, *settings: Any) -> None:
         """Send the round-invariant settings to every actor (replacing any found dead)."""
@@ -186,15 +175,26 @@ class RayPool:
         its last)."""
         return list(self._nodes)
 
+    def kinds(self) -> list[str]:
+        """The kind name of each actor, in actor order."""
+        return [k.name for k in self._kinds]
+
     def _replace(self, i: int, settings: tuple[Any, ...]) -> None:
-        a = self.actors[i] = self._start()
+        a = self.actors[i] = self._start(self._kinds[i])
         _, self._nodes[i] = self._ray.get([a.configure.remote(*settings), a.node_id.remote()])
         self.restarts += 1
 
     def run(self, requests: list[TrainRequest], global_flat: np.ndarray,
-            shared: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-        """Run ``requests[i]`` on actor ``i``; when an actor dies, the others' results are
-        collected as they finish and the dead actor's clients re-run on them."""
+            shared: dict[str, np.ndarray] | None = None, replace: Replace | None = None
+            ) -> dict[str, Any]:
+        """Run ``requests[i]`` on actor ``i``, collecting answers as they finish.
+
+        When an actor dies, a replacement of its kind is started and its clients re-run on the
+        candidate actors (idle ones, the replacement included): ``replace(tasks, candidates)``
+        gives one group per candidate; None splits the tasks evenly in order. Each answer is
+        tagged with its actor, kind and finishing time (:func:`chunk_timings`); the merge
+        follows request order (then re-placement order), whatever order answers arrive in.
+        """
         ray = self._ray
         if self._settings is None:
             raise RuntimeError("RayPool.configure must be called before run")
@@ -204,31 +204,37 @@ class RayPool:
         # it travels inside the call, which is faster than a put
         gref = ray.put(g) if g.nbytes > INLINE_BYTES else g
         sref = ray.put(shared) if shared else None
-        pending = {self.actors[i].train.remote(gref, r, sref): (i, r)
+        t0 = time.perf_counter()
+        pending = {self.actors[i].train.remote(gref, r, sref): (i, r, (i,))
                    for i, r in enumerate(requests) if r.tasks}
-        try:  # the usual case: every actor answers (one call for all of them)
-            return merge_results(ray.get(list(pending)), order)
-        except ray.exceptions.RayActorError:
-            pass
-        parts: list[dict[str, Any]] = []
-        while pending:  # an actor died: collect the others as they finish, re-run its clients
+        parts: list[tuple[tuple[int, ...], dict[str, Any]]] = []
+        while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
-            ref = done[0]
-            i, req = pending.pop(ref)
+            i, req, key = pending.pop(done[0])
             try:
-                parts.append(ray.get(ref))
+                part = ray.get(done[0])
             except ray.exceptions.RayActorError as e:
                 log.warning("actor %d died (%s); re-running its %d clients elsewhere", i,
                             type(e).__name__, len(req.tasks))
                 self._replace(i, self._settings)
-                busy = {j for j, _ in pending.values()}
+                busy = {j for j, _, _ in pending.values()}
                 alive = [j for j in range(len(self.actors)) if j not in busy] or [i]
-                split = np.array_split(np.arange(len(req.tasks)), len(alive))
-                for j, keep in zip(alive, split, strict=True):
-                    if len(keep):
-                        sub = req.subset(keep.tolist())
-                        pending[self.actors[j].train.remote(gref, sub, sref)] = (j, sub)
-        return merge_results(parts, order)
+                if replace is None:
+                    groups = [s.tolist() for s in
+                              np.array_split(np.arange(len(req.tasks)), len(alive))]
+                else:
+                    groups = regroup(req.tasks, replace(list(req.tasks), list(alive)),
+                                     len(alive))
+                for n, (j, keep) in enumerate(zip(alive, groups, strict=True)):
+                    if keep:
+                        sub = req.subset(keep)
+                        pending[self.actors[j].train.remote(gref, sub, sref)] = (j, sub,
+                                                                                 (*key, n))
+                continue
+            part.update(actor=i, kind=self._kinds[i].name, finished=time.perf_counter() - t0)
+            parts.append((key, part))
+        parts.sort(key=lambda kp: kp[0])
+        return merge_results([p for _, p in parts], order)
 
     def kill(self, i: int) -> None:
         """Kill actor ``i`` (fault injection for tests and studies); returns once it is gone
@@ -244,4 +250,4 @@ class RayPool:
     def shutdown(self) -> None:
         for a in self.actors:
             self._ray.kill(a, no_restart=True)
-        self.actors, self._nodes = [], []
+        self.actors, self._nodes, self._kinds = [], [], []

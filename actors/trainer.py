@@ -26,7 +26,7 @@ import torch
 from defenses.base import finite_rows
 from simulator.data.clients import ClientData
 from simulator.models import ModelSpec
-from simulator.training import FlatLayout, LocalSpec, train_clients
+from simulator.training import FlatLayout, LocalSpec, TrainOutput, train_clients
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ class TrainRequest:
     starts : client id -> ``[P]`` start model, for clients that do not start from the global
         model (Siren's alarming clients, parameters kept on the client).
     state : table -> ``[n, ...]`` client-state rows of the tasks' clients, in task order.
+    chunks : sizes of the consecutive stacked chunks the tasks are trained in (summing to ``n``),
+        or None for one chunk of all of them (a placement's sort-and-chunk schedule).
     """
 
     tasks: list[TrainTask]
@@ -61,6 +63,7 @@ class TrainRequest:
     weights: np.ndarray | None = None
     starts: dict[int, np.ndarray] = field(default_factory=dict)
     state: dict[str, np.ndarray] = field(default_factory=dict)
+    chunks: list[int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # tasks travel as one int64 array: cheaper to pickle than n objects, seeds stay exact
@@ -74,7 +77,7 @@ class TrainRequest:
         self.__dict__.update(st)
 
     def subset(self, keep: list[int]) -> TrainRequest:
-        """The request restricted to task positions ``keep`` (fault re-placement)."""
+        """The request restricted to task positions ``keep`` (fault re-placement; one chunk)."""
         ids = {self.tasks[i].client_id for i in keep}
         return TrainRequest([self.tasks[i] for i in keep],
                             None if self.summed is None else self.summed[keep],
@@ -94,6 +97,14 @@ class ClientTransform:
         from simulator.data import feature_shift
 
         return feature_shift(x, client, seed=self.seed, strength=self.strength)
+
+
+def _concat(outs: list[TrainOutput]) -> TrainOutput:
+    """One output of consecutive chunks' outputs, in chunk order."""
+    return TrainOutput(torch.cat([o.updates for o in outs]),
+                       np.concatenate([o.losses for o in outs]),
+                       np.concatenate([o.steps for o in outs]),
+                       {k: torch.cat([o.outputs[k] for o in outs]) for k in outs[0].outputs})
 
 
 def client_arrays(clients: ClientData, ids: np.ndarray, x: np.ndarray, y: np.ndarray,
@@ -160,18 +171,12 @@ class ClientTrainer:
         self.local_index = (None if local_index is None
                             else torch.as_tensor(local_index, device=self.device))
 
-    def _tensor(self, a: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(a), dtype=torch.float32).to(self.device)
-
-    def train(self, global_flat: np.ndarray, req: TrainRequest,
-              shared: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-        """Train ``req``'s clients from ``global_flat``; per-client results in task order."""
-        if self.spec is None:
-            raise RuntimeError("ClientTrainer.configure must be called before train")
-        t0 = time.perf_counter()
-        tasks = req.tasks
+    def _chunk(self, g: torch.Tensor, req: TrainRequest, lo: int, hi: int,
+               shared: dict[str, np.ndarray] | None) -> tuple[TrainOutput, np.ndarray]:
+        """Train tasks ``lo:hi`` of ``req`` as one stacked computation; also their sample
+        counts."""
+        tasks = req.tasks[lo:hi]
         ids = np.array([t.client_id for t in tasks], dtype=np.int64)
-        g = self._tensor(global_flat)
         px, py, idx = client_arrays(self.clients, ids, self.x_np, self.y_np, self.transform)
         x = self.x if px is None else torch.as_tensor(px).to(self.device)
         y = self.y if py is None else torch.as_tensor(py).to(self.device)
@@ -183,8 +188,37 @@ class ClientTrainer:
             poisoned=[t.poisoned for t in tasks],
             starts={i: self._tensor(req.starts[t.client_id]) for i, t in enumerate(tasks)
                     if t.client_id in req.starts},
-            state={k: self._tensor(v) for k, v in req.state.items()},
+            state={k: self._tensor(v[lo:hi]) for k, v in req.state.items()},
             shared={k: self._tensor(v) for k, v in (shared or {}).items()})
+        return out, np.array([len(i) for i in idx], dtype=np.int64)
+
+    def _tensor(self, a: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(a), dtype=torch.float32).to(self.device)
+
+    def train(self, global_flat: np.ndarray, req: TrainRequest,
+              shared: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Train ``req``'s clients from ``global_flat``; per-client results in task order."""
+        if self.spec is None:
+            raise RuntimeError("ClientTrainer.configure must be called before train")
+        t0 = time.perf_counter()
+        tasks = req.tasks
+        sizes = req.chunks if req.chunks is not None else [len(tasks)]
+        if req.chunks is not None and (sum(sizes) != len(tasks) or min(sizes, default=1) < 1):
+            raise ValueError(f"TrainRequest.chunks: sizes {sizes} do not split "
+                             f"{len(tasks)} tasks")
+        ids = np.array([t.client_id for t in tasks], dtype=np.int64)
+        g = self._tensor(global_flat)
+        outs, timings, at = [], [], 0
+        for n in sizes:
+            c0 = time.perf_counter()
+            part = self._chunk(g, req, at, at + n, shared)
+            outs.append(part)
+            timings.append({"clients": n, "max_steps": int(part[0].steps.max(initial=0)),
+                            "steps": int(part[0].steps.sum()), "samples": int(part[1].sum()),
+                            "start": c0 - t0, "end": time.perf_counter() - t0})
+            at += n
+        out = outs[0][0] if len(outs) == 1 else _concat([o[0] for o in outs])
+        sample_counts = np.concatenate([o[1] for o in outs]) if outs else np.zeros(0, np.int64)
         upd = out.updates
         rows = upd if self.shared_index is None else upd[:, self.shared_index]
         finite = finite_rows(rows)
@@ -205,10 +239,11 @@ class ClientTrainer:
         else:
             returned = rows[ret].cpu().numpy() if bool(ret.any()) else None
         meta = np.stack([ids.astype(np.float64), out.losses.astype(np.float64), out.steps,
-                         np.array([len(i) for i in idx]), finite.cpu().numpy(),
+                         sample_counts, finite.cpu().numpy(),
                          ret.cpu().numpy()], axis=1).astype(np.float64)
         # a compact answer (few objects to pickle): per-client numbers in one array
-        res: dict[str, Any] = {"meta": meta, "rows": returned, "sum": psum, "sum_weight": pweight}
+        res: dict[str, Any] = {"meta": meta, "rows": returned, "sum": psum, "sum_weight": pweight,
+                               "chunks": timings}
         if out.outputs:
             res["outputs"] = {k: v.cpu().numpy() for k, v in out.outputs.items()}
         if self.local_index is not None:

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from actors.trainer import TrainRequest
+from actors.trainer import TrainRequest, TrainTask
 from defenses import Defense, UpdateBatch, Verdict
-from simulator.placement import place
 from simulator.plan import RoundPlan
 from simulator.rounds import _ATTACK, InFlight, stream
 
@@ -43,16 +42,18 @@ class Collected:
     where: str = "actors"
     losses: list[float] = field(default_factory=list)
     chunks: list[dict[str, float | int]] = field(default_factory=list)
+    placement: dict[str, Any] | None = None
 
 
 def train(sim: Simulation, plan: RoundPlan) -> tuple[dict[str, Any], str]:
     """Run the plan's tasks; returns the merged result and where it ran ("driver"/"actors")."""
     executor, where = sim.executor_for(plan)
+    kinds = list(executor.kinds())
     if where == "driver":
-        groups = [plan.tasks]
+        groups, chunks = [plan.tasks], [None]
     else:
-        groups = place(plan.tasks, executor.num_workers, sim.cfg.execution.placement,
-                       sim.cfg.execution.min_actor_mflop * 1e6 / sim.flops_per_sample)
+        placed = sim.scheduler.place(plan.tasks, kinds, plan.round)
+        groups, chunks = placed.groups, placed.chunks
     # client state is fetched in group order, so each group's rows are a contiguous view
     ids = np.array([t.client_id for g in groups for t in g], dtype=np.int64)
     state = {t: sim.store.get(t, ids)[0] for t in sim.algorithm.client_state}
@@ -66,17 +67,23 @@ def train(sim: Simulation, plan: RoundPlan) -> tuple[dict[str, Any], str]:
                 base[sim.space.local] = row
                 starts[c] = base
     requests, at = [], 0
-    for g in groups:
+    for g, sizes in zip(groups, chunks, strict=True):
         gid = [t.client_id for t in g]
         summed = (np.array([c in plan.now for c in gid], dtype=bool) if plan.linear else None)
         weights = (np.array([plan.weights.get(c, 0.0) for c in gid], dtype=np.float64)
                    if plan.linear else None)
         requests.append(TrainRequest(g, summed, weights,
                                      {c: starts[c] for c in gid if c in starts},
-                                     {k: v[at:at + len(g)] for k, v in state.items()}))
+                                     {k: v[at:at + len(g)] for k, v in state.items()},
+                                     sizes))
         at += len(g)
     shared = {k: sim.server_state[k].numpy() for k in sim.algorithm.sends}
-    return executor.run(requests, sim.global_flat.numpy(), shared), where
+
+    def replace(tasks: list[TrainTask], actors: list[int]) -> list[list[TrainTask]]:
+        """A dead actor's tasks onto ``actors`` by the configured placement."""
+        return sim.scheduler.replace(tasks, [kinds[a] for a in actors], plan.round)
+
+    return executor.run(requests, sim.global_flat.numpy(), shared, replace=replace), where
 
 
 def collect(sim: Simulation, plan: RoundPlan, res: dict[str, Any], where: str) -> Collected:
@@ -113,8 +120,10 @@ def collect(sim: Simulation, plan: RoundPlan, res: dict[str, Any], where: str) -
     losses = [lo for lo in [f.loss for f in carried] + [info[c][1] for c in sorted(plan.now)]
               if np.isfinite(lo)]
     partial = (res["sum"], float(res["sum_weight"])) if plan.linear else None
+    chunks = res.get("chunks", [])
+    placed = sim.scheduler.observe(chunks) if where == "actors" else None
     return Collected(fresh, carried, info, extras, partial, float(res["seconds"]), where,
-                     losses, res.get("chunks", []))
+                     losses, chunks, placed)
 
 
 def make_batch(arrived: list[InFlight], size: int) -> UpdateBatch:

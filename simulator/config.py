@@ -17,8 +17,10 @@ from typing import Any, get_type_hints
 
 import yaml
 
+from actors.kinds import parse_actor_kinds
 from simulator.config_fields import ConfigError, _check_choice, _coerce, _f, _positive, parse_size
 from simulator.config_fields import _type_name as _type_name
+from simulator.placement import placement_names
 from simulator.policies import policy_names
 
 
@@ -177,6 +179,23 @@ class ClockConfig:
         policy_of(self)  # unknown parameters and bad values fail here, naming the valid ones
 
 
+def placement_of(ex: ExecutionConfig) -> tuple[Any, str]:
+    """The configured placement and chunk-time predictor name (``placement_params`` less its
+    ``predictor`` key); ConfigError naming ``execution.placement_params`` on a bad one."""
+    from simulator.placement import make_placement
+    from simulator.scheduler.chunking import COST_MODELS
+
+    params = dict(ex.placement_params)
+    predictor = str(params.pop("predictor", "gbdt"))
+    if predictor not in COST_MODELS:
+        raise ConfigError(f"execution.placement_params: unknown predictor {predictor!r}; "
+                          f"valid: {list(COST_MODELS)}")
+    try:
+        return make_placement(ex.placement, **params), predictor
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"execution.placement_params: {e}") from None
+
+
 def policy_of(clock: ClockConfig, clients_per_round: int | None = None) -> Any:
     """The configured round policy: the legacy fields (``deadline_s``, ``max_staleness``,
     ``first_k``) are defaults of the parameters of the same name, ``policy_params`` override
@@ -264,9 +283,26 @@ class ExecutionConfig:
     gpus_per_actor: float | None = _f(None, "GPU share per actor (fractional); 0 forces CPU "
                                            "actors; unset: 0.25 when the cluster has GPUs, "
                                            "else CPU")
+    actor_kinds: dict[str, Any] = _f({}, "heterogeneous actor pool, NAME=SPEC (repeatable); "
+                                          "SPEC is comma-separated device=cpu/gpu, count=N, "
+                                          "threads=T (torch threads = Ray CPUs), gpus=G (gpu "
+                                          "only; default 0.25), resource=LABEL (runs on Ray "
+                                          "nodes declaring it), e.g. "
+                                          "fast=device=gpu,count=2,gpus=0.5; replaces "
+                                          "num_actors and gpus_per_actor")
     ray_address: str | None = _f(None, "join an existing Ray cluster at this address "
                                        "(default: start a local one)")
-    placement: str = _f("greedy", "how tasks are placed on actors", ("greedy", "round_robin"))
+    placement: str = _f("greedy", "how tasks are placed on actors: greedy (LPT on samples, one "
+                                  "chunk per actor), round_robin, or the scheduler's lpt, "
+                                  "minmin, sufferage, ga (predicted costs, sort-and-chunk)",
+                        tuple(placement_names()))
+    placement_params: dict[str, Any] = _f({}, "placement parameters, KEY=VALUE (repeatable): "
+                                              "ga: generations, population, etc_generations; "
+                                              "all but greedy/round_robin: chunking; and "
+                                              "predictor=gbdt, linear or prior (the chunk-time "
+                                              "model; prior never learns from measured times, "
+                                              "so schedules, and results, are bitwise "
+                                              "reproducible)")
     min_actor_mflop: float = _f(20.0, "do not split a round into actor groups of less training "
                                       "compute than this (MFLOP; 0 = always use every actor)")
     vectorize: bool = _f(True, "train an actor's clients as one stacked vmap computation "
@@ -292,6 +328,19 @@ class ExecutionConfig:
             parse_size(self.state_memory)
         except ValueError as e:
             raise ConfigError(f"execution.state_memory: {e}") from None
+        placement_of(self)  # unknown parameters and bad values fail here, naming valid ones
+        if self.actor_kinds:
+            try:
+                parse_actor_kinds(self.actor_kinds)
+            except ConfigError as e:
+                raise ConfigError(f"execution.actor_kinds: {e}") from None
+            if self.num_actors:
+                raise ConfigError(f"execution.actor_kinds: conflicts with num_actors="
+                                  f"{self.num_actors} (the kinds' counts size the pool; "
+                                  "leave num_actors 0)")
+            if self.gpus_per_actor is not None:
+                raise ConfigError(f"execution.actor_kinds: conflicts with gpus_per_actor="
+                                  f"{self.gpus_per_actor:g} (give each kind its own gpus=)")
 
     @property
     def state_memory_bytes(self) -> int:

@@ -36,8 +36,9 @@ from simulator.aggregate import aggregate, aggregate_round, server_step
 from simulator.algorithms import make_algorithm
 from simulator.clock import VirtualClock
 from simulator.collect import Collected, collect, train
-from simulator.config import Config, ConfigError, policy_of
+from simulator.config import Config, ConfigError, placement_of, policy_of
 from simulator.evaluation import ClientEval, ServerEval
+from simulator.placement.runtime import Scheduler
 from simulator.plan import RoundPlan, make_plan
 from simulator.policies import RoundPolicy
 from simulator.rounds import (  # noqa: F401 (re-exported for callers of the engine)
@@ -127,6 +128,10 @@ class Simulation:
         self.next_round = 0
         self.model_bytes = 4 * self.space.size
         self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
+        placement, predictor = placement_of(cfg.execution)
+        self.scheduler = Scheduler(placement, predictor, self.flops_per_sample,
+                                   cfg.algorithm.batch_size, cfg.experiment.seed,
+                                   cfg.execution.min_actor_mflop * 1e6 / self.flops_per_sample)
         self.wall_offset = 0.0
         self._where = ""
 
@@ -246,7 +251,7 @@ class Simulation:
                    "device_seconds": plan.device_seconds,
                    "wasted_device_seconds": plan.wasted_seconds,
                    "slowest_train_seconds": col.seconds, "trained_in": col.where,
-                   "chunks": col.chunks,
+                   "chunks": col.chunks, "placement": col.placement,
                    "malicious": sorted(plan.malicious), "attack_success_rate": asr,
                    "alarms": sorted(c for c, a in plan.alarms.items() if a),
                    "detection": detection(arrived, mal_arrived, rejected), **extra},
@@ -292,6 +297,7 @@ class Simulation:
             "in_flight": [(f.arrival, f.row, f.num_samples, f.loss, f.malicious, f.alarm,
                            f.extras) for f in self.in_flight],
             "wall_time": self.wall_offset, "history": dict(self.history),
+            "scheduler": self.scheduler.state_dict(),
         }
 
     def load_state_dict(self, st: dict[str, Any], store_dir: Path | None = None) -> None:
@@ -307,6 +313,8 @@ class Simulation:
         self.in_flight = [InFlight(*f) for f in st["in_flight"]]
         self.wall_offset = float(st.get("wall_time", 0.0))
         self.history = dict(st.get("history", {}))
+        if "scheduler" in st:
+            self.scheduler.load_state_dict(st["scheduler"])
         if st.get("store") is not None and store_dir is not None:
             self.store.close()
             self.store = ClientStore.load(store_dir, self.cfg.execution.state_memory_bytes,

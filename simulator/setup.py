@@ -229,18 +229,26 @@ def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = Non
                   ):  # noqa: ANN201 (RayPool | LocalExecutor)
     """The configured executor: a Ray actor pool (default) or the in-process trainer.
 
-    ``clients`` overrides the federation's client source (e.g. Siren's training rows without
-    the holdouts)."""
+    With ``execution.actor_kinds`` the pool holds those kinds (checked against the cluster
+    before any actor starts; the local backend then has as many workers as the kinds have
+    actors). ``clients`` overrides the federation's client source (e.g. Siren's training rows
+    without the holdouts)."""
+    from actors.kinds import parse_actor_kinds
     from actors.pool import LocalExecutor, RayPool
 
     ex = cfg.execution
     clients = clients or fed.clients
+    kinds = parse_actor_kinds(ex.actor_kinds) if ex.actor_kinds else None
     if ex.backend == "local":
+        n = sum(k.count for k in kinds) if kinds else max(ex.num_actors, 1)
         return LocalExecutor(fed.model_spec, fed.x_train, fed.y_train, clients, fed.transform,
-                             num_workers=max(ex.num_actors, 1))
+                             num_workers=n)
     from actors.ray_setup import ensure_ray
 
     ensure_ray(ex.ray_address)
+    if kinds:
+        return RayPool(fed.model_spec, fed.x_train, fed.y_train, clients, 0,
+                       transform=fed.transform, kinds=kinds)
     import ray
 
     res = ray.cluster_resources()

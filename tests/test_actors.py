@@ -17,7 +17,7 @@ from simulator.algorithms import make_algorithm
 from simulator.config import AlgorithmConfig, Config, build_config
 from simulator.data.clients import PartitionData
 from simulator.models import ModelSpec
-from simulator.placement import greedy, place, round_robin
+from simulator.placement.legacy import greedy, place, round_robin
 from simulator.setup import Federation, build_federation
 from simulator.training import FlatLayout, LocalSpec
 
@@ -379,3 +379,28 @@ def test_more_actors_than_cpus_fails_fast() -> None:
         pytest.fail("child did not exit within 120 s")
     assert proc.returncode == 2, out
     assert "num_actors" in out
+
+
+def test_dead_actors_tasks_go_through_the_scheduler(pool: RayPool, fed: Federation) -> None:
+    """Fault re-placement asks the configured placement (here ``lpt``) where the orphaned
+    tasks go; the round's result is unchanged."""
+    from simulator.placement import make_placement
+    from simulator.placement.runtime import Scheduler
+
+    sched = Scheduler(make_placement("lpt"), "gbdt", 1e5, 16, seed=0)
+    asked: list[tuple[list[int], list[int]]] = []
+
+    def replace(tasks: list[TrainTask], actors: list[int]) -> list[list[TrainTask]]:
+        asked.append(([t.client_id for t in tasks], actors))
+        return sched.replace(tasks, ["cpu"] * len(actors), 0)
+
+    groups = place(TASKS, 2, "greedy")
+    ref = local_result(fed, groups)
+    g = fed.layout.flatten(fed.model).numpy()
+    pool.run(requests(groups), g)
+    restarts = pool.restarts
+    pool.actors[1] = KillOnSubmit(pool.actors[1])
+    res = pool.run(requests(groups), g, replace=replace)
+    assert pool.restarts == restarts + 1
+    assert len(asked) == 1 and sorted(asked[0][0]) == sorted(t.client_id for t in groups[1])
+    assert_same(res, ref)

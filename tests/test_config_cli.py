@@ -121,7 +121,8 @@ def test_section_must_be_mapping() -> None:
     ("norm", "layer", "model.norm", ("none", "batch")),
     ("algorithm", "fedsgd", "algorithm.algorithm", ("fedavg", "feddyn", "fedprox", "scaffold")),
     ("backend", "dask", "execution.backend", ("ray", "local")),
-    ("placement", "ga", "execution.placement", ("greedy", "round_robin")),
+    ("placement", "genetic", "execution.placement",
+     ("ga", "greedy", "lpt", "minmin", "round_robin", "sufferage")),
 ])
 def test_bad_choice_lists_valid(field: str, value: str, qualified: str,
                                 valid: tuple[str, ...]) -> None:

@@ -1,15 +1,18 @@
-"""Placement of a round's training tasks on actors: ``place(tasks, num_actors) -> groups``.
+"""The single-chunk placements as plain functions: ``place(tasks, num_actors) -> groups``.
 
-The default is greedy longest-processing-time on an estimated cost (samples x epochs); the GBDT +
-genetic-algorithm scheduler plugs in behind the same interface.
+Greedy longest-processing-time on an estimated cost (samples x epochs) and round robin, each
+actor training its group as one stacked chunk; registered as placements by ``greedy.py`` and
+``round_robin.py``.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from actors.trainer import TrainTask
+if TYPE_CHECKING:
+    from actors.trainer import TrainTask
 
 
 def _cost(t: TrainTask) -> float:
