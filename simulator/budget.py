@@ -23,6 +23,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from actors.kinds import parse_actor_kinds
 from simulator.config import Config, ConfigError
 
 GB = 1e9
@@ -81,7 +82,8 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
     feat = math.prod(shape)
     p_full, p_train = model_size(cfg)
     if workers is None:
-        workers = ex.num_actors or (os.cpu_count() or 1) if ex.backend == "ray" else 1
+        kinds = sum(a.count for a in parse_actor_kinds(ex.actor_kinds)) if ex.actor_kinds else 0
+        workers = (ex.num_actors or kinds or (os.cpu_count() or 1)) if ex.backend == "ray" else 1
     algo = make_algorithm(cfg.algorithm)
     state_row = 4 * sum(p_train if s == "params" else p_full
                         for s in algo.client_state.values())
