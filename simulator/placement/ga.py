@@ -6,9 +6,9 @@ Here the greedy pass is each actor's sort-and-chunk (an actor trains stacked chu
 follows their longest client), the predictor is :class:`simulator.scheduler.chunking.ChunkCost`
 learned online from the measured chunks, and the search is
 :func:`simulator.scheduler.chunk_ga.chunk_genetic`, seeded with ``greedy``'s assignment, the
-ETC heuristics (``lpt``, ``minmin``, ``sufferage``, round robin) and the memetic ETC search
-(:func:`simulator.scheduler.ga.genetic`, a generation cap), so it is never worse than any of
-them by the predicted makespan.
+ETC heuristics (``lpt``, ``minmin``, ``sufferage``, round robin) and optionally the memetic ETC
+search (:func:`simulator.scheduler.ga.genetic`, ``etc_generations``), so it is never worse than
+any of them by the predicted makespan.
 
 Departures from the deck: the deck predicts per task and device; a stacked chunk's cost is not
 a sum of task costs, so the predictor works per chunk and the fitness sums predicted chunks.
@@ -32,12 +32,14 @@ from simulator.scheduler.ga import genetic
 @register("ga")
 @dataclass(frozen=True)
 class GA(Placement):
-    """Parameters: ``generations`` (60), ``population`` (24), ``etc_generations`` (5: the
-    memetic ETC seed's cap; 0 leaves it out), ``chunking`` (true)."""
+    """Parameters: ``generations`` (60), ``population`` (24), ``etc_generations`` (0: the
+    memetic ETC search as one more seed, with this generation cap; off by default because its
+    local search on band-averaged costs, full of ties, took up to 6 s a round), ``chunking``
+    (true)."""
 
     generations: int = 60
     population: int = 24
-    etc_generations: int = 5
+    etc_generations: int = 0
 
     def __post_init__(self) -> None:
         if self.generations < 0 or self.etc_generations < 0 or self.population < 2:
