@@ -117,6 +117,24 @@ def regret(runs: Sequence[Run], setup: TaskSetup, x: np.ndarray, y: np.ndarray,
     return out
 
 
+def repeat_mape(runs: Sequence[Run]) -> float | None:
+    """The measurement noise floor: MAPE of predicting a chunk's seconds by the seconds of the
+    identical chunk (same round, clients, steps and samples) in the other repeat of the same
+    placement, both ways; None without such pairs. A predictor cannot be expected to beat it."""
+    seen: dict[tuple[Any, ...], dict[int, float]] = {}
+    for r in runs:
+        for e in r.events:
+            if int(e["round"]) == 0:
+                continue   # the first round also pays start-up costs
+            for c in e["chunks"]:
+                key = (r.task, r.label, int(e["round"]), c["clients"], c["max_steps"],
+                       c["steps"], c["samples"])
+                seen.setdefault(key, {})[r.repeat] = float(c["seconds"])
+    errs = [abs(a - b) / b for t in seen.values() if len(t) == 2
+            for a, b in (tuple(t.values()), tuple(t.values())[::-1]) if a > 0 and b > 0]
+    return float(np.mean(errs)) if errs else None
+
+
 def evaluate(runs: Sequence[Run], setups: Sequence[TaskSetup], ga_params: dict[str, Any]
              ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """The ``predictor`` record (pooled over tasks, and ``per_task``) and, per task, the
@@ -140,7 +158,7 @@ def evaluate(runs: Sequence[Run], setups: Sequence[TaskSetup], ga_params: dict[s
             "mape_gbdt": mape(pg, m), "mape_linear": mape(pl, m), "wape_gbdt": wape(pg, m),
             "wape_linear": wape(pl, m), "regret": float(np.mean(reg)),
             "regret_max": float(np.max(reg)), "regret_linear": float(np.mean(reg_lin)),
-            "regret_rounds": len(reg),
+            "regret_rounds": len(reg), "mape_repeat": repeat_mape(mine),
             "train_chunks": int((~held).sum()), "heldout_chunks": int(held.sum()),
             "runs": sorted({f"{r.label}#{r.repeat}" for r in mine})}
         points[setup.task] = {"measured": m, "gbdt": pg, "linear": pl}
@@ -155,7 +173,8 @@ def evaluate(runs: Sequence[Run], setups: Sequence[TaskSetup], ga_params: dict[s
            "regret_linear": float(np.mean(regrets_lin)), "wape_gbdt": wape(g, m),
            "wape_linear": wape(li, m), "train_chunks": sum(t["train_chunks"]
                                                            for t in per_task.values()),
-           "heldout_chunks": int(len(m)), "per_task": per_task}
+           "heldout_chunks": int(len(m)), "mape_repeat": repeat_mape(runs),
+           "per_task": per_task}
     return rec, points
 
 

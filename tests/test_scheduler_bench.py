@@ -212,3 +212,19 @@ def test_instance_and_predictor_checks() -> None:
                                        "regret_max": 1.2}) == [
         "[ok] gbdt MAPE = 0.120 <= 0.15 and < linear 0.300",
         "[NO] decision regret = 1.060 <= 1.05 (max 1.200)"]
+
+
+def test_repeat_mape_by_hand() -> None:
+    """One chunk seen in both repeats at 1.0 s and 1.25 s: |1 - 1.25| / 1.25 = 0.2 and
+    / 1.0 = 0.25, mean 0.225; round 0 and chunks seen once are ignored."""
+    from benchmarks.scheduler_live import Run
+    from benchmarks.scheduler_predictor import repeat_mape
+
+    def ev(rnd: int, secs: float, clients: int = 3) -> dict:
+        return {"round": rnd, "chunks": [{"clients": clients, "max_steps": 4, "steps": 9,
+                                          "samples": 40, "seconds": secs}]}
+
+    a = Run("cnn", "ga", 0, [ev(0, 9.0), ev(1, 1.0), ev(2, 5.0, clients=7)], {})
+    b = Run("cnn", "ga", 1, [ev(0, 1.0), ev(1, 1.25)], {})
+    assert repeat_mape([a, b]) == pytest.approx(0.225)
+    assert repeat_mape([a]) is None
