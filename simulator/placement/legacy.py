@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from simulator.placement.base import PlaceContext, Placed, Placement, predict_groups
 
 if TYPE_CHECKING:
     from actors.trainer import TrainTask
@@ -65,3 +68,22 @@ def place(tasks: Sequence[TrainTask], num_actors: int, how: str = "greedy",
     used = actors_worth_using(tasks, num_actors, min_work)
     groups = PLACERS[how](tasks, used)
     return groups + [[] for _ in range(num_actors - used)]
+
+
+@dataclass(frozen=True)
+class SingleChunk(Placement):
+    """A placement of :data:`PLACERS` (its registered name), one chunk per actor (``chunking``
+    is ignored).
+
+    ``predict`` (false): also predict the schedule's makespan for the event log (fits the chunk
+    predictor, which costs a little time per round).
+    """
+
+    uses_cost = False
+    predict: bool = False
+
+    def place(self, tasks: list[TrainTask], ctx: PlaceContext) -> Placed:
+        groups = place(tasks, len(ctx.kinds), self.name, ctx.min_work)
+        chunks: list[list[int] | None] = [None] * len(groups)
+        return Placed(groups, chunks,
+                      predict_groups(groups, chunks, ctx) if self.predict else [])
