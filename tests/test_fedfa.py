@@ -165,7 +165,7 @@ def test_ffa_is_identity_unless_fired_in_training() -> None:
 def test_layers_after_each_stage_and_weights_unchanged() -> None:
     a = fedfa()
     for name, shape, channels in (("cnn", (1, 28, 28), [16, 32]), ("cnn", (1, 8, 8), [16, 32]),
-                                  ("mlp", (1, 8, 8), [24, 24])):
+                                  ("mlp", (1, 8, 8), [24])):
         plain = ModelSpec(name, shape, 10, hidden=24, norm="batch").build(seed=3)
         ext = ModelSpec(name, shape, 10, hidden=24, norm="batch", extension=a).build(seed=3)
         assert [m.channels for m in ffa_layers(ext)] == channels
@@ -178,7 +178,7 @@ def test_layers_after_each_stage_and_weights_unchanged() -> None:
     cnn = ModelSpec("cnn", (1, 8, 8), 10, extension=a).build(seed=0)
     assert a.noise_size(cnn, 10) == 2 + 10 * 2 * (16 + 32)        # coins, eps_mu, eps_sigma
     mlp = ModelSpec("mlp", (1, 8, 8), 10, hidden=24, extension=a).build(seed=0)
-    assert a.noise_size(mlp, 10) == 2 + 10 * (24 + 24)            # coins, eps_mu
+    assert a.noise_size(mlp, 10) == 1 + 10 * 24                   # coin, eps_mu
     with pytest.raises(ConfigError, match="no conv stage or hidden block"):
         ModelSpec("logreg", (1, 8, 8), 10, extension=a).build(seed=0)
     with pytest.raises(ConfigError, match=r"fedfa variant='X' invalid; must be str one of"):
@@ -214,7 +214,7 @@ def test_vectorized_equals_sequential_cnn(variant: str, momentum: float) -> None
 
 # ------------------------------------------------------------------ through the engine
 
-RUN = {"backend": "local", "dataset": "digits", "model": "mlp", "hidden": 16, "norm": "batch",
+RUN = {"backend": "local", "dataset": "digits", "model": "cnn", "hidden": 16, "norm": "batch",
        "num_clients": 4, "clients_per_round": 4, "partition": "iid", "feature_shift": 1.0,
        "local_epochs": 1, "batch_size": 32, "algorithm": "fedfa", "defense": "median",
        "progress": False, "plots": False}
@@ -222,7 +222,7 @@ RUN = {"backend": "local", "dataset": "digits", "model": "mlp", "hidden": 16, "n
 
 def test_two_rounds_through_the_engine(tmp_path: Path) -> None:
     """The global model's FFA statistics stay (0, 1); the gammas are set after round 0 (one
-    per hidden unit of each of the two FFA layers, mean 1 per layer)."""
+    per channel of the CNN's two FFA layers, 16 + 32, mean 1 per layer)."""
     from simulator.engine import Simulation
 
     sim = Simulation(build_config(flat={**RUN, "rounds": 2, "out": str(tmp_path)}))
@@ -238,8 +238,9 @@ def test_two_rounds_through_the_engine(tmp_path: Path) -> None:
                 assert torch.equal(sim.global_flat[sl[n]], g0[sl[n]])
             for k in ("gamma_mu", "gamma_sigma"):
                 gam = sim.server_state[k]
-                assert gam.shape == (32,) and bool(torch.isfinite(gam).all())
-                torch.testing.assert_close(gam.reshape(2, 16).mean(1), torch.ones(2))
+                assert gam.shape == (48,) and bool(torch.isfinite(gam).all())
+                torch.testing.assert_close(torch.stack([gam[:16].mean(), gam[16:].mean()]),
+                                           torch.ones(2))
         assert not torch.equal(sim.global_flat, g0)
     finally:
         sim.close()

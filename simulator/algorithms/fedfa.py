@@ -34,19 +34,25 @@ Choices where the seeds are silent or disagree (the paper is followed, not the p
 * before the server has any statistics (round 0) every gamma is 1, i.e. ``S^2 = 2 var_B``
   (equal variances in Eq. 6); a round whose rows were all rejected leaves the gammas as they
   were, and only the clients the defense kept enter Eq. 5 (uniform 1/M, as the paper);
+* gradients flow through each sample's statistics (the reparameterisation of Eq. 9) but not
+  through the sampling ranges ``S`` (treated as constants of the step; the public code lets
+  them through): that path is ``eps`` times a derivative, zero in expectation over ``eps``
+  (Lemma 1 reads FFA as noise injection), and cutting it keeps the vectorized throughput
+  within 0.7x of FedAvg's;
 * placement: after every conv stage of ``--model cnn`` (after its max-pool when there is one;
   the representation layer, a Linear, gets none, as the paper's AlexNet FC layers); for
-  ``--model mlp``, which has no conv stage, after each hidden block (Linear, [BN], ReLU), where
-  a feature has ``H = W = 1``: its sigma is 0 (the 1e-6 floor), so FFA reduces to additive
-  noise ``eps_mu * S_mu`` scaled by the batch spread of each unit. ``--model logreg`` has no
-  stage and is refused.
+  ``--model mlp``, which has no conv stage, after every hidden block (Linear, [BN], ReLU) but
+  the last, which makes the representation (the analogue of the CNN's Linear), i.e. after the
+  first of its two. There a feature has ``H = W = 1``: its sigma is 0 (the 1e-6 floor), so FFA
+  reduces exactly to additive noise ``eps_mu * S_mu`` scaled by the batch spread of each unit
+  (no ``eps_sigma`` is drawn). ``--model logreg`` has no stage and is refused.
 
 The momentum statistics are buffers of the flat model (like BatchNorm's running statistics;
 one ``ffa_stats`` ``[2, C]`` per layer), updated in the training forward over the real rows of
-the batch only. They therefore sit in each
-client's update row (so defenses and the ledger see them, a few entries per channel); the server
-discards their aggregate and writes (0, 1) back into the next global model, which is how every
-client starts each round from (0, 1). The gammas are computed from the extras, not the rows.
+the batch only. They therefore sit in each client's update row (so defenses and the ledger see
+them, a few entries per channel); the server discards their aggregate and writes (0, 1) back
+into the next global model, which is how every client starts each round from (0, 1). The
+gammas are computed from the extras, not the rows.
 
 The padded rows of a client's partial last batch stay out of the FFA statistics: the trainer
 publishes the batch mask (:data:`simulator.models.BATCH_MASK`) whenever the model has BatchNorm

@@ -134,8 +134,9 @@ class FFALayer(nn.Module):
             sigma = (((flat - mu.unsqueeze(-1)) ** 2).mean(-1) + self.eps).sqrt()
             mean_mu, mean_sigma = self._batch_mean(mu, w, n), self._batch_mean(sigma, w, n)
             e_sigma = nz[at + b * c:at + 2 * b * c].reshape(b, c)
-            mu_hat = mu + e_mu * self._range(mu, mean_mu, w, n, "gamma_mu")  # Eq. 9
-            sigma_hat = sigma + e_sigma * self._range(sigma, mean_sigma, w, n, "gamma_sigma")
+            mu_hat = torch.addcmul(mu, e_mu, self._range(mu, mean_mu, w, n, "gamma_mu"))
+            sigma_hat = torch.addcmul(sigma, e_sigma,                        # Eq. 9
+                                      self._range(sigma, mean_sigma, w, n, "gamma_sigma"))
             shape = (b, c) + (1,) * (x.dim() - 2)
             out = torch.where(fire, (x - mu.reshape(shape)) / sigma.reshape(shape)
                               * sigma_hat.reshape(shape) + mu_hat.reshape(shape), x)  # Eq. 8
@@ -143,7 +144,7 @@ class FFALayer(nn.Module):
             mean_mu = self._batch_mean(x, w, n)
             # Eq. 8-9 with x = mu, sigma -> 0: x + eps_mu * S_mu; eps zeroed when idle, so an
             # idle layer returns x exactly (and needs no torch.where)
-            out = x + (e_mu * f) * self._range(x, mean_mu, w, n, "gamma_mu")
+            out = torch.addcmul(x, e_mu, f * self._range(x, mean_mu, w, n, "gamma_mu"))
             mean_sigma = torch.full_like(mean_mu, math.sqrt(self.eps))
         with torch.no_grad():                                                # Eq. 4
             # buf + (1 - alpha) (mean - buf) when the layer fires, buf + 0 otherwise
@@ -158,10 +159,12 @@ def ffa_layers(model: nn.Module) -> list[FFALayer]:
 
 
 def ffa_sites(body: nn.Module) -> list[tuple[int, int]]:
-    """``(index, channels)`` of the body layers that close a stage: in a convolutional body
-    each conv stage (Conv2d ... ReLU, and its MaxPool2d when one follows); otherwise each
-    hidden block (Linear ... ReLU). The representation layer of the CNN (its Linear) is not a
-    conv stage and gets none, as in the paper's AlexNet."""
+    """``(index, channels)`` of the body layers that close a stage of the feature extractor
+    before the representation: in a convolutional body each conv stage (Conv2d ... ReLU, and
+    its MaxPool2d when one follows), not the Linear that makes the representation (the paper's
+    AlexNet has FFA after its conv stages, none after its FC layers); in a body of hidden
+    blocks (Linear ... ReLU, the MLP) every block but the last, which makes the
+    representation."""
     if not isinstance(body, nn.Sequential):
         return []
     layers = list(body)
@@ -176,7 +179,7 @@ def ffa_sites(body: nn.Module) -> list[tuple[int, int]]:
         if pending is not None and closes:
             sites.append((i, int(pending)))
             pending = None
-    return sites
+    return sites if opener is nn.Conv2d else sites[:-1]
 
 
 def insert_ffa(model: nn.Module, p: float, alpha: float, variant: str, lam: float
