@@ -32,6 +32,34 @@ from simulator.models import ModelSpec
 log = logging.getLogger("fedsentry.actors")
 
 INLINE_BYTES = 100 * 1024  # Ray's default max_direct_call_object_size
+#: seconds a new pool waits for the resources its actors need to be free (a pool shut down
+#: just before releases its actors' CPUs asynchronously) before refusing to start
+FREE_WAIT_S = 20.0
+
+
+def wait_for_free(need: dict[str, float], available: Callable[[], dict[str, float]],
+                  timeout: float | None = None, poll: float = 0.1) -> None:
+    """Return once ``available()`` covers ``need``; raise ConfigError after ``timeout`` s
+    (None: :data:`FREE_WAIT_S`).
+
+    An actor whose resources are held by someone else (another Simulation's pool in the same
+    Ray, another job on the cluster) would wait for them forever; this turns that hang into
+    a one-line error naming what is short.
+    """
+    timeout = FREE_WAIT_S if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    while True:
+        free = available()
+        short = {r: (v, float(free.get(r, 0.0))) for r, v in need.items()
+                 if float(free.get(r, 0.0)) + 1e-9 < v}
+        if not short:
+            return
+        if time.monotonic() >= deadline:
+            what = ", ".join(f"{v:g} {r} ({f:g} free)" for r, (v, f) in sorted(short.items()))
+            raise ConfigError(f"the Ray cluster cannot start this pool's actors: they need "
+                              f"{what} after {timeout:g} s of waiting; another Simulation or "
+                              "job holds the rest (close it first, or ask for fewer actors)")
+        time.sleep(poll)
 #: fault re-placement: (the dead actor's tasks, candidate actor indices) -> one group per
 #: candidate, together holding each of the tasks once
 Replace = Callable[[list[TrainTask], list[int]], list[list[TrainTask]]]
@@ -145,6 +173,11 @@ class RayPool:
             kinds = [ActorKind(device, device, num_actors, 1, float(gpus_per_actor))]
         self._kinds = [k for k in kinds for _ in range(k.count)]
         self.num_workers = len(self._kinds)
+        need: dict[str, float] = {}
+        for k in self._kinds:
+            for r, v in k.demand().items():
+                need[r] = need.get(r, 0.0) + v
+        wait_for_free(need, ray.available_resources)
         self._args = (model_spec, ray.put(x), ray.put(y), ray.put(clients), transform)
         self.actors = [self._start(k) for k in self._kinds]
         # the start-up call that waits for the actors also tells where each one runs

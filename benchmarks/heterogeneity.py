@@ -43,7 +43,7 @@ from simulator.cli import OneLineParser  # noqa: E402
 
 #: the CSV's columns (per-seed values joined by ';')
 CSV_FIELDS = ("case", "method", "baseline", "metric", "direction", "method_mean", "method_std",
-              "baseline_mean", "baseline_std", "gain", "reproduced", "seeds", "mode",
+              "baseline_mean", "baseline_std", "gain", "reproduced", "wins", "seeds", "mode",
               "method_values", "baseline_values", "error", "claim")
 
 
@@ -89,11 +89,13 @@ def _pm(mean: float | None, std: float | None) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """The results table: one line per comparison."""
     head = ("case", "method vs baseline", "metric", "method", "baseline", "predicted",
-            "verdict")
+            "verdict", "wins")
     body = [(r["case"], f"{r['method']} vs {r['baseline']}", r["metric"],
              _pm(r["method_mean"], r["method_std"]), _pm(r["baseline_mean"], r["baseline_std"]),
              r["direction"], ("reproduced" if r["reproduced"] else "not reproduced")
-             + (" (error)" if r["error"] else "")) for r in rows]
+             + (" (error)" if r["error"] else ""),
+             "-" if r.get("wins") is None else f"{r['wins']}/{len(r['method_values'])}")
+            for r in rows]
     width = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(x[i].ljust(width[i]) for i in range(len(head))).rstrip()
              for x in [head, *body]]
@@ -180,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(args.csv, rows)
     print(f"{len(cases)} case(s), {args.seeds} seed(s), {'quick' if args.quick else 'full'} "
           f"settings, {len(jobs)} runs in {wall:.0f} s; mean±std over seeds; reproduced: the "
-          "method beats the baseline in the predicted direction by more than the larger std")
+          "method beats the baseline in the predicted direction by more than the larger std; "
+          "wins: seeds won in that direction (information, not the rule)")
     print(table(rows))
     for r in records.values():
         if r["error"]:

@@ -7,6 +7,11 @@ and the baseline's metric, ``s_m`` and ``s_b`` their sample standard deviations 
 for ``lower``), the claim is *reproduced* when ``d > max(s_m, s_b)``: the method beats the
 baseline in the predicted direction by more than the larger of the two spreads. A tie, a
 smaller gain, a loss, or a run that failed is *not reproduced*.
+
+Beside the verdict, ``wins`` counts the seeds on which the method beats the baseline strictly in
+the predicted direction (the arms of one seed share its partition, so the pairing is by seed).
+It is information for the reader, not part of the rule: a method can win every seed and still
+not be reproduced when the baseline's seed-to-seed spread is larger than the gain.
 """
 
 from __future__ import annotations
@@ -43,13 +48,19 @@ def stat(values: list[float]) -> Stat:
 
 
 def verdict(method: list[float], baseline: list[float], direction: str) -> dict[str, Any]:
-    """Means, stds, the signed gain ``d`` and ``reproduced`` (the module docstring's rule)."""
+    """Means, stds, the signed gain ``d``, ``reproduced`` (the module docstring's rule) and
+    ``wins``: seeds won in the predicted direction, pairing the lists by position (None when
+    their lengths differ, i.e. a run failed)."""
     if direction not in ("higher", "lower"):
         raise ValueError(f"direction must be 'higher' or 'lower', got {direction!r}")
     m, b = stat(method), stat(baseline)
-    gain = (m.mean - b.mean) if direction == "higher" else (b.mean - m.mean)
+    sign = 1.0 if direction == "higher" else -1.0
+    gain = sign * (m.mean - b.mean)
+    wins = (sum(sign * (x - y) > 0 for x, y in zip(method, baseline, strict=True))
+            if len(method) == len(baseline) else None)
     return {"method_mean": m.mean, "method_std": m.std, "baseline_mean": b.mean,
-            "baseline_std": b.std, "gain": gain, "reproduced": bool(gain > max(m.std, b.std))}
+            "baseline_std": b.std, "gain": gain, "reproduced": bool(gain > max(m.std, b.std)),
+            "wins": wins}
 
 
 # ------------------------------------------------------------------------------ jobs and runs
@@ -204,7 +215,7 @@ def compare(cases: list[Case], index: dict[tuple[str, str, int], str],
                 row.update(verdict(mv, bv, c.direction))
             else:
                 row.update(method_mean=None, method_std=None, baseline_mean=None,
-                           baseline_std=None, gain=None, reproduced=False)
+                           baseline_std=None, gain=None, reproduced=False, wins=None)
             row["error"] = errors[0] if errors else None
             row["reproduced"] = bool(row["reproduced"]) and not errors
             rows.append(row)

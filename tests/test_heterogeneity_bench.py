@@ -35,15 +35,19 @@ def test_verdict_reproduced_when_gain_exceeds_the_larger_std() -> None:
     assert v["baseline_mean"] == pytest.approx(0.75)
     assert v["baseline_std"] == pytest.approx(0.05)
     assert v["gain"] == pytest.approx(0.07) and v["reproduced"] is True
+    assert v["wins"] == 3                              # 0.80>0.70, 0.82>0.75, 0.84>0.80
 
 
 def test_verdict_not_reproduced_within_one_std_or_wrong_way() -> None:
     # baseline 0.70, 0.78, 0.86: mean 0.78, std 0.08 > gain 0.04
     v = core.verdict([0.80, 0.82, 0.84], [0.70, 0.78, 0.86], "higher")
     assert v["gain"] == pytest.approx(0.04) and v["reproduced"] is False
+    assert v["wins"] == 2                              # 0.84 < 0.86 on the third seed
     # predicted lower, but the method is higher: gain -0.07
     v = core.verdict([0.80, 0.82, 0.84], [0.70, 0.75, 0.80], "lower")
     assert v["gain"] == pytest.approx(-0.07) and v["reproduced"] is False
+    assert v["wins"] == 0
+    assert core.verdict([0.8, 0.9], [0.7], "higher")["wins"] is None   # a run failed
 
 
 def test_verdict_lower_direction_and_single_seed() -> None:
