@@ -24,6 +24,7 @@ from actors.kinds import ActorKind, check_schedulable
 from actors.merge import chunk_timings as chunk_timings  # re-exported
 from actors.merge import expand as expand  # re-exported
 from actors.merge import merge_results
+from actors.startup import started, wait_for_free
 from actors.trainer import ClientTrainer, ClientTransform, TrainRequest, TrainTask
 from simulator.config import ConfigError
 from simulator.data.clients import ClientData
@@ -32,34 +33,6 @@ from simulator.models import ModelSpec
 log = logging.getLogger("fedsentry.actors")
 
 INLINE_BYTES = 100 * 1024  # Ray's default max_direct_call_object_size
-#: seconds a new pool waits for the resources its actors need to be free (a pool shut down
-#: just before releases its actors' CPUs asynchronously) before refusing to start
-FREE_WAIT_S = 20.0
-
-
-def wait_for_free(need: dict[str, float], available: Callable[[], dict[str, float]],
-                  timeout: float | None = None, poll: float = 0.1) -> None:
-    """Return once ``available()`` covers ``need``; raise ConfigError after ``timeout`` s
-    (None: :data:`FREE_WAIT_S`).
-
-    An actor whose resources are held by someone else (another Simulation's pool in the same
-    Ray, another job on the cluster) would wait for them forever; this turns that hang into
-    a one-line error naming what is short.
-    """
-    timeout = FREE_WAIT_S if timeout is None else timeout
-    deadline = time.monotonic() + timeout
-    while True:
-        free = available()
-        short = {r: (v, float(free.get(r, 0.0))) for r, v in need.items()
-                 if float(free.get(r, 0.0)) + 1e-9 < v}
-        if not short:
-            return
-        if time.monotonic() >= deadline:
-            what = ", ".join(f"{v:g} {r} ({f:g} free)" for r, (v, f) in sorted(short.items()))
-            raise ConfigError(f"the Ray cluster cannot start this pool's actors: they need "
-                              f"{what} after {timeout:g} s of waiting; another Simulation or "
-                              "job holds the rest (close it first, or ask for fewer actors)")
-        time.sleep(poll)
 #: fault re-placement: (the dead actor's tasks, candidate actor indices) -> one group per
 #: candidate, together holding each of the tasks once
 Replace = Callable[[list[TrainTask], list[int]], list[list[TrainTask]]]
@@ -181,7 +154,8 @@ class RayPool:
         self._args = (model_spec, ray.put(x), ray.put(y), ray.put(clients), transform)
         self.actors = [self._start(k) for k in self._kinds]
         # the start-up call that waits for the actors also tells where each one runs
-        self._nodes: list[str] = ray.get([a.node_id.remote() for a in self.actors])
+        self._nodes: list[str] = started(ray, [a.node_id.remote() for a in self.actors],
+                                         [k.name for k in self._kinds], self.shutdown)
         self.restarts = 0
         self._settings: tuple[Any, ...] | None = None
 

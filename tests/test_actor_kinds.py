@@ -14,10 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors import pool as pool_module
 from actors.kinds import ActorKind, check_schedulable, parse_actor_kinds
 from actors.merge import chunk_timings, expand, merge_results
-from actors.pool import LocalExecutor, RayPool, regroup, wait_for_free
+from actors.pool import LocalExecutor, RayPool, regroup
 from actors.trainer import TrainRequest, TrainTask
 from simulator.config import ConfigError, build_config, load_config
 from simulator.data.clients import PartitionData
@@ -262,26 +261,6 @@ def test_pool_of_two_kinds(kinds_pool: RayPool) -> None:
         assert 0 <= c["start"] <= c["end"] <= c["finished"]
     with pytest.raises(ValueError, match="num_actors=3 but the kinds hold 2 actors"):
         RayPool(SPEC, X, Y, CLIENTS, 3, kinds=parse_actor_kinds({"a": "count=2"}))
-
-
-def test_wait_for_free_counts_what_is_short() -> None:
-    """2 CPUs needed: 1 free at first, 2 on the third look -> returns; 1 free throughout with a
-    0 s timeout -> one line naming 2 CPU (1 free); GPU short as well -> both named."""
-    looks = iter([{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 2.0}])
-    wait_for_free({"CPU": 2.0}, lambda: next(looks), timeout=5.0, poll=0.0)
-    with pytest.raises(ConfigError, match=r"need 2 CPU \(1 free\) after 0 s"):
-        wait_for_free({"CPU": 2.0}, lambda: {"CPU": 1.0}, timeout=0.0)
-    with pytest.raises(ConfigError, match=r"2 CPU \(0 free\), 0.5 GPU \(0 free\)"):
-        wait_for_free({"CPU": 2.0, "GPU": 0.5}, dict, timeout=0.0)
-
-
-def test_second_pool_on_held_cpus_is_refused(kinds_pool: RayPool,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kinds pool holds both CPUs of the test Ray: a second pool used to hang in its
-    start-up call; now it is refused after the wait, with one line."""
-    monkeypatch.setattr(pool_module, "FREE_WAIT_S", 0.5)
-    with pytest.raises(ConfigError, match=r"need 1 CPU \(0 free\)"):
-        RayPool(SPEC, X, Y, CLIENTS, 1)
 
 
 def test_replace_places_a_dead_actors_tasks(kinds_pool: RayPool) -> None:

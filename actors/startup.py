@@ -1,0 +1,61 @@
+"""Starting a Ray pool without hanging: wait for the actors' resources, then for the actors.
+
+Ray queues an actor whose resources are not free and waits for them forever. Two ways a pool
+can meet that: another holder (a second Simulation in the same process while the first holds
+the CPUs, another job on the cluster), and resources that fit the cluster's totals but pack
+onto no node (:func:`actors.kinds.check_schedulable` checks totals and per-node fit, not the
+packing). Both now end in a one-line ConfigError naming what is short.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from simulator.config import ConfigError
+
+#: seconds a new pool waits for the resources its actors need to be free (a pool shut down
+#: just before releases its actors' CPUs asynchronously) before refusing to start
+FREE_WAIT_S = 20.0
+#: seconds the pool's actors may take to start (import torch, receive the data) before the pool
+#: gives up on the ones still unplaced
+START_WAIT_S = 300.0
+
+
+def wait_for_free(need: dict[str, float], available: Callable[[], dict[str, float]],
+                  timeout: float | None = None, poll: float = 0.1) -> None:
+    """Return once ``available()`` covers ``need``; raise ConfigError after ``timeout`` s
+    (None: :data:`FREE_WAIT_S`), naming each resource that is short and how much is free."""
+    timeout = FREE_WAIT_S if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    while True:
+        free = available()
+        short = {r: (v, float(free.get(r, 0.0))) for r, v in need.items()
+                 if float(free.get(r, 0.0)) + 1e-9 < v}
+        if not short:
+            return
+        if time.monotonic() >= deadline:
+            what = ", ".join(f"{v:g} {r} ({f:g} free)" for r, (v, f) in sorted(short.items()))
+            raise ConfigError(f"the Ray cluster cannot start this pool's actors: they need "
+                              f"{what} after {timeout:g} s of waiting; another Simulation or "
+                              "job holds the rest (close it first, or ask for fewer actors)")
+        time.sleep(poll)
+
+
+def started(ray: Any, refs: list[Any], kinds: Sequence[str],
+            abandon: Callable[[], None]) -> list[Any]:
+    """The answers of the starting actors' first calls ``refs`` (actor ``i`` of kind
+    ``kinds[i]``); after :data:`START_WAIT_S` s with some unanswered, ``abandon()`` (kill the
+    pool) and raise ConfigError naming those actors."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=START_WAIT_S)
+    if len(ready) < len(refs):
+        done = set(ready)
+        late = [i for i, r in enumerate(refs) if r not in done]
+        names = ", ".join(f"{i} ({kinds[i]})" for i in late[:8])
+        more = f" and {len(late) - 8} more" if len(late) > 8 else ""
+        abandon()
+        raise ConfigError(f"the Ray cluster did not start actor(s) {names}{more} within "
+                          f"{START_WAIT_S:g} s: their resources fit the cluster's totals but "
+                          "no node has room for them (or the nodes are overloaded)")
+    return list(ray.get(refs))

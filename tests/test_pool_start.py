@@ -1,0 +1,62 @@
+"""A Ray pool that cannot get its resources stops with one line instead of hanging: the wait
+for free resources on hand-made numbers, and on the test session's Ray (2 CPUs) a second pool
+while a first holds both CPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from actors import pool as pool_module
+from actors import startup
+from actors.pool import RayPool
+from actors.startup import wait_for_free
+from simulator.config import ConfigError
+from simulator.data.clients import PartitionData
+from simulator.models import ModelSpec
+from simulator.training import LocalSpec
+
+SPEC = ModelSpec("mlp", (4,), 2, hidden=4)
+X = np.arange(16, dtype=np.float32).reshape(4, 4) / 16
+Y = np.array([0, 1, 0, 1], np.int64)
+CLIENTS = PartitionData.from_lists([np.arange(0, 2), np.arange(2, 4)])
+
+
+def test_wait_for_free_counts_what_is_short() -> None:
+    """2 CPUs needed: 1 free at first, 2 on the third look -> returns; 1 free throughout with a
+    0 s timeout -> one line naming 2 CPU (1 free); GPU short as well -> both named."""
+    looks = iter([{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 2.0}])
+    wait_for_free({"CPU": 2.0}, lambda: next(looks), timeout=5.0, poll=0.0)
+    with pytest.raises(ConfigError, match=r"need 2 CPU \(1 free\) after 0 s"):
+        wait_for_free({"CPU": 2.0}, lambda: {"CPU": 1.0}, timeout=0.0)
+    with pytest.raises(ConfigError, match=r"2 CPU \(0 free\), 0.5 GPU \(0 free\)"):
+        wait_for_free({"CPU": 2.0, "GPU": 0.5}, dict, timeout=0.0)
+
+
+@pytest.fixture
+def full_pool(ray_session: None) -> Iterator[RayPool]:
+    """Two CPU actors: both of the test session's CPUs."""
+    pool = RayPool(SPEC, X, Y, CLIENTS, 2)
+    pool.configure(LocalSpec(lr=0.1, batch_size=2))
+    yield pool
+    pool.shutdown()
+
+
+def test_second_pool_on_held_cpus_is_refused(full_pool: RayPool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second pool used to hang in its start-up call; it is refused after the wait."""
+    monkeypatch.setattr(startup, "FREE_WAIT_S", 0.5)
+    with pytest.raises(ConfigError, match=r"need 1 CPU \(0 free\) after 0.5 s"):
+        RayPool(SPEC, X, Y, CLIENTS, 1)
+
+
+def test_actor_that_cannot_start_is_refused(full_pool: RayPool,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the free-resource check (skipped here), an actor no node can place (the CPUs are
+    held) is refused after START_WAIT_S with its index and kind."""
+    monkeypatch.setattr(pool_module, "wait_for_free", lambda *a, **k: None)
+    monkeypatch.setattr(startup, "START_WAIT_S", 0.5)
+    with pytest.raises(ConfigError, match=r"did not start actor\(s\) 0 \(cpu\) within 0.5 s"):
+        RayPool(SPEC, X, Y, CLIENTS, 1)
