@@ -11,6 +11,15 @@ in-process by default (``--backend local``; ``ray`` times the arms one after ano
 Start-up and warm-up rounds are not timed, evaluation never. ``--repeats`` such measurements;
 each algorithm's best rate is reported with its ratio to FedAvg's best.
 
+What bounds the ratio (per training sample, in forward-pass units of the model, E = 1):
+FedAvg costs ~3 (forward and backward). MOON adds two gradient-free forwards of the encoder
+(global and previous model), so on a model whose cost is its encoder its ratio to FedAvg on
+the *same* model tends to 3/5 = 0.6 by FLOPs; and MOON's projection head (64-64-256 with the
+classifier on 256) makes the digits MLP 3.5x larger (31,690 vs 8,970 parameters), which alone
+caps MOON against the plain MLP near 1/3.5. Measure MOON against FedAvg on its own model with
+``--algorithm moon:mu=0``. FedFM and FedFA add one forward of the model per epoch (the local
+anchors) or a few element-wise operations per stage, a ceiling of ~0.75 by FLOPs.
+
 Usage::
 
     python benchmarks/algorithm_throughput.py                      # moon, fedfm, fedfa
