@@ -187,8 +187,13 @@ class RayPool:
         return [k.name for k in self._kinds]
 
     def _replace(self, i: int, settings: tuple[Any, ...]) -> None:
-        a = self.actors[i] = self._start(self._kinds[i])
-        _, self._nodes[i] = self._ray.get([a.configure.remote(*settings), a.node_id.remote()])
+        kind = self._kinds[i]
+        a = self.actors[i] = self._start(kind)
+        # the replacement waits for its resources like the pool's first actors did: a node
+        # lost with the dead actor must not leave the run hanging on an unplaceable actor
+        self._nodes[i] = started(self._ray, [a.node_id.remote()], [kind.name], self.shutdown,
+                                 first=i)[0]
+        self._ray.get(a.configure.remote(*settings))
         self.restarts += 1
 
     def run(self, requests: list[TrainRequest], global_flat: np.ndarray,

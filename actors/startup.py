@@ -4,7 +4,8 @@ Ray queues an actor whose resources are not free and waits for them forever. Two
 can meet that: another holder (a second Simulation in the same process while the first holds
 the CPUs, another job on the cluster), and resources that fit the cluster's totals but pack
 onto no node (:func:`actors.kinds.check_schedulable` checks totals and per-node fit, not the
-packing). Both now end in a one-line ConfigError naming what is short.
+packing). Both now end in a one-line ConfigError naming what is short; so does a dead
+actor's replacement that finds no room (its node lost, its CPU taken meanwhile).
 """
 
 from __future__ import annotations
@@ -44,15 +45,15 @@ def wait_for_free(need: dict[str, float], available: Callable[[], dict[str, floa
 
 
 def started(ray: Any, refs: list[Any], kinds: Sequence[str],
-            abandon: Callable[[], None]) -> list[Any]:
-    """The answers of the starting actors' first calls ``refs`` (actor ``i`` of kind
+            abandon: Callable[[], None], first: int = 0) -> list[Any]:
+    """The answers of the starting actors' first calls ``refs`` (actor ``first + i`` of kind
     ``kinds[i]``); after :data:`START_WAIT_S` s with some unanswered, ``abandon()`` (kill the
     pool) and raise ConfigError naming those actors."""
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=START_WAIT_S)
     if len(ready) < len(refs):
         done = set(ready)
         late = [i for i, r in enumerate(refs) if r not in done]
-        names = ", ".join(f"{i} ({kinds[i]})" for i in late[:8])
+        names = ", ".join(f"{first + i} ({kinds[i]})" for i in late[:8])
         more = f" and {len(late) - 8} more" if len(late) > 8 else ""
         abandon()
         raise ConfigError(f"the Ray cluster did not start actor(s) {names}{more} within "

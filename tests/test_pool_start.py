@@ -60,3 +60,26 @@ def test_actor_that_cannot_start_is_refused(full_pool: RayPool,
     monkeypatch.setattr(startup, "START_WAIT_S", 0.5)
     with pytest.raises(ConfigError, match=r"did not start actor\(s\) 0 \(cpu\) within 0.5 s"):
         RayPool(SPEC, X, Y, CLIENTS, 1)
+
+
+def test_replacement_that_cannot_start_is_refused(full_pool: RayPool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Actor 1 dies and another holder takes its CPU: the replacement is refused after
+    START_WAIT_S with its own index (1), not left queued forever."""
+    import ray
+
+    @ray.remote(num_cpus=1)
+    class Holder:
+        def ping(self) -> int:
+            return 1
+
+    monkeypatch.setattr(startup, "START_WAIT_S", 0.5)
+    full_pool.kill(1)
+    holder = Holder.remote()
+    try:
+        assert ray.get(holder.ping.remote(), timeout=60) == 1
+        with pytest.raises(ConfigError, match=r"did not start actor\(s\) 1 \(cpu\) within 0.5 s"):
+            full_pool.configure(LocalSpec(lr=0.1, batch_size=2))
+        assert full_pool.actors == []  # the pool was shut down, its CPU given back
+    finally:
+        ray.kill(holder)
