@@ -75,7 +75,8 @@ def make_jobs(cases: list[Case], quick: bool, seeds: int, out: Path
               ) -> tuple[list[dict[str, Any]], dict[tuple[str, str, int], str]]:
     """The distinct runs of ``cases`` (seeds ``0..seeds-1``) and ``(case, arm, seed) -> key``.
 
-    A run's directory is ``out/runs/<case>/<arm>-s<seed>`` of the first case declaring it.
+    A run's directory is ``out/runs/<case>/<arm>-s<seed>`` of the first case declaring it; a
+    run shared by several cases carries the ``scores`` of all of them.
     """
     jobs: dict[str, dict[str, Any]] = {}
     index: dict[tuple[str, str, int], str] = {}
@@ -88,7 +89,9 @@ def make_jobs(cases: list[Case], quick: bool, seeds: int, out: Path
                 if key not in jobs:
                     run_dir = out / "runs" / case.name / f"{arm}-s{s}"
                     jobs[key] = {"key": key, "case": case.name, "arm": arm, "seed": s,
-                                 "flat": {**flat, "seed": s, "out": str(run_dir)}}
+                                 "flat": {**flat, "seed": s, "out": str(run_dir)},
+                                 "scores": {}}
+                jobs[key]["scores"].update(case.scores)
     return list(jobs.values()), index
 
 
@@ -111,7 +114,8 @@ def curves(events_path: Path) -> dict[str, list[float | None]]:
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one job (from :func:`make_jobs`); a failure is recorded in ``error``, never raised."""
+    """Run one job (from :func:`make_jobs`), then each of its ``scores`` on the run's directory;
+    a failure is recorded in ``error``, never raised."""
     rec: dict[str, Any] = {"key": job["key"], "run_dir": job["flat"]["out"], "error": None,
                            **dict.fromkeys(SUMMARY_KEYS)}
     try:
@@ -122,6 +126,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         s = run_experiment(cfg, progress=False)
         rec.update({k: s.get(k) for k in SUMMARY_KEYS})
         rec["curves"] = curves(Path(cfg.output.out) / "events.jsonl")
+        for name, score in job.get("scores", {}).items():
+            rec[name] = float(score(Path(cfg.output.out)))
     except Exception as e:  # noqa: BLE001 - one failed run must not end the benchmark
         rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         Path(rec["run_dir"]).mkdir(parents=True, exist_ok=True)

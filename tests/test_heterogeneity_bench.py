@@ -100,6 +100,10 @@ def test_case_declarations_are_checked() -> None:
         Comparison("b", "a", direction="up")
     with pytest.raises(CaseError, match="'seed' is set by the harness"):
         Case("x", "claim", {"seed": 1}, arms, versus("a", ["b"]))
+    with pytest.raises(CaseError, match=r"scores names 'speed'; valid: \['feature_silhouette'\]"):
+        Case("x", "claim", {}, arms, versus("a", ["b"]), scores={"speed": len})
+    with pytest.raises(CaseError, match=r"b vs a on 'feature_silhouette' needs scores"):
+        Case("x", "claim", {}, arms, versus("a", ["b"], "feature_silhouette"))
 
 
 def test_shared_runs_run_once(tmp_path: Path) -> None:
@@ -109,6 +113,48 @@ def test_shared_runs_run_once(tmp_path: Path) -> None:
     assert len(jobs) == 6 and len(index) == 8
     assert index[("scaffold", "fedavg", 1)] == index[("feddyn", "fedavg", 1)]
     assert index[("scaffold", "fedavg", 0)] != index[("scaffold", "fedavg", 1)]
+
+
+def test_shared_runs_carry_every_cases_scores(tmp_path: Path) -> None:
+    """moon (6 arms) and fedfm (6 arms) share the Dirichlet(0.5) fedavg and moon runs: 10
+    distinct runs per seed; the shared ones carry fedfm's silhouette score even though moon,
+    which has no scores, declared them first; moon's own fedavg-head runs carry none."""
+    from benchmarks.heterogeneity_cases.fedfm import silhouette
+
+    jobs, index = core.make_jobs([CASES["moon"], CASES["fedfm"]], True, 1, tmp_path)
+    assert len(jobs) == 10
+    by_key = {j["key"]: j for j in jobs}
+    shared = by_key[index[("moon", "fedavg-b0.5", 0)]]
+    assert index[("fedfm", "fedavg-b0.5", 0)] == shared["key"]
+    assert shared["scores"] == {"feature_silhouette": silhouette}
+    assert shared["case"] == "moon"
+    assert by_key[index[("moon", "fedavg-head-b0.5", 0)]]["scores"] == {}
+
+
+def test_scored_metric_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fedfm-like case on digits, 2 rounds, 1 seed: the silhouette rows come out with the
+    scores the harness computed, and each equals the score recomputed from the run's
+    checkpoint (the value the harness stored is the run's, not another run's)."""
+    from benchmarks.heterogeneity_cases.fedfm import silhouette
+
+    base = {"dataset": "digits", "num_clients": 4, "clients_per_round": 4, "model": "mlp",
+            "hidden": 16, "local_epochs": 1, "rounds": 2, "checkpoint_every": 2}
+    arms = {"fedavg": {"algorithm": "fedavg"},   # FedFM with its loss on from round 1
+            "fedfm": {"algorithm": "fedfm", "algorithm_params": {"start_round": 1}}}
+    case = Case("fedfm", "claim", base, arms, versus("fedavg", ["fedfm"], "feature_silhouette"),
+                scores={"feature_silhouette": silhouette})
+    monkeypatch.setitem(CASES, "fedfm", case)
+    out, js = tmp_path / "out", tmp_path / "r.json"
+    rc = bench.main(["--case", "fedfm", "--quick", "--seeds", "1", "--workers", "1",
+                     "--out", str(out), "--json", str(js)])
+    assert rc == 0
+    (row,) = json.loads(js.read_text())["cases"]
+    assert row["metric"] == "feature_silhouette" and row["error"] is None
+    runs = out / "runs" / "fedfm"
+    assert row["method_values"] == [pytest.approx(silhouette(runs / "fedfm-s0"))]
+    assert row["baseline_values"] == [pytest.approx(silhouette(runs / "fedavg-s0"))]
+    assert -1.0 <= row["method_mean"] <= 1.0
+    assert row["method_values"] != row["baseline_values"]
 
 
 # ------------------------------------------------------------------------------ the CLI

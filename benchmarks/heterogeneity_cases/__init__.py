@@ -11,7 +11,10 @@ settings and are not cases. A case declares
 * ``comparisons``: which arm is compared with which baseline arm, on which metric
   (:data:`METRICS`) and in which direction the seed predicts (``higher`` / ``lower``);
   :func:`versus` builds the usual "every method against one baseline" list;
-* ``quick`` and ``full``: the overrides of the two run sizes (rounds, clients, epochs).
+* ``quick`` and ``full``: the overrides of the two run sizes (rounds, clients, epochs);
+* ``scores`` (optional): metric name (one of :data:`SCORED_METRICS`) -> a module-level function
+  of a finished run's directory returning a number, for a metric no run summary has (FedFM's
+  feature silhouette). The harness calls it in the worker right after the run.
 
 A run's flat config is ``RUN_DEFAULTS | base | quick-or-full | arm | {seed, out}``.
 """
@@ -21,7 +24,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: comparable quantities: name -> what it is. Per-run metrics are read from the run's summary
@@ -37,7 +42,11 @@ METRICS: dict[str, str] = {
     "client_accuracy_worst10": "mean of the lowest 10% (at least one) client accuracies",
     "rounds_to_baseline": "first round (1-based) whose global test accuracy reaches the "
                           "baseline's final accuracy of the same seed (rounds + 1 if never)",
+    "feature_silhouette": "silhouette score (test labels as clusters, euclidean) of the final "
+                          "global model's test-set features (a case's ``scores`` computes it)",
 }
+#: metrics no run summary has: a case comparing on one computes it with its ``scores``
+SCORED_METRICS = ("feature_silhouette",)
 
 DIRECTIONS = ("higher", "lower")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -83,6 +92,7 @@ class Case:
     comparisons: tuple[Comparison, ...]
     quick: dict[str, Any] = field(default_factory=dict)
     full: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, Callable[[Path], float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -94,6 +104,14 @@ class Case:
                 if arm not in self.arms:
                     raise CaseError(f"case {self.name}: comparison names unknown arm {arm!r}; "
                                     f"arms: {list(self.arms)}")
+        for m in self.scores:
+            if m not in SCORED_METRICS:
+                raise CaseError(f"case {self.name}: scores names {m!r}; valid: "
+                                f"{list(SCORED_METRICS)}")
+        for c in self.comparisons:
+            if c.metric in SCORED_METRICS and c.metric not in self.scores:
+                raise CaseError(f"case {self.name}: comparison {c.method} vs {c.baseline} on "
+                                f"{c.metric!r} needs scores[{c.metric!r}]")
         bad = sorted({"seed", "out"} & (set(self.base) | set(self.quick) | set(self.full)
                                          | {k for a in self.arms.values() for k in a}))
         if bad:
@@ -126,5 +144,5 @@ def discover() -> dict[str, Case]:
 
 CASES: dict[str, Case] = discover()
 
-__all__ = ["CASES", "METRICS", "RUN_DEFAULTS", "Case", "CaseError", "Comparison", "discover",
-           "versus"]
+__all__ = ["CASES", "METRICS", "RUN_DEFAULTS", "SCORED_METRICS", "Case", "CaseError",
+           "Comparison", "discover", "versus"]
