@@ -15,7 +15,6 @@ instead of returning them.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,14 +150,10 @@ class ClientTrainer:
         self.x = torch.as_tensor(self.x_np).to(self.device)
         self.y = torch.as_tensor(self.y_np).to(self.device)
         self.clients, self.transform = clients, transform
-        self.pid = os.getpid()
         self.spec: LocalSpec | None = None
         self.vectorize = True
         self.shared_index: torch.Tensor | None = None
         self.local_index: torch.Tensor | None = None
-
-    def ping(self) -> int:
-        return self.pid
 
     def configure(self, spec: LocalSpec, vectorize: bool = True,
                   shared_index: np.ndarray | None = None,
