@@ -167,6 +167,15 @@ def _amount(resource: str, value: float) -> str:
     return f"{value:g}{unit}"
 
 
+def total_demand(kinds: Sequence[ActorKind]) -> dict[str, float]:
+    """Ray resources all actors of ``kinds`` hold together (each kind ``count`` times)."""
+    need: dict[str, float] = {}
+    for k in kinds:
+        for r, v in k.demand().items():
+            need[r] = need.get(r, 0.0) + k.count * v
+    return need
+
+
 def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]) -> None:
     """Raise ConfigError unless the alive ``nodes`` (``ray.nodes()`` entries: ``Alive``,
     ``Resources``) can hold every actor of ``kinds``.
@@ -183,7 +192,6 @@ def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, A
         for r, v in res.items():
             totals[r] = totals.get(r, 0.0) + float(v)
     listed = ", ".join(sorted(r for r in totals if not r.startswith("node:"))) or "nothing"
-    need: dict[str, float] = {}
     for k in kinds:
         demand = k.demand()
         if k.resource is not None and k.resource not in totals:
@@ -203,8 +211,7 @@ def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, A
                 raise ConfigError(f"actor kind {k.name!r}: {k.count} actors need "
                                   f"{_amount(r, k.count * v)} in all; the cluster has "
                                   f"{totals.get(r, 0.0):g}")
-            need[r] = need.get(r, 0.0) + k.count * v
-    for r, v in need.items():
+    for r, v in total_demand(kinds).items():
         if v > totals.get(r, 0.0) + _EPS:
             parts = ", ".join(f"{k.name}: {k.count} x {k.demand()[r]:g}" for k in kinds
                               if r in k.demand())

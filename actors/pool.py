@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.kinds import ActorKind, check_schedulable
+from actors.kinds import ActorKind, check_schedulable, total_demand
 from actors.merge import chunk_timings as chunk_timings  # re-exported
 from actors.merge import expand as expand  # re-exported
 from actors.merge import merge_results
@@ -146,11 +146,7 @@ class RayPool:
             kinds = [ActorKind(device, device, num_actors, 1, float(gpus_per_actor))]
         self._kinds = [k for k in kinds for _ in range(k.count)]
         self.num_workers = len(self._kinds)
-        need: dict[str, float] = {}
-        for k in self._kinds:
-            for r, v in k.demand().items():
-                need[r] = need.get(r, 0.0) + v
-        wait_for_free(need, ray.available_resources)
+        wait_for_free(total_demand(kinds), ray.available_resources)
         self._args = (model_spec, ray.put(x), ray.put(y), ray.put(clients), transform)
         self.actors = [self._start(k) for k in self._kinds]
         # the start-up call that waits for the actors also tells where each one runs

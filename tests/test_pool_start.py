@@ -11,6 +11,7 @@ import pytest
 
 from actors import pool as pool_module
 from actors import startup
+from actors.kinds import ActorKind, total_demand
 from actors.pool import RayPool
 from actors.startup import wait_for_free
 from simulator.config import ConfigError
@@ -33,6 +34,14 @@ def test_wait_for_free_counts_what_is_short() -> None:
         wait_for_free({"CPU": 2.0}, lambda: {"CPU": 1.0}, timeout=0.0)
     with pytest.raises(ConfigError, match=r"2 CPU \(0 free\), 0.5 GPU \(0 free\)"):
         wait_for_free({"CPU": 2.0, "GPU": 0.5}, dict, timeout=0.0)
+
+
+
+def test_total_demand_counts_every_actor() -> None:
+    """3 CPU actors of 2 threads + 2 GPU actors of 1 thread and 0.5 GPU on label 'fast':
+    8 CPU, 1 GPU, 0.002 of the label (0.001 per actor)."""
+    kinds = [ActorKind("c", "cpu", 3, 2, 0.0), ActorKind("g", "gpu", 2, 1, 0.5, "fast")]
+    assert total_demand(kinds) == pytest.approx({"CPU": 8.0, "GPU": 1.0, "fast": 0.002})
 
 
 @pytest.fixture
