@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from actors.packing import packable
 from simulator.config_fields import ConfigError
 
 DEVICES = ("cpu", "gpu")
@@ -182,9 +183,9 @@ def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, A
 
     Checked in this order, per kind: its label exists on some node; each resource of one
     actor's demand fits on the largest node; some node holds the whole demand; the kind's
-    count x demand fits in the cluster's totals; then all kinds together fit in the totals.
-    (Totals that fit do not prove a packing exists; a packing that the per-node capacities
-    forbid is not detected.)
+    count x demand fits in the cluster's totals; then all kinds together fit in the totals;
+    last, that the actors can be packed onto the nodes (:func:`actors.packing.packable`; a
+    search cut short by its step budget lets the pool try).
     """
     alive = [dict(n.get("Resources", {})) for n in nodes if n.get("Alive", False)]
     totals: dict[str, float] = {}
@@ -217,3 +218,11 @@ def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, A
                               if r in k.demand())
             raise ConfigError(f"actor kinds need {_amount(r, v)} in total ({parts}); the "
                               f"cluster has {totals.get(r, 0.0):g}")
+    if packable([(k.demand(), k.count) for k in kinds], alive) is False:
+        pool = ", ".join(f"{k.name}: {k.count} x " + " + ".join(_amount(r, v) for r, v in
+                                                                 k.demand().items())
+                         for k in kinds)
+        sizes = "; ".join(", ".join(_amount(r, float(res.get(r, 0.0))) for r in
+                                    sorted(total_demand(kinds))) for res in alive)
+        raise ConfigError(f"actor kinds fit the cluster's totals but no node packing holds "
+                          f"them all ({pool}; nodes: {sizes})")

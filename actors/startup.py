@@ -2,10 +2,11 @@
 
 Ray queues an actor whose resources are not free and waits for them forever. Two ways a pool
 can meet that: another holder (a second Simulation in the same process while the first holds
-the CPUs, another job on the cluster), and resources that fit the cluster's totals but pack
-onto no node (:func:`actors.kinds.check_schedulable` checks totals and per-node fit, not the
-packing). Both now end in a one-line ConfigError naming what is short; so does a dead
-actor's replacement that finds no room (its node lost, its CPU taken meanwhile).
+the CPUs, another job on the cluster), and an actor that finds no node with room although a
+packing exists (:func:`actors.kinds.check_schedulable` refuses a pool that no packing holds,
+but Ray places actors one at a time and can fragment the nodes). Both now end in a one-line
+ConfigError naming what is short; so does a dead actor's replacement that finds no room (its
+node lost, its CPU taken meanwhile).
 """
 
 from __future__ import annotations

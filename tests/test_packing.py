@@ -1,0 +1,62 @@
+"""Packing a pool's actors onto nodes (actors/packing.py), and check_schedulable's use of it.
+
+Every case is small enough to check by hand; the comments give the packing or why none exists.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.kinds import check_schedulable, parse_actor_kinds
+from actors.packing import packable
+from simulator.config_fields import ConfigError
+
+
+def cpus(*sizes: float) -> list[dict[str, float]]:
+    return [{"CPU": float(s)} for s in sizes]
+
+
+@pytest.mark.parametrize("demands, nodes, expected", [
+    # 3 actors of 2 CPUs: totals 6 = 6, but a 3-CPU node holds one of them
+    ([({"CPU": 2}, 3)], cpus(3, 3), False),
+    # ... while 4 + 2 holds 2 + 1
+    ([({"CPU": 2}, 3)], cpus(4, 2), True),
+    # first fit decreasing fails here (3+3 on the first node leaves 1; 2+2+2 on the second,
+    # one 2 left over), the packing 3+2+2 | 3+2+2 exists
+    ([({"CPU": 3}, 2), ({"CPU": 2}, 4)], cpus(7, 7), True),
+    # GPU shares: two 0.75 and one 0.5 on two 1-GPU nodes (2 = 2 in total); 0.75 + 0.5 > 1
+    ([({"CPU": 1, "GPU": 0.75}, 2), ({"CPU": 1, "GPU": 0.5}, 1)],
+     [{"CPU": 4, "GPU": 1}, {"CPU": 4, "GPU": 1}], False),
+    # ... two 0.5 and two 0.5: 0.5 + 0.5 per node
+    ([({"CPU": 1, "GPU": 0.5}, 4)], [{"CPU": 4, "GPU": 1}, {"CPU": 4, "GPU": 1}], True),
+    # a label: only the second node has it, and it has 2 CPUs for the 3 labelled actors
+    ([({"CPU": 1, "fast": 0.001}, 3)], [{"CPU": 8}, {"CPU": 2, "fast": 1}], False),
+    ([], cpus(1), True),
+])
+def test_packable_by_hand(demands: list, nodes: list, expected: bool) -> None:
+    assert packable(demands, nodes) is expected
+
+
+def test_packable_undecided_when_the_budget_runs_out() -> None:
+    """A search cut short answers None, not False: the pool is allowed to try."""
+    demands = [({"CPU": 3}, 2), ({"CPU": 2}, 4)]
+    assert packable(demands, cpus(7, 7), budget=1) is None
+    assert packable(demands, cpus(7, 7), budget=100) is True
+
+
+def test_packable_many_identical_nodes_is_quick() -> None:
+    """64 nodes of 3 CPUs, 64 actors of 2 CPUs: fits (one per node); 65 do not (totals 130 <=
+    192 pass, but no node holds two). Interchangeable nodes keep the search small."""
+    assert packable([({"CPU": 2}, 64)], cpus(*[3] * 64)) is True
+    assert packable([({"CPU": 2}, 65)], cpus(*[3] * 64)) is False
+
+
+def test_check_schedulable_refuses_an_unpackable_pool() -> None:
+    nodes = [{"Alive": True, "Resources": {"CPU": 3.0, "memory": 1e9}},
+             {"Alive": True, "Resources": {"CPU": 3.0, "memory": 1e9}}]
+    kinds = parse_actor_kinds({"w": "count=3,threads=2"})
+    with pytest.raises(ConfigError) as e:
+        check_schedulable(kinds, nodes)
+    assert str(e.value) == ("actor kinds fit the cluster's totals but no node packing holds "
+                            "them all (w: 3 x 2 CPUs; nodes: 3 CPUs; 3 CPUs)")
+    check_schedulable(parse_actor_kinds({"w": "count=2,threads=2"}), nodes)
