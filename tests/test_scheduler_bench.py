@@ -212,6 +212,17 @@ def test_instance_and_predictor_checks() -> None:
                                        "regret_max": 1.2}) == [
         "[ok] gbdt MAPE = 0.120 <= 0.15 and < linear 0.300",
         "[NO] decision regret = 1.060 <= 1.05 (max 1.200)"]
+    # the proposed bar: 0.17 <= 1.15 x 0.15 = 0.1725, and below linear
+    assert scheduler.predictor_checks({"mape_gbdt": 0.17, "mape_linear": 0.3, "regret": 1.0,
+                                       "regret_max": 1.0, "mape_oracle": 0.15,
+                                       "mape_repeat": 0.2, "pair_bound": 0.1})[2:] == [
+        "[ok] gbdt MAPE = 0.170 <= 1.15 x the oracle's 0.150 (fitted on the held-out chunks "
+        "too) and < linear",
+        "(info) repeat-to-repeat MAPE 0.200; no predictor scores below 0.100 on the chunks "
+        "measured twice"]
+    assert scheduler.predictor_checks({"mape_gbdt": 0.18, "mape_linear": 0.3, "regret": 1.0,
+                                       "regret_max": 1.0, "mape_oracle": 0.15})[2].startswith(
+        "[NO] gbdt MAPE = 0.180 <= 1.15 x")
 
 
 def test_repeat_mape_by_hand() -> None:
@@ -228,3 +239,22 @@ def test_repeat_mape_by_hand() -> None:
     b = Run("cnn", "ga", 1, [ev(0, 1.0), ev(1, 1.25)], {})
     assert repeat_mape([a, b]) == pytest.approx(0.225)
     assert repeat_mape([a]) is None
+
+
+def test_pair_bound_by_hand() -> None:
+    """Chunks measured twice at (1.0, 1.25) and (2.0, 2.0): one prediction for both
+    measurements of the first costs at least |1 - 1.25| / 1.25 = 0.2 over two chunks, 0.1
+    each; the second, 0. Mean over the pairs (0.1 + 0) / 2 = 0.05; and no predictor does
+    better: p = 1.0 scores exactly 0.05."""
+    from benchmarks.scheduler_live import Run
+    from benchmarks.scheduler_predictor import pair_bound
+
+    def ev(rnd: int, secs: float, clients: int) -> dict:
+        return {"round": rnd, "chunks": [{"clients": clients, "max_steps": 4, "steps": 9,
+                                          "samples": 40, "seconds": secs}]}
+
+    a = Run("cnn", "ga", 0, [ev(1, 1.0, 3), ev(2, 2.0, 5)], {})
+    b = Run("cnn", "ga", 1, [ev(1, 1.25, 3), ev(2, 2.0, 5)], {})
+    assert pair_bound([a, b]) == pytest.approx(0.05)
+    assert (abs(1.0 - 1.0) / 1.0 + abs(1.0 - 1.25) / 1.25) / 2 == pytest.approx(0.1)
+    assert pair_bound([a]) is None
