@@ -53,7 +53,7 @@ class ExperimentConfig:
 
 DATASET_NAMES = ("digits", "mnist5k", "synthetic", "mnist1d", "mnist_idx", "cifar10",
                  "femnist_leaf")
-PARTITION_NAMES = ("iid", "dirichlet", "shards", "quantity", "natural", "virtual")
+PARTITION_NAMES = ("iid", "dirichlet", "shards", "missing", "quantity", "natural", "virtual")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,8 @@ class DataConfig:
     num_clients: int = _f(20, "clients (devices) in the population; above the training set's "
                               "size use --partition virtual")
     partition: str = _f("dirichlet", "each client's local data: a real split of the training "
-                                     "set (iid, dirichlet, shards, quantity), natural clients "
+                                     "set (iid, dirichlet, shards, missing, quantity), "
+                                     "natural clients "
                                      "(LEAF writers; FedProx synthetic devices generated on "
                                      "demand), or 'virtual' (a seeded draw from the training "
                                      "set made when the client is selected: label mix "
@@ -82,6 +83,9 @@ class DataConfig:
                                           "reports mean, std and worst-10%% client accuracy. "
                                           "0 disables")
     classes_per_client: int = _f(2, "classes per client for the pathological 'shards' split")
+    missing_classes: int = _f(1, "classes each client lacks for the 'missing' split (FedFM's "
+                                 "'Missing k'; the rest of each class shared evenly by the "
+                                 "clients that hold it)")
     public_fraction: float = _f(0.0, "fraction of the training set carved out first as the "
                                      "server-held public/root set (Sageflow, Siren, FLTrust)")
     test_fraction: float = _f(0.2, "test fraction for datasets without a fixed test split")
@@ -94,7 +98,7 @@ class DataConfig:
         _check_choice("data", self)
         _positive("data", self, ("num_clients", "dirichlet_alpha", "classes_per_client",
                                  "virtual_size_median", "virtual_size_min"))
-        _positive("data", self, ("virtual_size_sigma",), strict=False)
+        _positive("data", self, ("virtual_size_sigma", "missing_classes"), strict=False)
         if self.virtual_size_max < self.virtual_size_min:
             raise ConfigError(f"data.virtual_size_max: must be >= virtual_size_min "
                               f"({self.virtual_size_min}), got {self.virtual_size_max!r}")

@@ -98,7 +98,8 @@ class Federation:
 def _partition_params(cfg: Config) -> dict[str, object]:
     d = cfg.data
     return {"dirichlet": {"alpha": d.dirichlet_alpha}, "quantity": {"alpha": d.dirichlet_alpha},
-            "shards": {"classes_per_client": d.classes_per_client}}.get(d.partition, {})
+            "shards": {"classes_per_client": d.classes_per_client},
+            "missing": {"missing_classes": d.missing_classes}}.get(d.partition, {})
 
 
 def _client_data(cfg: Config, ds: Dataset, rest: np.ndarray) -> ClientData:

@@ -255,6 +255,7 @@ def test_registry_errors(tmp_path: Path) -> None:
     ("iid", {}),
     ("dirichlet", {"alpha": 0.3}),
     ("shards", {"classes_per_client": 2}),
+    ("missing", {"missing_classes": 3}),
     ("quantity", {"alpha": 0.5}),
     ("quantity", {"method": "powerlaw", "exponent": 1.0}),
 ])
@@ -334,7 +335,7 @@ def test_partition_errors_list_valid_options() -> None:
     labels = np.arange(10) % 2
     with pytest.raises(ValueError, match="unknown partition scheme 'zipf'.*dirichlet.*iid"):
         partition(labels, 2, "zipf", seed=0)
-    assert set(PARTITIONERS) == {"iid", "dirichlet", "shards", "quantity", "natural"}
+    assert set(PARTITIONERS) == {"iid", "dirichlet", "shards", "missing", "quantity", "natural"}
     with pytest.raises(ValueError, match="'beta'.*valid.*alpha"):
         partition(labels, 2, "dirichlet", seed=0, beta=1.0)
     with pytest.raises(ValueError, match="11 clients.*10 samples"):

@@ -116,13 +116,13 @@ def test_shared_runs_run_once(tmp_path: Path) -> None:
 
 
 def test_shared_runs_carry_every_cases_scores(tmp_path: Path) -> None:
-    """moon (6 arms) and fedfm (6 arms) share the Dirichlet(0.5) fedavg and moon runs: 10
+    """moon (6 arms) and fedfm (9 arms) share the Dirichlet(0.5) fedavg and moon runs: 13
     distinct runs per seed; the shared ones carry fedfm's silhouette score even though moon,
     which has no scores, declared them first; moon's own fedavg-head runs carry none."""
     from benchmarks.heterogeneity_cases.fedfm import silhouette
 
     jobs, index = core.make_jobs([CASES["moon"], CASES["fedfm"]], True, 1, tmp_path)
-    assert len(jobs) == 10
+    assert len(jobs) == 13
     by_key = {j["key"]: j for j in jobs}
     shared = by_key[index[("moon", "fedavg-b0.5", 0)]]
     assert index[("fedfm", "fedavg-b0.5", 0)] == shared["key"]

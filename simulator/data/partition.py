@@ -14,6 +14,9 @@ References
    label skew).
 .. [3] Q. Li, Y. Diao, Q. Chen, B. He, "Federated Learning on Non-IID Data Silos: An
    Experimental Study", ICDE 2022 (quantity skew, balanced Dirichlet sampling).
+.. [4] R. Ye, Z. Ni, C. Xu, J. Wang, S. Chen, Y. Eldar, "FedFM: Anchor-Based Feature Matching
+   for Data Heterogeneity in Federated Learning", IEEE TSP 2023 ("Missing k" classes; the
+   paper does not say how the missing classes are chosen: here uniformly per client).
 """
 
 from __future__ import annotations
@@ -23,69 +26,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .holdout import largest_remainder, split_public, stratified_split  # re-exported
 from .synthetic import feature_shift  # re-exported: part of this module's public API
 
 __all__ = ["PARTITIONERS", "partition", "split_public", "stratified_split", "feature_shift"]
 
 Partitioner = Callable[..., list[np.ndarray]]
-
-
-def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
-    """Integer counts proportional to ``weights`` that sum exactly to ``total``."""
-    w = np.asarray(weights, dtype=np.float64)
-    exact = w / w.sum() * total
-    counts = np.floor(exact).astype(np.int64)
-    short = total - int(counts.sum())
-    if short > 0:
-        counts[np.argsort(-(exact - counts), kind="stable")[:short]] += 1
-    return counts
-
-
-def stratified_split(
-    labels: np.ndarray, fraction: float, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Take ``round(fraction * N)`` indices with per-class counts proportional to class sizes.
-
-    Returns ``(taken, rest)``, both sorted int64 and disjoint, together covering ``0..N-1``.
-    """
-    labels = np.asarray(labels)
-    classes, inverse = np.unique(labels, return_inverse=True)
-    per_class = np.bincount(inverse, minlength=len(classes))
-    counts = _largest_remainder(per_class, int(round(fraction * len(labels))))
-    taken = [rng.permutation(np.flatnonzero(inverse == c))[:k] for c, k in enumerate(counts)]
-    taken_idx = np.sort(np.concatenate([np.zeros(0, np.int64), *taken]).astype(np.int64))
-    mask = np.ones(len(labels), dtype=bool)
-    mask[taken_idx] = False
-    return taken_idx, np.flatnonzero(mask).astype(np.int64)
-
-
-def split_public(
-    labels: np.ndarray, fraction: float, *, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Carve a server-held public/root set out of the training set before partitioning.
-
-    Used e.g. by FLTrust's root dataset or distillation-based aggregation.  The split is
-    stratified by label and seeded.
-
-    Parameters
-    ----------
-    labels : ndarray
-        Training labels, shape ``[N]``.
-    fraction : float
-        Fraction in ``[0, 1)`` to reserve; 0 gives an empty public set.
-    seed : int
-        Seed of the generator.
-
-    Returns
-    -------
-    (public_idx, remaining_idx) : tuple of ndarray
-        Sorted, disjoint int64 index arrays into ``labels`` covering all of it.  Partition the
-        rest with ``partition(labels[remaining_idx], ...)`` and map the client indices back
-        through ``remaining_idx``.
-    """
-    if not 0.0 <= fraction < 1.0:
-        raise ValueError(f"public fraction must be in [0, 1), got {fraction}")
-    return stratified_split(labels, fraction, np.random.default_rng(seed))
 
 
 # --------------------------------------------------------------------------- schemes
@@ -165,6 +111,40 @@ def _shards(labels: np.ndarray, num_clients: int, *, rng: np.random.Generator,
             for i in range(num_clients)]
 
 
+def _missing(labels: np.ndarray, num_clients: int, *, rng: np.random.Generator,
+             groups: np.ndarray | None, missing_classes: int = 1,
+             max_retries: int = 100) -> list[np.ndarray]:
+    """Missing-class label skew [4]_: each client lacks exactly ``missing_classes`` classes.
+
+    Each client's missing classes are drawn uniformly at random (redrawn until every class is
+    held by some client); each class's samples are shuffled and split as evenly as possible
+    among the clients that hold it.
+    """
+    classes, inverse = np.unique(labels, return_inverse=True)
+    k, c = missing_classes, len(classes)
+    if not 0 <= k < c:
+        raise ValueError(f"missing missing_classes must be in [0, {c - 1}] (the data has {c} "
+                         f"classes), got {k}")
+    if max_retries < 1:
+        raise ValueError("missing max_retries must be >= 1")
+    for _ in range(max_retries):
+        holds = np.ones((num_clients, c), dtype=bool)
+        for i in range(num_clients):
+            holds[i, rng.choice(c, size=k, replace=False)] = False
+        if holds.any(axis=0).all():
+            break
+    else:
+        raise ValueError(f"missing: no draw in {max_retries} left every class with a holder "
+                         f"({num_clients} clients missing {k} of {c} classes)")
+    buckets: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for j in range(c):
+        holders = np.flatnonzero(holds[:, j])
+        parts = np.array_split(rng.permutation(np.flatnonzero(inverse == j)), len(holders))
+        for i, part in zip(rng.permutation(holders), parts, strict=True):
+            buckets[i].append(part)
+    return [np.concatenate(b) for b in buckets]
+
+
 def _quantity(labels: np.ndarray, num_clients: int, *, rng: np.random.Generator,
               groups: np.ndarray | None, method: str = "dirichlet", alpha: float = 1.0,
               exponent: float = 1.0, min_size: int = 1) -> list[np.ndarray]:
@@ -187,7 +167,7 @@ def _quantity(labels: np.ndarray, num_clients: int, *, rng: np.random.Generator,
         weights = rng.permutation(np.arange(1, num_clients + 1, dtype=np.float64) ** -exponent)
     else:
         raise ValueError(f"quantity method must be 'dirichlet' or 'powerlaw', got {method!r}")
-    sizes = min_size + _largest_remainder(weights, n - num_clients * min_size)
+    sizes = min_size + largest_remainder(weights, n - num_clients * min_size)
     return list(np.split(rng.permutation(n), np.cumsum(sizes)[:-1]))
 
 
@@ -220,6 +200,7 @@ PARTITIONERS: dict[str, Partitioner] = {
     "iid": _iid,
     "dirichlet": _dirichlet,
     "shards": _shards,
+    "missing": _missing,
     "quantity": _quantity,
     "natural": _natural,
 }
@@ -242,8 +223,9 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, *, seed: int,
         Number of clients (>= 1).
     scheme : str
         One of ``PARTITIONERS``: ``iid``, ``dirichlet`` (alpha, min_size, max_retries,
-        balance), ``shards`` (classes_per_client), ``quantity`` (method, alpha, exponent,
-        min_size), ``natural`` (assign; needs ``groups``).
+        balance), ``shards`` (classes_per_client), ``missing`` (missing_classes,
+        max_retries), ``quantity`` (method, alpha, exponent, min_size), ``natural`` (assign;
+        needs ``groups``).
     seed : int
         Seed of ``np.random.default_rng``.
     groups : ndarray, optional
