@@ -9,8 +9,8 @@ A round reads as plan -> train -> collect -> aggregate -> record:
    store, rows and named extras come back, a model attack rewrites the malicious rows;
 4. **aggregate**: one screening of malformed rows, the defense's aggregate and verdicts (or the
    actors' partial sums of a linear rule), then the algorithm's server update;
-5. **record**: evaluation and the round record; side effects (ledger, checkpoints, logs) hang on
-   the callbacks that :meth:`Simulation.run` calls.
+5. **record** (:mod:`simulator.record`): evaluation and the round record; side effects
+   (ledger, checkpoints, logs) hang on the callbacks that :meth:`Simulation.run` calls.
 
 :class:`Simulation` owns no global state: everything a round needs is derived from the config, the
 round index and the state it carries (global model, virtual clock, in-flight updates, server and
@@ -31,7 +31,7 @@ import torch
 
 from defenses import UpdateBatch, Verdict, make_defense
 from defenses.siren_client import CLIENT_SIDE
-from simulator.adversary import Adversary, detection
+from simulator.adversary import Adversary
 from simulator.aggregate import aggregate, aggregate_round, server_step
 from simulator.algorithms import make_algorithm
 from simulator.clock import VirtualClock
@@ -41,6 +41,7 @@ from simulator.evaluation import ClientEval, ServerEval
 from simulator.placement.runtime import Scheduler
 from simulator.plan import RoundPlan, make_plan
 from simulator.policies import RoundPolicy
+from simulator.record import make_record
 from simulator.rounds import (  # noqa: F401 (re-exported for callers of the engine)
     _ATTACK,
     _CLIENT,
@@ -208,7 +209,7 @@ class Simulation:
         self.global_flat = self.server_step(rnd, delta, verdicts, [*plan.now, *carried],
                                             carried | col.extras)
         self.clock.advance_to(max(plan.outcome.round_end, plan.start))
-        return self._record(plan, col, batch, verdicts, wall_start)
+        return make_record(self, plan, col, batch, verdicts, wall_start)
 
     def aggregate_round(self, plan: RoundPlan, col: Collected
                         ) -> tuple[UpdateBatch | None, list[Verdict], torch.Tensor]:
@@ -225,43 +226,6 @@ class Simulation:
                     ) -> torch.Tensor:
         """The algorithm's server update (see :func:`simulator.aggregate.server_step`)."""
         return server_step(self, rnd, delta, verdicts, arrived, extras_of)
-
-    def _record(self, plan: RoundPlan, col: Collected, batch: UpdateBatch | None,
-                verdicts: list[Verdict], wall_start: float) -> RoundRecord:
-        cfg, rnd = self.cfg, plan.round
-        arrived = plan.now | {f.arrival.client_id for f in col.carried}
-        mal_arrived = ((plan.now & plan.malicious)
-                       | {f.arrival.client_id for f in col.carried if f.malicious})
-        acc = loss = asr = None
-        extra: dict[str, Any] = {}
-        limit = cfg.experiment.max_virtual_hours * 3600.0
-        if ((rnd + 1) % cfg.experiment.eval_every == 0 or rnd == cfg.experiment.rounds - 1
-                or (limit and self.clock.now >= limit)):
-            acc, loss = self.server.test(self.global_flat)
-            asr = self.server.attack_success_rate(self.global_flat, self.adversary.trigger)
-            extra.update(self.client_eval.evaluate(self.global_flat))
-        rejected = [v.client_id for v in verdicts if not v.kept]
-        staleness = [rnd - a.base_round for a in plan.outcome.arrived]
-        return RoundRecord(
-            round=rnd, virtual_time=self.clock.now,
-            wall_time=self.wall_offset + time.perf_counter() - wall_start,
-            selected=plan.selected.tolist(),
-            participants=[v.client_id for v in verdicts if v.kept],
-            dropped=[a.client_id for a in plan.outcome.dropped],
-            stale=[f.arrival.client_id for f in col.carried], rejected=rejected,
-            verdicts=[v.to_dict() for v in verdicts],
-            train_loss=float(np.mean(col.losses)) if col.losses else None, accuracy=acc,
-            loss=loss,
-            extra={"round_start": plan.start, "aggregated": len(plan.outcome.arrived),
-                   "staleness": staleness, "dropout": plan.dropout,
-                   "device_seconds": plan.device_seconds,
-                   "wasted_device_seconds": plan.wasted_seconds,
-                   "slowest_train_seconds": col.seconds, "trained_in": col.where,
-                   "chunks": col.chunks, "placement": col.placement,
-                   "malicious": sorted(plan.malicious), "attack_success_rate": asr,
-                   "alarms": sorted(c for c, a in plan.alarms.items() if a),
-                   "detection": detection(arrived, mal_arrived, rejected), **extra},
-            rows=batch)
 
     def _base_model(self, rnd: int) -> torch.Tensor:
         """The global model that round ``rnd``'s clients trained from."""
