@@ -123,10 +123,10 @@ def _missing(labels: np.ndarray, num_clients: int, *, rng: np.random.Generator,
     classes, inverse = np.unique(labels, return_inverse=True)
     k, c = missing_classes, len(classes)
     if not 0 <= k < c:
-        raise ValueError(f"missing missing_classes must be in [0, {c - 1}] (the data has {c} "
-                         f"classes), got {k}")
+        raise ValueError(f"partition 'missing': missing_classes must be in [0, {c - 1}] (the "
+                         f"data has {c} classes), got {k}")
     if max_retries < 1:
-        raise ValueError("missing max_retries must be >= 1")
+        raise ValueError("partition 'missing': max_retries must be >= 1")
     for _ in range(max_retries):
         holds = np.ones((num_clients, c), dtype=bool)
         for i in range(num_clients):
@@ -134,8 +134,8 @@ def _missing(labels: np.ndarray, num_clients: int, *, rng: np.random.Generator,
         if holds.any(axis=0).all():
             break
     else:
-        raise ValueError(f"missing: no draw in {max_retries} left every class with a holder "
-                         f"({num_clients} clients missing {k} of {c} classes)")
+        raise ValueError(f"partition 'missing': no draw in {max_retries} left every class with "
+                         f"a holder ({num_clients} clients missing {k} of {c} classes)")
     buckets: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for j in range(c):
         holders = np.flatnonzero(holds[:, j])
