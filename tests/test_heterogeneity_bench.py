@@ -195,3 +195,17 @@ def test_json_schema_of_a_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert len(cs.read_text().splitlines()) == 4
     assert (out / "fedbn.png").is_file()
     assert (out / "runs" / "fedbn" / "fedbn-s0" / "events.jsonl").is_file()
+
+
+def test_plot_panels_follow_the_comparisons() -> None:
+    """Arms that comparisons connect share a panel: fedfm's three partitions give three panels
+    of three; fedufo's arms are all compared with fedavg, one panel; an arm in no comparison
+    is a panel of its own."""
+    assert bench.panels(CASES["fedfm"], list(CASES["fedfm"].arms)) == [
+        ["fedavg-b0.5", "moon-b0.5", "fedfm-b0.5"],
+        ["fedavg-miss3", "moon-miss3", "fedfm-miss3"],
+        ["fedavg-miss7", "moon-miss7", "fedfm-miss7"]]
+    assert bench.panels(CASES["fedufo"], list(CASES["fedufo"].arms)) == [
+        ["fedavg", "feduad", "fedufo-nods", "fedufo"]]
+    assert bench.panels(CASES["fedufo"], ["lonely", "fedufo", "fedavg"]) == [
+        ["lonely"], ["fedufo", "fedavg"]]
