@@ -45,6 +45,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import scheduler_live as live_mod  # noqa: E402
+from benchmarks.scheduler_instances import instance_checks  # noqa: E402
+from benchmarks.scheduler_predictor import predictor_checks  # noqa: E402
 from simulator.cli import OneLineParser, parse_kv  # noqa: E402
 
 PARTS = ("instances", "predictor", "live")
@@ -154,50 +156,6 @@ def instances_part(a: Any) -> tuple[list[dict[str, Any]], str]:
     print(table(records))
     print(note)
     return records, note
-
-
-def instance_checks(records: list[dict[str, Any]]) -> list[str]:
-    """Acceptance lines of the instances: GA mean <= 1.02 x LP at 512 x 16, <= 1.03 x at
-    10,000 x 64, never worse than Min-Min."""
-    def ok(cond: bool) -> str:
-        return "[ok]" if cond else "[NO]"
-
-    small = [r["makespan"]["ga"] / r["lp_bound"] for r in records if r["tasks"] == 512]
-    large = [r["makespan"]["ga"] / r["lp_bound"] for r in records if r["tasks"] == 10_000]
-    lines = []
-    if small:
-        mean = sum(small) / len(small)
-        lines.append(f"{ok(mean <= 1.02)} ga mean makespan / LP over {len(small)} classes at "
-                     f"512x16 = {mean:.4f} <= 1.02")
-    if large:
-        lines.append(f"{ok(large[0] <= 1.03)} ga / LP at 10000x64 = {large[0]:.4f} <= 1.03")
-    worse = [r["name"] for r in records if r["makespan"]["ga"] > r["makespan"]["minmin"]]
-    lines.append(f"{ok(not worse)} ga never worse than minmin ({len(records) - len(worse)}/"
-                 f"{len(records)} instances)")
-    return lines
-
-
-def predictor_checks(rec: dict[str, Any]) -> list[str]:
-    """Acceptance lines of the predictor: GBDT MAPE <= 15% and below the linear fit's; decision
-    regret <= 1.05. Then the proposed bar and what the timing noise allows (``(info)``): on a
-    shared machine the noise alone can put 15% out of reach of any predictor, so GBDT's MAPE is
-    also judged against an oracle GBDT fitted on the held-out chunks themselves (<= 1.15 x its
-    MAPE), beside the repeat-to-repeat MAPE and the hard bound on chunks measured twice
-    (:mod:`benchmarks.scheduler_predictor`)."""
-    g, li, r = rec["mape_gbdt"], rec["mape_linear"], rec["regret"]
-    lines = [f"[{'ok' if g <= 0.15 and g < li else 'NO'}] gbdt MAPE = {g:.3f} <= 0.15 and < "
-             f"linear {li:.3f}", f"[{'ok' if r <= 1.05 else 'NO'}] decision regret = {r:.3f} "
-             f"<= 1.05 (max {rec['regret_max']:.3f})"]
-    oracle = rec.get("mape_oracle")
-    if oracle is not None:
-        lines.append(f"[{'ok' if g <= 1.15 * oracle and g < li else 'NO'}] gbdt MAPE = {g:.3f} "
-                     f"<= 1.15 x the oracle's {oracle:.3f} (fitted on the held-out chunks too) "
-                     "and < linear")
-    floor, bound = rec.get("mape_repeat"), rec.get("pair_bound")
-    if floor is not None and bound is not None:
-        lines.append(f"(info) repeat-to-repeat MAPE {floor:.3f}; no predictor scores below "
-                     f"{bound:.3f} on the chunks measured twice")
-    return lines
 
 
 def run_plan(a: Any) -> list[tuple[str, int]]:

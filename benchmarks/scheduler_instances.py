@@ -21,6 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,6 +96,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps({"instances": records}, indent=2))
     return 0
+
+
+def instance_checks(records: list[dict[str, Any]]) -> list[str]:
+    """Acceptance lines of the instances: GA mean <= 1.02 x LP at 512 x 16, <= 1.03 x at
+    10,000 x 64, never worse than Min-Min."""
+    def ok(cond: bool) -> str:
+        return "[ok]" if cond else "[NO]"
+
+    small = [r["makespan"]["ga"] / r["lp_bound"] for r in records if r["tasks"] == 512]
+    large = [r["makespan"]["ga"] / r["lp_bound"] for r in records if r["tasks"] == 10_000]
+    lines = []
+    if small:
+        mean = sum(small) / len(small)
+        lines.append(f"{ok(mean <= 1.02)} ga mean makespan / LP over {len(small)} classes at "
+                     f"512x16 = {mean:.4f} <= 1.02")
+    if large:
+        lines.append(f"{ok(large[0] <= 1.03)} ga / LP at 10000x64 = {large[0]:.4f} <= 1.03")
+    worse = [r["name"] for r in records if r["makespan"]["ga"] > r["makespan"]["minmin"]]
+    lines.append(f"{ok(not worse)} ga never worse than minmin ({len(records) - len(worse)}/"
+                 f"{len(records)} instances)")
+    return lines
 
 
 if __name__ == "__main__":

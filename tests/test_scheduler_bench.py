@@ -198,29 +198,32 @@ def test_unschedulable_actor_kind_exits_2(tmp_path: Path, ray_session: None,
 
 
 def test_instance_and_predictor_checks() -> None:
+    from benchmarks.scheduler_instances import instance_checks
+    from benchmarks.scheduler_predictor import predictor_checks
+
     def rec(name: str, tasks: int, ga: float, minmin: float) -> dict[str, Any]:
         return {"name": name, "tasks": tasks, "lp_bound": 100.0,
                 "makespan": {"ga": ga, "minmin": minmin}}
 
     records = [rec("a", 512, 101.0, 110.0), rec("b", 512, 103.0, 102.0),
                rec("large", 10_000, 104.0, 120.0)]
-    assert scheduler.instance_checks(records) == [
+    assert instance_checks(records) == [
         "[ok] ga mean makespan / LP over 2 classes at 512x16 = 1.0200 <= 1.02",
         "[NO] ga / LP at 10000x64 = 1.0400 <= 1.03",
         "[NO] ga never worse than minmin (2/3 instances)"]
-    assert scheduler.predictor_checks({"mape_gbdt": 0.12, "mape_linear": 0.3, "regret": 1.06,
+    assert predictor_checks({"mape_gbdt": 0.12, "mape_linear": 0.3, "regret": 1.06,
                                        "regret_max": 1.2}) == [
         "[ok] gbdt MAPE = 0.120 <= 0.15 and < linear 0.300",
         "[NO] decision regret = 1.060 <= 1.05 (max 1.200)"]
     # the proposed bar: 0.17 <= 1.15 x 0.15 = 0.1725, and below linear
-    assert scheduler.predictor_checks({"mape_gbdt": 0.17, "mape_linear": 0.3, "regret": 1.0,
+    assert predictor_checks({"mape_gbdt": 0.17, "mape_linear": 0.3, "regret": 1.0,
                                        "regret_max": 1.0, "mape_oracle": 0.15,
                                        "mape_repeat": 0.2, "pair_bound": 0.1})[2:] == [
         "[ok] gbdt MAPE = 0.170 <= 1.15 x the oracle's 0.150 (fitted on the held-out chunks "
         "too) and < linear",
         "(info) repeat-to-repeat MAPE 0.200; no predictor scores below 0.100 on the chunks "
         "measured twice"]
-    assert scheduler.predictor_checks({"mape_gbdt": 0.18, "mape_linear": 0.3, "regret": 1.0,
+    assert predictor_checks({"mape_gbdt": 0.18, "mape_linear": 0.3, "regret": 1.0,
                                        "regret_max": 1.0, "mape_oracle": 0.15})[2].startswith(
         "[NO] gbdt MAPE = 0.180 <= 1.15 x")
 
