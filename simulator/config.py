@@ -84,7 +84,7 @@ class DataConfig:
                                           "0 disables")
     classes_per_client: int = _f(2, "classes per client for the pathological 'shards' split")
     missing_classes: int = _f(1, "classes each client lacks for the 'missing' split (FedFM's "
-                                 "'Missing k'; the rest of each class shared evenly by the "
+                                 "'Missing k'; each class's samples are shared evenly by the "
                                  "clients that hold it)")
     public_fraction: float = _f(0.0, "fraction of the training set carved out first as the "
                                      "server-held public/root set (Sageflow, Siren, FLTrust)")
