@@ -159,7 +159,7 @@ def pair_bound(runs: Sequence[Run]) -> float | None:
     return float(np.mean(errs)) if errs else None
 
 
-def oracle_mape(x: np.ndarray, y: np.ndarray, held: np.ndarray, seed: int) -> np.ndarray:
+def oracle_predictions(x: np.ndarray, y: np.ndarray, held: np.ndarray, seed: int) -> np.ndarray:
     """Predictions for the held-out chunks of a GBDT fitted on *all* chunks, held-out ones
     included: what these features allow on this run's timing noise (not a predictor that
     could be deployed; the yardstick of the proposed bar)."""
@@ -185,7 +185,7 @@ def evaluate(runs: Sequence[Run], setups: Sequence[TaskSetup], ga_params: dict[s
         for model in (gbdt, lin):
             model.observe(x[~held], y[~held])
         m, pg, pl = y[held], gbdt.predict(x[held]), lin.predict(x[held])
-        po = oracle_mape(x, y, held, setup.seed)
+        po = oracle_predictions(x, y, held, setup.seed)
         reg = regret(mine, setup, x, y, held, ga_params)
         reg_lin = regret(mine, setup, x, y, held, ga_params, "linear")
         per_task[setup.task] = {
