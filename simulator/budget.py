@@ -96,7 +96,7 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
     dataset = 2.0 * 4 * rows * feat          # the driver's copy and the object store's
     ever = min(n, cfg.experiment.rounds * k)  # clients that can ever hold state
     state = min(float(ex.state_memory_bytes), float(ever * state_row))
-    size = (d.virtual_size_max if d.partition == "virtual"
+    size = (int(d.partition_kwargs()["size_max"]) if d.partition == "virtual"
             else max(1, math.ceil(rows / max(1, n)) * 4))
     steps = math.ceil(size / cfg.algorithm.batch_size) * cfg.algorithm.local_epochs
     gathered = k * steps * cfg.algorithm.batch_size * (feat + 2) * 4

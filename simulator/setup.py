@@ -95,13 +95,6 @@ class Federation:
         return [(px[i], py[i]) for i in index]
 
 
-def _partition_params(cfg: Config) -> dict[str, object]:
-    d = cfg.data
-    return {"dirichlet": {"alpha": d.dirichlet_alpha}, "quantity": {"alpha": d.dirichlet_alpha},
-            "shards": {"classes_per_client": d.classes_per_client},
-            "missing": {"missing_classes": d.missing_classes}}.get(d.partition, {})
-
-
 def _client_data(cfg: Config, ds: Dataset, rest: np.ndarray) -> ClientData:
     """The population's client data source (see ``DataConfig.partition``)."""
     d, seed = cfg.data, cfg.experiment.seed
@@ -109,10 +102,11 @@ def _client_data(cfg: Config, ds: Dataset, rest: np.ndarray) -> ClientData:
     if d.partition == "virtual":
         from simulator.data.virtual import VirtualData
 
-        return VirtualData(y, d.num_clients, seed=seed, alpha=d.dirichlet_alpha,
-                           size_median=d.virtual_size_median, size_sigma=d.virtual_size_sigma,
-                           size_min=d.virtual_size_min, size_max=d.virtual_size_max, pool=rest,
-                           test_labels=ds.y_test)
+        try:
+            return VirtualData(y, d.num_clients, seed=seed, pool=rest, test_labels=ds.y_test,
+                               **d.partition_kwargs())
+        except ValueError as e:
+            raise ConfigError(f"data.partition_params: partition 'virtual': {e}") from None
     if d.partition == "natural" and ds.groups is not None:
         try:
             nat = NaturalData.from_groups(ds.groups[rest], d.num_clients, seed=seed)
@@ -126,7 +120,7 @@ def _client_data(cfg: Config, ds: Dataset, rest: np.ndarray) -> ClientData:
     groups = ds.groups[rest] if ds.groups is not None else None
     try:
         parts = partition(y[rest], d.num_clients, d.partition, seed=seed, groups=groups,
-                          **_partition_params(cfg))
+                          **d.partition_kwargs())
     except ValueError as e:
         raise ConfigError(f"data.partition: {e}") from None
     return PartitionData.from_lists([rest[p] for p in parts])
