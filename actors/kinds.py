@@ -16,6 +16,8 @@ A kind is declared as ``NAME=SPEC`` (``--actor-kinds``, repeatable) where SPEC i
 :func:`check_schedulable` says, from the alive nodes' resources alone (``ray.nodes()``), whether
 the cluster can start every actor, before any starts (an actor that cannot be placed would wait
 forever). Both raise :class:`~simulator.config_fields.ConfigError` with one line naming the kind.
+:func:`planned_nodes` gives each actor the node a packing puts it on, so that the pool does not
+depend on Ray's one-actor-at-a-time placement, which can fragment the nodes.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.packing import packable
+from actors.packing import packable, packing
 from simulator.config_fields import ConfigError
 
 DEVICES = ("cpu", "gpu")
@@ -226,3 +228,17 @@ def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, A
                                     sorted(total_demand(kinds))) for res in alive)
         raise ConfigError(f"actor kinds fit the cluster's totals but no node packing holds "
                           f"them all ({pool}; nodes: {sizes})")
+
+
+def planned_nodes(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]
+                  ) -> list[str | None]:
+    """The ``NodeID`` each actor of the pool (``kinds``' actors, kind after kind) is placed on
+    by a packing of the alive ``nodes`` (:func:`actors.packing.packing`); all None when the
+    search is undecided or finds none (the pool then lets Ray place the actors)."""
+    alive = [n for n in nodes if n.get("Alive", False)]
+    found = packing([(k.demand(), k.count) for k in kinds],
+                    [dict(n.get("Resources", {})) for n in alive])
+    if not isinstance(found, list):
+        return [None] * sum(k.count for k in kinds)
+    return [str(alive[j]["NodeID"]) for row in found for j, c in enumerate(row)
+            for _ in range(c)]

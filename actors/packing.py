@@ -10,8 +10,10 @@ exceeds its step budget answers None (undecided), and the caller lets Ray try; t
 start-up wait (:mod:`actors.startup`) still ends a pool that does not start.
 
 Ray itself places actors greedily, one at a time, so a pool that *can* be packed may still be
-placed badly (fragmented by fractional GPU shares, say): that, too, is left to the start-up
-wait; this check only refuses what no placement could start.
+placed badly (a small actor on the one node a large actor fits, fractional GPU shares): so
+:func:`packing` also returns the packing, and the pool pins each actor to its node
+(:func:`actors.kinds.planned_nodes`, a soft node affinity). Only an undecided search leaves the
+placement to Ray and the start-up wait.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ class _Undecided(Exception):
     """The search ran out of steps."""
 
 
-def packable(demands: Sequence[tuple[Mapping[str, float], int]],
-             nodes: Sequence[Mapping[str, float]], budget: int = STEP_BUDGET) -> bool | None:
-    """Whether every actor fits on some node with the nodes' capacities respected.
+def packing(demands: Sequence[tuple[Mapping[str, float], int]],
+            nodes: Sequence[Mapping[str, float]], budget: int = STEP_BUDGET
+            ) -> list[list[int]] | bool | None:
+    """A packing of every actor onto the nodes with their capacities respected.
 
     Parameters
     ----------
@@ -40,12 +43,17 @@ def packable(demands: Sequence[tuple[Mapping[str, float], int]],
 
     Returns
     -------
-    True when a packing exists, False when none does, None when the search was cut short.
+    ``counts[kind][node]``, how many actors of each kind (in ``demands`` order) each node (in
+    ``nodes`` order) holds, when a packing exists; False when none does; None when the search
+    was cut short.
     """
-    kinds = [({r: float(v) for r, v in d.items() if v > 0}, int(n)) for d, n in demands if n > 0]
+    given = [({r: float(v) for r, v in d.items() if v > 0}, int(n)) for d, n in demands]
+    live = [i for i, (_, n) in enumerate(given) if n > 0]
+    out = [[0] * len(nodes) for _ in given]
+    if not live:
+        return out
+    kinds = [given[i] for i in live]
     res = sorted({r for d, _ in kinds for r in d})
-    if not kinds:
-        return True
     caps = tuple(tuple(float(node.get(r, 0.0)) for r in res) for node in nodes)
     need = [tuple(d.get(r, 0.0) for r in res) for d, _ in kinds]
     counts = [n for _, n in kinds]
@@ -56,42 +64,61 @@ def packable(demands: Sequence[tuple[Mapping[str, float], int]],
     need, counts = [need[k] for k in order], [counts[k] for k in order]
     steps = [0]
     memo: dict[tuple[object, ...], bool] = {}
+    chosen: list[tuple[int, int, int]] = []   # (kind in search order, node, actors)
+    State = tuple[tuple[tuple[float, ...], int], ...]   # (capacity left, node index) per node
 
     def fits(cap: tuple[float, ...], k: int) -> int:
         return min((math.floor((c + _EPS) / v) for c, v in zip(cap, need[k], strict=True)
                     if v > 0), default=counts[k])
 
-    def key(caps: tuple[tuple[float, ...], ...]) -> tuple[tuple[float, ...], ...]:
-        return tuple(sorted(tuple(round(c, 6) for c in cap) for cap in caps))
+    def canonical(state: State) -> State:
+        # nodes of equal remaining capacity are interchangeable: one order for all of them
+        return tuple(sorted(state, key=lambda cn: tuple(round(c, 6) for c in cn[0])))
 
-    def kind(k: int, caps: tuple[tuple[float, ...], ...]) -> bool:
+    def kind(k: int, state: State) -> bool:
         if k == len(need):
             return True
-        return spread(k, 0, counts[k], key(caps))
+        return spread(k, 0, counts[k], canonical(state))
 
-    def spread(k: int, j: int, left: int, caps: tuple[tuple[float, ...], ...]) -> bool:
+    def spread(k: int, j: int, left: int, state: State) -> bool:
         if left == 0:
-            return kind(k + 1, caps)
-        if j == len(caps):
+            return kind(k + 1, state)
+        if j == len(state):
             return False
-        state = (k, j, left, caps)
-        if state in memo:
-            return memo[state]
+        memo_key = (k, j, left, tuple(tuple(round(c, 6) for c in cap) for cap, _ in state))
+        if memo_key in memo:   # only failures are ever looked up: a success ends the search
+            return memo[memo_key]
         steps[0] += 1
         if steps[0] > budget:
             raise _Undecided
-        room = [fits(c, k) for c in caps[j:]]
+        room = [fits(cap, k) for cap, _ in state[j:]]
         ok = False
         if sum(room) >= left:
+            cap_j, node = state[j]
             for x in range(min(room[0], left), -1, -1):
-                cap = tuple(c - x * v for c, v in zip(caps[j], need[k], strict=True))
-                if spread(k, j + 1, left - x, (*caps[:j], cap, *caps[j + 1:])):
+                cap = tuple(c - x * v for c, v in zip(cap_j, need[k], strict=True))
+                if spread(k, j + 1, left - x, (*state[:j], (cap, node), *state[j + 1:])):
+                    if x:
+                        chosen.append((k, node, x))
                     ok = True
                     break
-        memo[state] = ok
+        memo[memo_key] = ok
         return ok
 
     try:
-        return kind(0, key(caps))
+        found = kind(0, tuple((cap, i) for i, cap in enumerate(caps)))
     except _Undecided:
         return None
+    if not found:
+        return False
+    for k, node, x in chosen:
+        out[live[order[k]]][node] += x
+    return out
+
+
+def packable(demands: Sequence[tuple[Mapping[str, float], int]],
+             nodes: Sequence[Mapping[str, float]], budget: int = STEP_BUDGET) -> bool | None:
+    """Whether every actor fits on some node (see :func:`packing`): True, False, or None when
+    the search was cut short."""
+    found = packing(demands, nodes, budget)
+    return found if found is None or isinstance(found, bool) else True

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.kinds import ActorKind, check_schedulable, total_demand
+from actors.kinds import ActorKind, check_schedulable, planned_nodes, total_demand
 from actors.merge import chunk_timings as chunk_timings  # re-exported
 from actors.merge import expand as expand  # re-exported
 from actors.merge import merge_results
@@ -131,8 +131,12 @@ class RayPool:
             if num_actors not in (0, total):
                 raise ValueError(f"RayPool: num_actors={num_actors} but the kinds hold {total} "
                                  "actors (give 0 with kinds)")
-            # an actor that cannot be scheduled would wait forever: refuse up front
-            check_schedulable(kinds, ray.nodes())
+            # an actor that cannot be scheduled would wait forever: refuse up front; and place
+            # each actor where a packing puts it (Ray alone, one actor at a time, can fragment
+            # the nodes: a pool that fits would then wait for a place that never frees)
+            nodes = ray.nodes()
+            check_schedulable(kinds, nodes)
+            pins = planned_nodes(kinds, nodes)
         else:
             res = ray.cluster_resources()
             cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
@@ -144,21 +148,31 @@ class RayPool:
                                   f"{gpus_per_actor:g} GPU exceed the cluster's {gpus:g} GPUs")
             device = "gpu" if gpus_per_actor > 0 else "cpu"
             kinds = [ActorKind(device, device, num_actors, 1, float(gpus_per_actor))]
+            pins = [None] * num_actors
         self._kinds = [k for k in kinds for _ in range(k.count)]
         self.num_workers = len(self._kinds)
         wait_for_free(total_demand(kinds), ray.available_resources)
         self._args = (model_spec, ray.put(x), ray.put(y), ray.put(clients), transform)
-        self.actors = [self._start(k) for k in self._kinds]
+        self.actors = [self._start(k, node) for k, node in zip(self._kinds, pins, strict=True)]
         # the start-up call that waits for the actors also tells where each one runs
         self._nodes: list[str] = started(ray, [a.node_id.remote() for a in self.actors],
                                          [k.name for k in self._kinds], self.shutdown)
         self.restarts = 0
         self._settings: tuple[Any, ...] | None = None
 
-    def _start(self, kind: ActorKind) -> Any:
+    def _start(self, kind: ActorKind, node: str | None = None) -> Any:
+        """Start one actor of ``kind``, on ``node`` (a NodeID) when given: a soft affinity, so
+        that Ray places it elsewhere if that node is gone or could never hold it, and waits
+        for the node's resources otherwise (a replacement is started without one: its actor's
+        node may be the one that was lost)."""
         cls = self._ray.remote(PoolTrainer)
-        return cls.options(**kind.ray_options(), max_restarts=0).remote(
-            *self._args, threads=kind.threads, device=kind.torch_device)
+        opts = {**kind.ray_options(), "max_restarts": 0}
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
+        return cls.options(**opts).remote(*self._args, threads=kind.threads,
+                                          device=kind.torch_device)
 
     def configure(self, *settings: Any) -> None:
         """Send the round-invariant settings to every actor (replacing any found dead)."""

@@ -3,8 +3,9 @@
 Ray queues an actor whose resources are not free and waits for them forever. Two ways a pool
 can meet that: another holder (a second Simulation in the same process while the first holds
 the CPUs, another job on the cluster), and an actor that finds no node with room although a
-packing exists (:func:`actors.kinds.check_schedulable` refuses a pool that no packing holds,
-but Ray places actors one at a time and can fragment the nodes). Both now end in a one-line
+packing exists (:func:`actors.kinds.check_schedulable` refuses a pool that no packing holds and
+the pool pins its actors to a packing's nodes, but a search cut short leaves the placement to
+Ray, which places actors one at a time and can fragment the nodes). Both now end in a one-line
 ConfigError naming what is short; so does a dead actor's replacement that finds no room (its
 node lost, its CPU taken meanwhile).
 """

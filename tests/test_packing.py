@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from actors.kinds import check_schedulable, parse_actor_kinds
-from actors.packing import packable
+from actors.packing import packable, packing
 from simulator.config_fields import ConfigError
 
 
@@ -60,3 +60,44 @@ def test_check_schedulable_refuses_an_unpackable_pool() -> None:
     assert str(e.value) == ("actor kinds fit the cluster's totals but no node packing holds "
                             "them all (w: 3 x 2 CPUs; nodes: 3 CPUs; 3 CPUs)")
     check_schedulable(parse_actor_kinds({"w": "count=2,threads=2"}), nodes)
+
+
+@pytest.mark.parametrize("demands, nodes, expected", [
+    # counts[kind][node]: 2 + 1 actors of 2 CPUs on 4 + 2
+    ([({"CPU": 2}, 3)], cpus(4, 2), [[2, 1]]),
+    # 3+2+2 | 3+2+2 on 7 + 7
+    ([({"CPU": 3}, 2), ({"CPU": 2}, 4)], cpus(7, 7), [[1, 1], [2, 2]]),
+    # the one packing: the 1-CPU actor on the 1-CPU node, the 2-CPU actor on the 2-CPU node
+    # (placing the 1-CPU actor first, on the larger node, leaves the 2-CPU actor nowhere)
+    ([({"CPU": 1}, 1), ({"CPU": 2}, 1)], cpus(2, 1), [[0, 1], [1, 0]]),
+    # a kind of no actors keeps its row of zeros, in its place
+    ([({"CPU": 5}, 0), ({"CPU": 1}, 2)], cpus(1, 1), [[0, 0], [1, 1]]),
+    ([({"CPU": 2}, 3)], cpus(3, 3), False),
+])
+def test_packing_by_hand(demands: list, nodes: list, expected: object) -> None:
+    assert packing(demands, nodes) == expected
+
+
+def test_packing_respects_every_capacity_on_random_pools() -> None:
+    """200 random pools of 1-3 kinds (CPU 1-3, GPU share 0-0.75) on 1-4 nodes: whenever a
+    packing is returned it places every actor and overfills no node's CPUs or GPUs."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    found = 0
+    for _ in range(200):
+        demands = [({"CPU": int(rng.integers(1, 4)), "GPU": float(rng.choice([0, .25, .5, .75]))},
+                    int(rng.integers(0, 4))) for _ in range(int(rng.integers(1, 4)))]
+        nodes = [{"CPU": float(rng.integers(1, 7)), "GPU": float(rng.integers(0, 2))}
+                 for _ in range(int(rng.integers(1, 5)))]
+        got = packing(demands, nodes)
+        assert got is not None
+        if got is False:
+            continue
+        found += 1
+        assert [sum(row) for row in got] == [n for _, n in demands]
+        for j, cap in enumerate(nodes):
+            for r in ("CPU", "GPU"):
+                used = sum(d[r] * row[j] for (d, _), row in zip(demands, got, strict=True))
+                assert used <= cap[r] + 1e-9
+    assert 50 < found < 200   # both outcomes occur

@@ -10,19 +10,13 @@ runs the same study on a one-node local Ray.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from cluster_helper import helper_run
 
 from actors.pool import LocalExecutor, RayPool
 from simulator.data.clients import PartitionData
@@ -50,70 +44,15 @@ RUNS = ("deadline_carryover-s0", "fedbuff-s0")
 ROUNDS = 4
 COMPARED = ("accuracy", "train_loss", "virtual_time", "participants", "dropped", "stale",
             "staleness", "device_seconds", "wasted_device_seconds")
-OFFLINE_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "HTTP_PROXY": "http://127.0.0.1:9",
-               "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
 TIMEOUT_S = 300
-
-
-def _marked_pids(marker: str) -> list[int]:
-    """Processes whose environment holds ``marker`` (the ``RAY_TMPDIR=...`` given to the helper
-    alone, which every Ray process it starts inherits)."""
-    pids = []
-    needle = marker.encode()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                if needle in (d / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(d.name))
-            except OSError:  # gone, or not ours
-                pass
-    return pids
-
-
-def _stop(proc: subprocess.Popen[str], marker: str) -> None:
-    """Stop the helper's process group, then any process that still carries ``marker``."""
-    if proc.poll() is None:  # not reaped yet, so its group id cannot have been reused
-        for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(timeout=wait_s)
-                break
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                continue
-    for _ in range(3):  # Ray processes outside the group (none expected)
-        left = _marked_pids(marker)
-        if not left:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Run the study on two nodes then one; the output directory."""
     out = tmp_path_factory.mktemp("two_node")
-    short = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
-    env = {**os.environ, **OFFLINE_ENV, "RAY_TMPDIR": short}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, str(HELPER), str(out), *STUDY], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        try:
-            log, _ = proc.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"two-node study still running after {TIMEOUT_S} s")
-        assert proc.returncode == 0, f"two-node study failed:\n{log[-4000:]}"
+    with helper_run(HELPER, [str(out), *STUDY], "two-node study", TIMEOUT_S):
         yield out
-    finally:
-        _stop(proc, f"RAY_TMPDIR={short}")
-        shutil.rmtree(short, ignore_errors=True)
 
 
 def events(run: Path) -> list[dict[str, Any]]:
