@@ -71,6 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("runs/heterogeneity"), metavar="DIR",
                    help="directory of the runs and the per-case plots "
                         "(default %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true",
                    help="print each case's name, claim and comparisons, and exit")
     args = p.parse_args(argv)
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    records = core.run_all(jobs, args.workers)
+    records = core.run_all(jobs, args.workers, progress=not args.no_progress)
     wall = time.perf_counter() - t0
     rows = core.compare(cases, index, records, args.seeds, args.quick)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -135,9 +135,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def run_all(jobs: list[dict[str, Any]], workers: int) -> dict[str, dict[str, Any]]:
+def run_all(jobs: list[dict[str, Any]], workers: int, progress: bool = True
+            ) -> dict[str, dict[str, Any]]:
     """Run the jobs (1 worker: in this process; more: spawned processes, one torch thread
-    each) with a progress bar on stderr; ``key -> record``."""
+    each) with a progress bar on stderr (unless ``progress`` is False); ``key -> record``."""
     import sys
 
     from tqdm import tqdm
@@ -145,7 +146,7 @@ def run_all(jobs: list[dict[str, Any]], workers: int) -> dict[str, dict[str, Any
     from benchmarks.robustness_grid import init_worker
 
     records: dict[str, dict[str, Any]] = {}
-    bar = tqdm(total=len(jobs), desc="runs", unit="run", file=sys.stderr)
+    bar = tqdm(total=len(jobs), desc="runs", unit="run", file=sys.stderr, disable=not progress)
     if workers == 1 or len(jobs) <= 1:
         import torch
 

@@ -235,17 +235,22 @@ def predictor_checks(rec: dict[str, Any]) -> list[str]:
     regret <= 1.05. Then the proposed bar and what the timing noise allows (``(info)``): on a
     shared machine the noise alone can put 15% out of reach of any predictor, so GBDT's MAPE is
     also judged against an oracle GBDT fitted on the held-out chunks themselves (<= 1.15 x its
-    MAPE), beside the repeat-to-repeat MAPE and the hard bound on chunks measured twice
-    (see the module docstring)."""
+    MAPE; marked ``[info]`` when the 0.15 bar is met, which it then does not replace), beside
+    the repeat-to-repeat MAPE and the hard bound on chunks measured twice (see the module
+    docstring)."""
     g, li, r = rec["mape_gbdt"], rec["mape_linear"], rec["regret"]
     lines = [f"[{'ok' if g <= 0.15 and g < li else 'NO'}] gbdt MAPE = {g:.3f} <= 0.15 and < "
              f"linear {li:.3f}", f"[{'ok' if r <= 1.05 else 'NO'}] decision regret = {r:.3f} "
              f"<= 1.05 (max {rec['regret_max']:.3f})"]
     oracle = rec.get("mape_oracle")
     if oracle is not None:
-        lines.append(f"[{'ok' if g <= 1.15 * oracle and g < li else 'NO'}] gbdt MAPE = {g:.3f} "
-                     f"<= 1.15 x the oracle's {oracle:.3f} (fitted on the held-out chunks too) "
-                     "and < linear")
+        # the proposed bar stands in for the issue's only when the issue's is missed
+        mark = ("info" if g <= 0.15 and g < li
+                else "ok" if g <= 1.15 * oracle and g < li else "NO")
+        lines.append(f"[{mark}] gbdt MAPE = {g:.3f} <= 1.15 x the oracle's {oracle:.3f} "
+                     "(fitted on the held-out chunks too) and < linear"
+                     + (" (the proposed bar, not needed: the 0.15 bar is met)"
+                        if mark == "info" else ""))
     floor, bound = rec.get("mape_repeat"), rec.get("pair_bound")
     if floor is not None and bound is not None:
         lines.append(f"(info) repeat-to-repeat MAPE {floor:.3f}; no predictor scores below "

@@ -131,10 +131,12 @@ def test_shared_runs_carry_every_cases_scores(tmp_path: Path) -> None:
     assert by_key[index[("moon", "fedavg-head-b0.5", 0)]]["scores"] == {}
 
 
-def test_scored_metric_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scored_metric_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture) -> None:
     """A fedfm-like case on digits, 2 rounds, 1 seed: the silhouette rows come out with the
     scores the harness computed, and each equals the score recomputed from the run's
-    checkpoint (the value the harness stored is the run's, not another run's)."""
+    checkpoint (the value the harness stored is the run's, not another run's); the progress
+    bar counts the 2 runs on stderr."""
     from benchmarks.heterogeneity_cases.fedfm import silhouette
 
     base = {"dataset": "digits", "num_clients": 4, "clients_per_round": 4, "model": "mlp",
@@ -148,6 +150,8 @@ def test_scored_metric_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     rc = bench.main(["--case", "fedfm", "--quick", "--seeds", "1", "--workers", "1",
                      "--out", str(out), "--json", str(js)])
     assert rc == 0
+    err = capsys.readouterr().err
+    assert "runs: 100%" in err and "2/2" in err
     (row,) = json.loads(js.read_text())["cases"]
     assert row["metric"] == "feature_silhouette" and row["error"] is None
     runs = out / "runs" / "fedfm"
@@ -171,16 +175,19 @@ def test_unknown_case_exits_2(capsys: pytest.CaptureFixture) -> None:
     assert e.value.code == 2
 
 
-def test_json_schema_of_a_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_json_schema_of_a_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture) -> None:
     """The fedbn case, 1 seed, 2 rounds, in this process: the JSON has one entry per
-    comparison with the required keys, the CSV and the plot exist."""
+    comparison with the required keys, the CSV and the plot exist; ``--no-progress`` leaves
+    no progress bar on stderr."""
     case = CASES["fedbn"]
     monkeypatch.setitem(CASES, "fedbn", Case(case.name, case.claim, case.base, case.arms,
                                              case.comparisons, quick={"rounds": 2}))
     out, js, cs = tmp_path / "out", tmp_path / "r.json", tmp_path / "r.csv"
     rc = bench.main(["--case", "fedbn", "--quick", "--seeds", "1", "--workers", "1",
-                     "--out", str(out), "--json", str(js), "--csv", str(cs)])
+                     "--out", str(out), "--json", str(js), "--csv", str(cs), "--no-progress"])
     assert rc == 0
+    assert "runs:" not in capsys.readouterr().err
     data = json.loads(js.read_text())
     assert list(data) == ["cases"] and len(data["cases"]) == 3
     required = {"case", "method", "baseline", "method_mean", "method_std", "baseline_mean",

@@ -226,6 +226,11 @@ def test_instance_and_predictor_checks() -> None:
     assert predictor_checks({"mape_gbdt": 0.18, "mape_linear": 0.3, "regret": 1.0,
                                        "regret_max": 1.0, "mape_oracle": 0.15})[2].startswith(
         "[NO] gbdt MAPE = 0.180 <= 1.15 x")
+    # the 0.15 bar met: the proposed bar is information (0.065 > 1.15 x 0.05 = 0.0575)
+    assert predictor_checks({"mape_gbdt": 0.065, "mape_linear": 0.9, "regret": 1.0,
+                             "regret_max": 1.0, "mape_oracle": 0.05})[2] == (
+        "[info] gbdt MAPE = 0.065 <= 1.15 x the oracle's 0.050 (fitted on the held-out chunks "
+        "too) and < linear (the proposed bar, not needed: the 0.15 bar is met)")
 
 
 def test_repeat_mape_by_hand() -> None:
