@@ -24,6 +24,7 @@ from torch.func import vmap
 
 from simulator.client_step import ClientStep
 from simulator.flat import FlatLayout, evaluate, score_models  # noqa: F401 (re-exported)
+from simulator.noise import client_noise  # noqa: F401 (re-exported)
 from simulator.step import PLAIN
 
 
@@ -252,18 +253,3 @@ def train_clients(model: nn.Module, layout: FlatLayout, global_flat: torch.Tenso
         outputs = ({n: torch.stack([o[n] for o in outs]) for n in outs[0]} if outs else {})
     return TrainOutput(updates.detach(), np.asarray(losses, np.float32),
                        steps.cpu().numpy().astype(np.int64), dict(outputs))
-
-
-def client_noise(seeds: Sequence[int], steps: int, size: int, device: torch.device
-                 ) -> torch.Tensor:
-    """``[K, S, size]`` standard normals, client k's from its own stream (seeded by its
-    shuffling seed and a fixed tag): the same draws whichever chunk or path trains it, and a
-    prefix of the same stream for a longer schedule. ``[K, S, 0]`` when ``size`` is 0."""
-    k = len(seeds)
-    if size == 0:
-        return torch.zeros(k, max(steps, 1), 0, device=device)
-    out = np.empty((k, max(steps, 1), size), np.float32)
-    for i, seed in enumerate(seeds):
-        out[i] = np.random.default_rng([int(seed), 0x5EED]).standard_normal(
-            (max(steps, 1), size), dtype=np.float32)
-    return torch.from_numpy(out).to(device)
