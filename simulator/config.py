@@ -86,14 +86,11 @@ class DataConfig:
     missing_classes: int = _f(1, "classes each client lacks for the 'missing' split (FedFM's "
                                  "'Missing k'; each class's samples are shared evenly by the "
                                  "clients that hold it)")
-    partition_params: dict[str, Any] = _f({}, "partition parameters, KEY=VALUE (repeatable); "
-                                          "they override the shorthand fields. iid: none; "
-                                          "dirichlet: alpha, min_size, max_retries, balance; "
-                                          "shards: classes_per_client; missing: "
-                                          "missing_classes, max_retries; quantity: method, "
-                                          "alpha, exponent, min_size; natural: none; "
-                                          "virtual: alpha, size_median, size_sigma, size_min, "
-                                          "size_max")
+    partition_params: dict[str, Any] = _f({}, (
+        "partition parameters, KEY=VALUE (repeatable), over the shorthand fields. iid: none; "
+        "dirichlet: alpha, min_size, max_retries, balance; shards: classes_per_client; missing: "
+        "missing_classes, max_retries; quantity: method, alpha, exponent, min_size; natural: "
+        "none; virtual: alpha, size_median, size_sigma, size_min, size_max"))
     public_fraction: float = _f(0.0, "fraction of the training set carved out first as the "
                                      "server-held public/root set (Sageflow, Siren, FLTrust)")
     test_fraction: float = _f(0.2, "test fraction for datasets without a fixed test split")
@@ -125,8 +122,7 @@ class DataConfig:
                               "give --data-path DIR")
 
     def partition_kwargs(self) -> dict[str, Any]:
-        """The parameters the partition scheme is called with: the shorthand fields that apply
-        to it, overridden by ``partition_params`` (see :mod:`simulator.data.scheme_params`)."""
+        """The partition scheme's arguments: its shorthand fields, then ``partition_params``."""
         from simulator.data.scheme_params import SHORTHAND, resolve_partition_params
 
         try:
