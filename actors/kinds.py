@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.packing import packable, packing
+from actors.packing import packing
 from simulator.config_fields import ConfigError
 
 DEVICES = ("cpu", "gpu")
@@ -179,17 +179,20 @@ def total_demand(kinds: Sequence[ActorKind]) -> dict[str, float]:
     return need
 
 
-def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]) -> None:
+def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]
+                      ) -> list[str | None]:
     """Raise ConfigError unless the alive ``nodes`` (``ray.nodes()`` entries: ``Alive``,
-    ``Resources``) can hold every actor of ``kinds``.
+    ``Resources``, ``NodeID``) can hold every actor of ``kinds``; return the node each actor is
+    placed on (:func:`planned_nodes`, from the same search).
 
     Checked in this order, per kind: its label exists on some node; each resource of one
     actor's demand fits on the largest node; some node holds the whole demand; the kind's
     count x demand fits in the cluster's totals; then all kinds together fit in the totals;
-    last, that the actors can be packed onto the nodes (:func:`actors.packing.packable`; a
-    search cut short by its step budget lets the pool try).
+    last, that the actors can be packed onto the nodes (:func:`actors.packing.packing`; a
+    search cut short by its step budget lets the pool try, with every node None).
     """
-    alive = [dict(n.get("Resources", {})) for n in nodes if n.get("Alive", False)]
+    live = [n for n in nodes if n.get("Alive", False)]
+    alive = [dict(n.get("Resources", {})) for n in live]
     totals: dict[str, float] = {}
     for res in alive:
         for r, v in res.items():
@@ -220,7 +223,8 @@ def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, A
                               if r in k.demand())
             raise ConfigError(f"actor kinds need {_amount(r, v)} in total ({parts}); the "
                               f"cluster has {totals.get(r, 0.0):g}")
-    if packable([(k.demand(), k.count) for k in kinds], alive) is False:
+    found = packing([(k.demand(), k.count) for k in kinds], alive)
+    if found is False:
         pool = ", ".join(f"{k.name}: {k.count} x " + " + ".join(_amount(r, v) for r, v in
                                                                  k.demand().items())
                          for k in kinds)
@@ -228,6 +232,7 @@ def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, A
                                     sorted(total_demand(kinds))) for res in alive)
         raise ConfigError(f"actor kinds fit the cluster's totals but no node packing holds "
                           f"them all ({pool}; nodes: {sizes})")
+    return _pins(kinds, live, found)
 
 
 def planned_nodes(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]
@@ -235,10 +240,17 @@ def planned_nodes(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]
     """The ``NodeID`` each actor of the pool (``kinds``' actors, kind after kind) is placed on
     by a packing of the alive ``nodes`` (:func:`actors.packing.packing`); all None when the
     search is undecided or finds none (the pool then lets Ray place the actors)."""
-    alive = [n for n in nodes if n.get("Alive", False)]
+    live = [n for n in nodes if n.get("Alive", False)]
     found = packing([(k.demand(), k.count) for k in kinds],
-                    [dict(n.get("Resources", {})) for n in alive])
+                    [dict(n.get("Resources", {})) for n in live])
+    return _pins(kinds, live, found)
+
+
+def _pins(kinds: Sequence[ActorKind], live: Sequence[Mapping[str, Any]],
+          found: list[list[int]] | bool | None) -> list[str | None]:
+    """A packing's counts per kind per alive node as one node id per actor (None each when
+    there is no packing)."""
     if not isinstance(found, list):
         return [None] * sum(k.count for k in kinds)
-    return [str(alive[j]["NodeID"]) for row in found for j, c in enumerate(row)
+    return [str(live[j]["NodeID"]) for row in found for j, c in enumerate(row)
             for _ in range(c)]

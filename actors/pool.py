@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.kinds import ActorKind, check_schedulable, planned_nodes, total_demand
+from actors.kinds import ActorKind, check_schedulable, total_demand
 from actors.merge import chunk_timings as chunk_timings  # re-exported
 from actors.merge import expand as expand  # re-exported
 from actors.merge import merge_results
@@ -134,9 +134,7 @@ class RayPool:
             # an actor that cannot be scheduled would wait forever: refuse up front; and place
             # each actor where a packing puts it (Ray alone, one actor at a time, can fragment
             # the nodes: a pool that fits would then wait for a place that never frees)
-            nodes = ray.nodes()
-            check_schedulable(kinds, nodes)
-            pins = planned_nodes(kinds, nodes)
+            pins = check_schedulable(kinds, ray.nodes())
         else:
             res = ray.cluster_resources()
             cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))

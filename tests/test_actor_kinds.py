@@ -102,10 +102,11 @@ def test_config_validates_kinds_and_conflicts(tmp_path: Path) -> None:
 
 # a 4-CPU node, a 2-CPU node with one GPU and the label 'fast', and a dead 64-CPU node
 NODES: list[dict[str, Any]] = [
-    {"Alive": True, "Resources": {"CPU": 4.0, "memory": 1e9, "node:10.0.0.1": 1.0}},
-    {"Alive": True, "Resources": {"CPU": 2.0, "GPU": 1.0, "fast": 1.0,
-                                  "node:10.0.0.2": 1.0}},
-    {"Alive": False, "Resources": {"CPU": 64.0, "slow": 1.0}},
+    {"NodeID": "n1", "Alive": True, "Resources": {"CPU": 4.0, "memory": 1e9,
+                                                  "node:10.0.0.1": 1.0}},
+    {"NodeID": "n2", "Alive": True, "Resources": {"CPU": 2.0, "GPU": 1.0, "fast": 1.0,
+                                                  "node:10.0.0.2": 1.0}},
+    {"NodeID": "n3", "Alive": False, "Resources": {"CPU": 64.0, "slow": 1.0}},
 ]
 
 
@@ -114,10 +115,12 @@ def kinds_of(**specs: str) -> list[ActorKind]:
 
 
 def test_schedulable_fits_exactly() -> None:
-    """4 CPU actors + 2 GPU actors (1 CPU, 0.5 GPU each, on 'fast'): 6 of 6 CPUs, 1 of 1 GPU."""
-    check_schedulable(kinds_of(a="count=4", g="device=gpu,count=2,gpus=0.5,resource=fast"),
-                      NODES)
-    check_schedulable([], NODES)
+    """4 CPU actors + 2 GPU actors (1 CPU, 0.5 GPU each, on 'fast'): 6 of 6 CPUs, 1 of 1 GPU;
+    the GPU actors can only go to n2, which they fill, so the CPU actors go to n1."""
+    pins = check_schedulable(kinds_of(a="count=4", g="device=gpu,count=2,gpus=0.5,"
+                                      "resource=fast"), NODES)
+    assert pins == ["n1"] * 4 + ["n2"] * 2
+    assert check_schedulable([], NODES) == []
 
 
 @pytest.mark.parametrize("specs, message", [

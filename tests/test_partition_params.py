@@ -46,10 +46,14 @@ def test_shorthand_fields_are_defaults_and_the_map_overrides_them() -> None:
         "missing_classes": 2, "max_retries": 7}
     assert resolve_partition_params("virtual", short, {"size_max": 32.0}) == {
         "alpha": 0.3, "size_median": 20.0, "size_sigma": 1.0, "size_min": 2, "size_max": 32}
-    # every shorthand field names a parameter of each scheme it applies to
+    # every shorthand field names a parameter of each scheme it applies to; virtual's defaults
+    # are the shorthand fields' defaults
     for field, (schemes, param) in SHORTHAND.items():
         assert field in DataConfig.__dataclass_fields__
         assert all(param in scheme_parameters(s) for s in schemes)
+        if "virtual" in schemes:
+            default = DataConfig.__dataclass_fields__[field].default
+            assert scheme_parameters("virtual")[param] == default
 
 
 @pytest.mark.parametrize(("scheme", "given", "message"), [

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cluster_helper import helper_run
 
-from actors.kinds import parse_actor_kinds, planned_nodes
+from actors.kinds import check_schedulable, parse_actor_kinds, planned_nodes
 
 HELPER = Path(__file__).resolve().parent / "pinning_cluster.py"
 
@@ -27,6 +27,7 @@ def test_planned_nodes_by_hand() -> None:
     nodes = [node("n1", 2), node("n2", 8, alive=False), node("n3", 3)]
     assert [k.name for k in kinds] == ["a", "b"]
     assert planned_nodes(kinds, nodes) == ["n3", "n1", "n3"]
+    assert check_schedulable(kinds, nodes) == ["n3", "n1", "n3"]   # the pool's one search
     # a label only n1 declares: a goes there
     kinds = parse_actor_kinds({"a": "resource=fast", "b": "threads=2"})
     nodes = [node("n1", 2, fast=1.0), node("n3", 2)]
@@ -36,6 +37,16 @@ def test_planned_nodes_by_hand() -> None:
 def test_planned_nodes_leave_ray_to_place_an_unpackable_pool() -> None:
     kinds = parse_actor_kinds({"w": "threads=2,count=3"})
     assert planned_nodes(kinds, [node("n1", 3), node("n2", 3)]) == [None, None, None]
+    # a search cut short (budget of 0 steps): the pool starts with no pins
+    import actors.kinds
+
+    monkey = actors.kinds.packing
+    try:
+        actors.kinds.packing = lambda d, n: None  # type: ignore[assignment]
+        assert check_schedulable(parse_actor_kinds({"w": "count=2"}),
+                                 [node("n1", 3)]) == [None, None]
+    finally:
+        actors.kinds.packing = monkey
 
 
 @pytest.fixture(scope="module")
