@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.hashing import mix64
+
 if TYPE_CHECKING:  # defined in simulator.traces, re-exported lazily (see __getattr__ below)
     from simulator.traces import TraceError as TraceError
     from simulator.traces import load_trace as load_trace
@@ -64,14 +66,6 @@ class DeviceProfile:
                               high=1.0 if name == "availability" else math.inf)
         if type(self.gflops) is not float or _problem("gflops", self.gflops):
             _check_number("gflops", self.gflops, strict=False)
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser on a uint64 array (wrapping arithmetic)."""
-    z = x + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,8 +153,8 @@ class Population:
 
     @staticmethod
     def _phases_of(ids: np.ndarray, seed: int, period_s: float) -> np.ndarray:
-        key = _mix64(np.array([seed], dtype=np.uint64))
-        h = _mix64(np.asarray(ids, dtype=np.uint64) ^ key)
+        key = mix64(np.array([seed], dtype=np.uint64))
+        h = mix64(np.asarray(ids, dtype=np.uint64) ^ key)
         return (h >> np.uint64(11)).astype(np.float64) * (2.0 ** -53) * period_s
 
     def available(self, t: float, *, seed: int, period_s: float = 3600.0) -> np.ndarray:

@@ -20,19 +20,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from simulator.hashing import mix64
+
 _U = np.uint64
 _MASK64 = (1 << 64) - 1
 #: stream tag, so that a client's noise shares no draws with its other seeded uses
 _TAG = 0x5EED
-
-
-def _mix64(z: np.ndarray) -> np.ndarray:
-    """One splitmix64 step on uint64 values (add the golden gamma, then the finalizer)."""
-    with np.errstate(over="ignore"):
-        z = z + _U(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> _U(30))) * _U(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> _U(27))) * _U(0x94D049BB133111EB)
-        return z ^ (z >> _U(31))
 
 
 def client_noise(seeds: Sequence[int], steps: int, size: int, device: torch.device
@@ -43,8 +36,8 @@ def client_noise(seeds: Sequence[int], steps: int, size: int, device: torch.devi
     if size == 0 or k == 0:
         return torch.zeros(k, s, size, device=device)
     n = s * size
-    keys = _mix64(_mix64(np.array([int(x) & _MASK64 for x in seeds], dtype=_U)) ^ _U(_TAG))
-    h = _mix64(keys[:, None] ^ _mix64(np.arange((n + 1) // 2, dtype=_U))[None, :])
+    keys = mix64(mix64(np.array([int(x) & _MASK64 for x in seeds], dtype=_U)) ^ _U(_TAG))
+    h = mix64(keys[:, None] ^ mix64(np.arange((n + 1) // 2, dtype=_U))[None, :])
     # float32 throughout (exact for 24-bit integers; numpy vectorizes its float32 log/cos/sin)
     u1 = ((h >> _U(40)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0**-24)
     u2 = ((h & _U(0xFFFFFF)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0**-24)

@@ -24,7 +24,7 @@ from torch.func import vmap
 
 from simulator.client_step import ClientStep
 from simulator.flat import FlatLayout, evaluate, score_models  # noqa: F401 (re-exported)
-from simulator.noise import client_noise  # noqa: F401 (re-exported)
+from simulator.noise import client_noise
 from simulator.step import PLAIN
 
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.special import ndtri
 
+from simulator.hashing import mix64
+
 if TYPE_CHECKING:  # defined in .partitioned, re-exported lazily (see __getattr__ below)
     from .partitioned import NaturalData, PartitionData
 
@@ -39,15 +41,6 @@ __all__ = [
 LOCAL_TEST_TAG = 0x7E57  # tag of the split that gives a partition's per-client local test data
 
 _U64 = (1 << 64) - 1
-
-
-def _mix64(z: np.ndarray) -> np.ndarray:
-    """One splitmix64 step on uint64 values (add the golden gamma, then the finalizer)."""
-    with np.errstate(over="ignore"):
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
 
 
 def hash_normal(seed: int, ids: np.ndarray, tag: int) -> np.ndarray:
@@ -71,9 +64,9 @@ def hash_normal(seed: int, ids: np.ndarray, tag: int) -> np.ndarray:
     ndarray
         float64 array of the shape of ``ids``.
     """
-    key = _mix64(np.array([int(seed) & _U64], dtype=np.uint64))
-    key = _mix64(key ^ np.array([int(tag) & _U64], dtype=np.uint64))
-    h = _mix64(key ^ _mix64(np.asarray(ids, dtype=np.int64).view(np.uint64)))
+    key = mix64(np.array([int(seed) & _U64], dtype=np.uint64))
+    key = mix64(key ^ np.array([int(tag) & _U64], dtype=np.uint64))
+    h = mix64(key ^ mix64(np.asarray(ids, dtype=np.int64).view(np.uint64)))
     u = ((h >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
     return ndtri(u)
 
