@@ -52,14 +52,15 @@ def test_packable_many_identical_nodes_is_quick() -> None:
 
 
 def test_check_schedulable_refuses_an_unpackable_pool() -> None:
-    nodes = [{"Alive": True, "Resources": {"CPU": 3.0, "memory": 1e9}},
-             {"Alive": True, "Resources": {"CPU": 3.0, "memory": 1e9}}]
+    nodes = [{"NodeID": "a", "Alive": True, "Resources": {"CPU": 3.0, "memory": 1e9}},
+             {"NodeID": "b", "Alive": True, "Resources": {"CPU": 3.0, "memory": 1e9}}]
     kinds = parse_actor_kinds({"w": "count=3,threads=2"})
     with pytest.raises(ConfigError) as e:
         check_schedulable(kinds, nodes)
     assert str(e.value) == ("actor kinds fit the cluster's totals but no node packing holds "
                             "them all (w: 3 x 2 CPUs; nodes: 3 CPUs; 3 CPUs)")
-    check_schedulable(parse_actor_kinds({"w": "count=2,threads=2"}), nodes)
+    # two of them fit, one per node
+    assert check_schedulable(parse_actor_kinds({"w": "count=2,threads=2"}), nodes) == ["a", "b"]
 
 
 @pytest.mark.parametrize("demands, nodes, expected", [
