@@ -1,7 +1,9 @@
 """Run outputs: a JSONL event per round, a summary JSON, a CSV and PNG plots.
 
-The event log is appended and flushed every round, so a run that is killed keeps every round it
-finished; :func:`truncate_events` drops rounds past a checkpoint when a run resumes.
+The event log is an :class:`~simulator.appendlog.AppendLog`: one JSON line per round, written
+in one write and flushed, so a run killed at any moment (even mid-write) keeps every round it
+finished and at most a torn last line; :func:`truncate_events` drops that tail and the rounds
+past a checkpoint when a run resumes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from simulator.appendlog import AppendLog, drop_torn_tail, read_jsonl
 
 CSV_FIELDS = ("round", "virtual_time", "wall_time", "accuracy", "loss", "train_loss",
               "participants", "dropped", "stale", "rejected")
@@ -31,37 +35,53 @@ def _clean(v: Any) -> Any:
 
 
 class EventLog:
-    """Appends one JSON object per line to ``events.jsonl``."""
+    """Appends one JSON object per line to ``events.jsonl`` (one write and a flush per event).
+
+    Parameters
+    ----------
+    path : Path
+        The log; one that may end in a torn line goes through :func:`truncate_events` first.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fh = path.open("a")
+        self._log = AppendLog(path, "jsonl")
 
     def write(self, event: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(_clean(event), sort_keys=False) + "\n")
-        self._fh.flush()
+        """Append one round's event."""
+        self._log.append((json.dumps(_clean(event), sort_keys=False) + "\n").encode())
 
     def close(self) -> None:
-        self._fh.close()
+        """Close the log."""
+        self._log.close()
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The events of a log (none when it is missing), ignoring a torn last line.
+
+    Raises
+    ------
+    simulator.appendlog.CorruptLogError
+        A line before the last does not parse.
+    """
+    return read_jsonl(path)
 
 
 def truncate_events(path: Path, next_round: int) -> None:
-    """Keep only events of rounds before ``next_round`` (used when resuming); streams the log
-    line by line."""
+    """Keep only events of rounds before ``next_round`` (used when resuming).
+
+    A torn last line (a kill mid-write) is cut off first; the log is then streamed line by
+    line into a temporary file that replaces it, so a kill here leaves one log or the other.
+    """
     if not path.is_file():
         path.write_text("")
         return
+    drop_torn_tail(path, "jsonl")
     tmp = path.with_suffix(".jsonl.tmp")
-    with path.open() as src, tmp.open("w") as dst:
+    with path.open("rb") as src, tmp.open("wb") as dst:
         for line in src:
             if line.strip() and json.loads(line).get("round", -1) < next_round:
-                dst.write(line if line.endswith("\n") else line + "\n")
+                dst.write(line)
     tmp.replace(path)
 
 

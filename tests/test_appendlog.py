@@ -1,0 +1,228 @@
+"""Append-only run files: torn tails are cut at the byte, corruption is named, the failpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator import appendlog
+from simulator.appendlog import (
+    AppendLog,
+    CorruptLogError,
+    Failpoint,
+    drop_torn_tail,
+    parse_failpoint,
+    read_jsonl,
+)
+from simulator.output import EventLog, read_events, truncate_events
+
+ROOT = Path(__file__).resolve().parents[1]
+TWO = b'{"round": 0}\n{"round": 1}\n'
+
+
+def _rec(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def _file(tmp_path: Path, data: bytes, name: str = "events.jsonl") -> Path:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+# ------------------------------------------------------------------------------ jsonl
+
+
+def test_intact_jsonl_drops_nothing(tmp_path: Path) -> None:
+    p = _file(tmp_path, TWO)
+    assert drop_torn_tail(p) == 0
+    assert p.read_bytes() == TWO
+    assert drop_torn_tail(_file(tmp_path, b"", "empty.jsonl")) == 0
+
+
+def test_missing_file_is_zero_and_stays_missing(tmp_path: Path) -> None:
+    p = tmp_path / "absent.jsonl"
+    assert drop_torn_tail(p) == 0 and drop_torn_tail(p, "records") == 0
+    assert read_jsonl(p) == [] and not p.exists()
+
+
+def test_torn_json_tail_is_cut_at_the_byte(tmp_path: Path) -> None:
+    p = _file(tmp_path, TWO + b'{"rou')
+    ino = p.stat().st_ino
+    assert read_jsonl(p) == [{"round": 0}, {"round": 1}]
+    assert p.read_bytes() == TWO + b'{"rou'  # reading never modifies the file
+    assert drop_torn_tail(p) == 5
+    assert p.read_bytes() == TWO
+    assert p.stat().st_ino == ino  # truncated in place, not rewritten and renamed
+    assert drop_torn_tail(p) == 0  # idempotent
+
+
+def test_last_line_without_newline_is_torn_even_if_it_parses(tmp_path: Path) -> None:
+    p = _file(tmp_path, TWO + b'{"round": 2}')
+    assert read_jsonl(p) == [{"round": 0}, {"round": 1}]
+    assert drop_torn_tail(p) == len(b'{"round": 2}')
+    assert p.read_bytes() == TWO
+
+
+def test_unparsable_last_line_with_newline_is_dropped(tmp_path: Path) -> None:
+    p = _file(tmp_path, TWO + b'{"round": \n')
+    assert read_jsonl(p) == [{"round": 0}, {"round": 1}]
+    assert drop_torn_tail(p) == len(b'{"round": \n')
+    assert p.read_bytes() == TWO
+
+
+@pytest.mark.parametrize("bad", [b'{"rou\n', b"[1, 2]\n", b"\xff\xfe\n"])
+def test_bad_middle_line_is_corruption_named_by_line(tmp_path: Path, bad: bytes) -> None:
+    data = b'{"round": 0}\n' + bad + b'{"round": 2}\n{"rou'
+    p = _file(tmp_path, data)
+    for call in (lambda: drop_torn_tail(p), lambda: read_jsonl(p)):
+        with pytest.raises(CorruptLogError) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith(f"{p}:2: not a JSON record (") and "\n" not in msg
+    assert isinstance(err.value, ValueError)
+    assert p.read_bytes() == data  # corruption is never silently dropped
+
+
+def test_blank_lines_are_not_records(tmp_path: Path) -> None:
+    p = _file(tmp_path, b'{"round": 0}\n\n{"round": 1}\n')
+    assert drop_torn_tail(p) == 0
+    assert read_jsonl(p) == [{"round": 0}, {"round": 1}]
+
+
+# ------------------------------------------------------------------------------ records
+
+
+def test_records_intact_and_truncated(tmp_path: Path) -> None:
+    whole = _rec(b"abc") + _rec(b"") + _rec(b"\x00" * 300)
+    p = _file(tmp_path, whole, "blocks.rlp")
+    assert drop_torn_tail(p, "records") == 0 and p.read_bytes() == whole
+    for torn in (b"\x00\x00", _rec(b"hello")[:-2]):  # cut in the length prefix, in the payload
+        p.write_bytes(whole + torn)
+        assert drop_torn_tail(p, "records") == len(torn)
+        assert p.read_bytes() == whole
+    p.write_bytes(b"\x00\x00\x00\x09abc")  # the only record is torn: nothing is left
+    assert drop_torn_tail(p, "records") == 7 and p.read_bytes() == b""
+
+
+def test_unknown_kind_lists_the_valid_ones(tmp_path: Path) -> None:
+    for call in (lambda: AppendLog(tmp_path / "x", "csv"),
+                 lambda: drop_torn_tail(tmp_path / "x", "csv")):
+        with pytest.raises(ValueError, match="jsonl, records"):
+            call()
+    assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------------------ writing
+
+
+def test_append_writes_whole_records(tmp_path: Path) -> None:
+    with AppendLog(tmp_path / "a.jsonl") as log:
+        log.append(b'{"round": 0}\n')
+        assert (tmp_path / "a.jsonl").read_bytes() == b'{"round": 0}\n'  # flushed at once
+        for bad in (b'{"round": 1}', b'{"a": 1}\n{"b": 2}\n'):
+            with pytest.raises(ValueError, match="one line"):
+                log.append(bad)
+    with AppendLog(tmp_path / "a.jsonl") as log:  # reopened: appends after what is there
+        log.append(b'{"round": 1}\n')
+    assert (tmp_path / "a.jsonl").read_bytes() == TWO
+    with AppendLog(tmp_path / "b.rlp", "records") as rec:
+        rec.append(_rec(b"xy"))
+        with pytest.raises(ValueError, match="length"):
+            rec.append(b"\x00\x00\x00\x05xy")
+    assert (tmp_path / "b.rlp").read_bytes() == _rec(b"xy")
+
+
+def test_opening_a_torn_jsonl_refuses_to_append(tmp_path: Path) -> None:
+    p = _file(tmp_path, TWO + b'{"rou')
+    with pytest.raises(ValueError, match="drop_torn_tail"):
+        AppendLog(p)
+    assert p.read_bytes() == TWO + b'{"rou'
+
+
+def test_event_log_round_trip_and_resume_truncation(tmp_path: Path) -> None:
+    p = tmp_path / "events.jsonl"
+    log = EventLog(p)
+    for r in range(3):
+        log.write({"round": r, "accuracy": float("nan") if r == 1 else 0.5})
+    log.close()
+    assert p.read_text().splitlines()[1] == '{"round": 1, "accuracy": null}'
+    with p.open("ab") as fh:
+        fh.write(b'{"round": 3, "acc')  # a kill mid-write of round 3
+    assert [e["round"] for e in read_events(p)] == [0, 1, 2]
+    truncate_events(p, 2)
+    assert p.read_bytes() == b'{"round": 0, "accuracy": 0.5}\n{"round": 1, "accuracy": null}\n'
+
+
+# ------------------------------------------------------------------------------ failpoint
+
+
+@pytest.mark.parametrize(("spec", "want"), [
+    (None, None), ("", None),
+    ("events.jsonl:4", Failpoint("events.jsonl", 4, False)),
+    ("events.jsonl:12:after", Failpoint("events.jsonl", 12, True)),
+    ("blocks.rlp:1", Failpoint("blocks.rlp", 1, False)),
+])
+def test_failpoint_parses(spec: str | None, want: Failpoint | None) -> None:
+    assert parse_failpoint(spec) == want
+
+
+@pytest.mark.parametrize("spec", ["events.jsonl", "events.jsonl:0", "events.jsonl:-1",
+                                  "events.jsonl:x", ":3", "events.jsonl:3:before",
+                                  "events.jsonl:3:after:1", "a:b:3"])
+def test_failpoint_rejects_bad_syntax_in_one_line(spec: str) -> None:
+    with pytest.raises(ValueError, match="FEDSENTRY_FAILPOINT") as err:
+        parse_failpoint(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_failpoint_fails_at_first_append(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(appendlog.FAILPOINT_ENV, "events.jsonl:soon")
+    monkeypatch.setattr(appendlog, "_ARMED", appendlog._Armed())
+    log = AppendLog(tmp_path / "events.jsonl")  # opening does not read it
+    with pytest.raises(ValueError, match="FEDSENTRY_FAILPOINT='events.jsonl:soon'"):
+        log.append(b"{}\n")
+    log.close()
+
+
+_CHILD = """
+import sys
+from pathlib import Path
+from simulator.appendlog import AppendLog
+d = Path(sys.argv[1])
+with AppendLog(d / "other.jsonl") as o, AppendLog(d / "events.jsonl") as a:
+    for i in range(5):
+        o.append(b'{"o": %d}\\n' % i)
+        a.append(b'{"round": %d, "pad": "xxxxxxxxxx"}\\n' % i)
+    b = AppendLog(d / "blocks.rlp", "records")
+    for i in range(3):
+        b.append(bytes([0, 0, 0, 4]) + b"blk%d" % i)
+"""
+
+
+@pytest.mark.parametrize(("spec", "events", "tail"), [
+    ("events.jsonl:3", 2, b'{"round": 2, "pad'),  # the first 17 of the 3rd line's 34 bytes
+    ("events.jsonl:3:after", 3, b""),
+    ("blocks.rlp:2", 5, b"\x00\x00\x00\x04"),         # half of the 2nd 8-byte record
+    ("nothing.jsonl:1", 5, None),
+])
+def test_failpoint_kills_the_process_at_the_nth_append(tmp_path: Path, spec: str,
+                                                        events: int, tail: bytes | None) -> None:
+    env = {**os.environ, appendlog.FAILPOINT_ENV: spec}
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == (0 if tail is None else -9), proc.stderr.decode()
+    lines = (tmp_path / "events.jsonl").read_bytes().split(b"\n")
+    assert [json.loads(x)["round"] for x in lines[:-1]] == list(range(events))
+    if spec.startswith("events"):
+        assert lines[-1] == tail
+        assert len(read_jsonl(tmp_path / "other.jsonl")) == 3  # counted per basename
+    elif tail is not None:
+        assert (tmp_path / "blocks.rlp").read_bytes() == _rec(b"blk0") + tail
+        assert drop_torn_tail(tmp_path / "blocks.rlp", "records") == 4

@@ -1,0 +1,103 @@
+"""A kill -9 at any moment, even mid-write, leaves a run that ``--resume`` finishes.
+
+Real SIGKILLs: the CLI runs in a subprocess with ``FEDSENTRY_FAILPOINT`` set (see
+:mod:`simulator.appendlog`), dies at an exact byte of ``events.jsonl``, and a second subprocess
+resumes it; its events and summary must equal an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from simulator.appendlog import FAILPOINT_ENV
+from simulator.output import read_events
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUNDS = 6
+RUN = ["--backend", "local", "--dataset", "digits", "--num-clients", "8",
+       "--clients-per-round", "4", "--local-epochs", "1", "--rounds", str(ROUNDS),
+       "--checkpoint-every", "1", "--no-progress", "--no-plots"]
+# wall-clock measurements differ between any two runs (as in test_engine.py)
+WALL = ("wall_time", "slowest_train_seconds", "chunks", "placement")
+
+
+def _cli(*args: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
+    env["OMP_NUM_THREADS"] = "1"  # a tiny model: one thread is fastest, and every run alike
+    if failpoint is not None:
+        env[FAILPOINT_ENV] = failpoint
+    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in e.items() if k not in WALL} for e in events]
+
+
+def _summary(out: Path) -> dict[str, Any]:
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted run, shared by the module."""
+    out = tmp_path_factory.mktemp("kill") / "reference"
+    proc = _cli(*RUN, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert [e["round"] for e in read_events(out / "events.jsonl")] == list(range(ROUNDS))
+    return out
+
+
+def _assert_resumes_to(out: Path, reference: Path) -> None:
+    proc = _cli("--resume", str(out))
+    assert proc.returncode == 0, proc.stderr
+    raw = (out / "events.jsonl").read_bytes()
+    assert raw.endswith(b"\n") and raw.count(b"\n") == ROUNDS  # nothing lost, nothing twice
+    resumed, ref = read_events(out / "events.jsonl"), read_events(reference / "events.jsonl")
+    assert [e["round"] for e in resumed] == list(range(ROUNDS))
+    assert _strip(resumed) == _strip(ref)
+    got, want = _summary(out), _summary(reference)
+    assert got["final_accuracy"] == want["final_accuracy"]
+    assert got["rounds"] == want["rounds"] == ROUNDS
+    assert not (out / "checkpoint.pt.tmp").exists()
+
+
+@pytest.mark.parametrize(("failpoint", "complete"), [
+    ("events.jsonl:4", 3),        # killed halfway through writing round 3's event
+    ("events.jsonl:4:after", 4),  # killed after round 3's event, before its checkpoint
+])
+def test_sigkill_then_resume_matches_uninterrupted(tmp_path: Path, reference: Path,
+                                                   failpoint: str, complete: int) -> None:
+    out = tmp_path / "killed"
+    proc = _cli(*RUN, "--out", str(out), failpoint=failpoint)
+    assert proc.returncode == -9, proc.stderr  # a real SIGKILL, not an exception
+    raw = (out / "events.jsonl").read_bytes()
+    assert raw.count(b"\n") == complete
+    assert raw.endswith(b"\n") == failpoint.endswith(":after")  # torn mid-write, or whole
+    assert not (out / "summary.json").exists()
+    # the last checkpoint is the one after round 2: it never runs ahead of the log
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["next_round"] == 3
+    if failpoint.endswith(":after"):
+        # as if the kill had also landed mid-checkpoint: a torn temporary file is left over
+        (out / "checkpoint.pt.tmp").write_bytes(b"PK\x03\x04 torn")
+    _assert_resumes_to(out, reference)
+
+
+def test_kill_after_the_last_checkpoint_resumes_to_the_same_summary(
+        tmp_path: Path, reference: Path) -> None:
+    # every round is logged and checkpointed, the kill lands while summary.json is written
+    out = tmp_path / "finishing"
+    shutil.copytree(reference, out)
+    (out / "summary.json").write_bytes((reference / "summary.json").read_bytes()[:40])
+    (out / "metrics.csv").unlink()
+    _assert_resumes_to(out, reference)
+    assert (out / "metrics.csv").is_file()
