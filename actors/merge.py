@@ -69,7 +69,11 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
     if rows:
         rank = {c: i for i, c in enumerate(order)}
         rperm = np.argsort([rank[int(c)] for c in row_ids], kind="stable")
-        out["row_ids"], out["rows"] = row_ids[rperm], np.concatenate(rows)[rperm]
+        stacked = np.concatenate(rows)
+        if np.array_equal(rperm, np.arange(len(rperm))):  # already in order: no second copy
+            out["row_ids"], out["rows"] = row_ids, stacked
+        else:
+            out["row_ids"], out["rows"] = row_ids[rperm], stacked[rperm]
     else:
         out["row_ids"], out["rows"] = row_ids, None
     sums = [p["sum"] for p in parts if p["sum"] is not None]

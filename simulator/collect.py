@@ -126,9 +126,25 @@ def collect(sim: Simulation, plan: RoundPlan, res: dict[str, Any], where: str) -
                      losses, chunks, placed)
 
 
+def _stack(rows: list[np.ndarray]) -> np.ndarray:
+    """``np.stack(rows)``; rows that are rows of one matrix (the actors' merged answer) are
+    gathered from it at once, or sliced without a copy when they are its rows in order (at
+    1,000 clients a round, stacking 1,000 views one by one costs tens of ms)."""
+    base = rows[0].base
+    if (isinstance(base, np.ndarray) and base.ndim == 2 and base.flags.c_contiguous
+            and all(r.base is base for r in rows) and base.shape[1] == rows[0].shape[0]):
+        start = base.__array_interface__["data"][0]
+        step = base.strides[0]
+        idx = np.array([(r.__array_interface__["data"][0] - start) // step for r in rows])
+        if np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
+            return base[idx[0]:idx[0] + len(idx)]
+        return base[idx]  # fancy indexing: ~6x faster than np.take(axis=0) here
+    return np.stack(rows)
+
+
 def make_batch(arrived: list[InFlight], size: int) -> UpdateBatch:
     """The update batch of the rows aggregated this round."""
-    upd = (torch.from_numpy(np.stack([f.row for f in arrived])) if arrived
+    upd = (torch.from_numpy(_stack([f.row for f in arrived])) if arrived
            else torch.zeros(0, size))
     return UpdateBatch(
         upd, np.array([f.arrival.client_id for f in arrived], np.int64),
