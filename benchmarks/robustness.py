@@ -314,9 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         done = [r for r in results if r.get("ledger_seconds") is not None]
         led = sum(r["ledger_seconds"] for r in done)
         tot = sum(r["run_seconds"] for r in done)
-        print(f"ledger: {len(done)} runs recorded, {led:.1f} s of {tot:.1f} s run time "
-              f"({100 * led / max(tot, 1e-9):.1f}%); audit with: python -m ledger.audit "
-              f"{args.out}")
+        print(f"ledger: {len(done)} runs recorded; the runs waited {led:.1f} s of "
+              f"{tot:.1f} s for their recorder ({100 * led / max(tot, 1e-9):.1f}%); audit "
+              f"with: python -m ledger.audit {args.out} --jobs 2")
     print(f"wrote {args.out}/results.json, results.csv, accuracy_vs_round.png, "
           "accuracy_vs_fraction.png, grid.yaml")
     return 0

@@ -1,23 +1,15 @@
-"""FLChain ledger (Majeed & Hong 2019): every round of a run recorded on chain, and the audit.
+"""FLChain ledger (Majeed & Hong 2019), v2: every round of a run committed on chain, and the audit.
 
-``compile`` builds ``contracts/FLChain.vy`` offline with the pinned Vyper; ``chain`` sends locally
-signed transactions to the embedded py-evm devnet (``pyevm``, exported and re-imported by
-``devnet``) or to any JSON-RPC node; ``recorder`` is the round callback that writes updates,
-signed records (``records``), Merkle roots (``merkle``) and BLS committee attestations
-(``committee``) on and off chain (``store``); ``audit`` re-derives every global model from them
-(``replay``) and reports each discrepancy; ``tamper`` holds the cases it must catch.
+A run's driver hands each round to the recorder process (``recorder`` -> ``host`` ->
+``session``): the edge committee re-derives the round's global model (``replay``) and signs the
+round's commitment with BLS (``committee``, ``commitment``), every client signs its update
+record (``records``), the round's updates, records, verdicts and global model go into one
+content-addressed pack (``pack``, ``round_build``) and ONE transaction commits the round's Merkle
+roots (``merkle``) to the channel's contract (``contracts/FLChain.vy``, compiled by ``compile``)
+on the embedded py-evm devnet (``pyevm``, ``devnet``) or any JSON-RPC node (``chain``). ``audit``
+re-validates all of it and re-derives every global model; ``tamper`` holds the cases it must
+catch; ``proof`` gives a client its inclusion proof.
+
+Modules are imported where used: the driver of a run imports only ``recorder``, ``host`` and
+``errors``, not the chain stack.
 """
-
-from ledger.chain import Chain, LedgerRevert, derive_accounts
-from ledger.compile import CompiledContract, compile_flchain, runtime_code_sha256
-from ledger.pyevm import IndexedPyEVMBackend
-
-__all__ = [
-    "Chain",
-    "CompiledContract",
-    "IndexedPyEVMBackend",
-    "LedgerRevert",
-    "compile_flchain",
-    "derive_accounts",
-    "runtime_code_sha256",
-]

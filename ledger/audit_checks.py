@@ -1,32 +1,33 @@
-"""The checks of :mod:`ledger.audit`, one run directory at a time.
+"""The checks of :mod:`ledger.audit`, one run directory at a time (ledger v2).
 
 Each failed check is yielded as ``(round, client, check, expected, found)``. Input that makes an
-audit impossible (no manifest, unreadable config, node unreachable, wrong chain id, no contract
-at the address) raises :class:`AuditInputError` instead: that is exit status 2, not a finding.
+audit impossible (no manifest, another ledger format, unreadable config, node unreachable, wrong
+chain id, no contract at the address) raises :class:`AuditInputError` instead: that is exit
+status 2, not a finding.
+
+Order: the chain (re-imported with full block validation, or read from the node), the contract
+(code and setup), the committee's proofs of possession, the index against the chain's
+``Committed`` events; then every round's pack in one pass (:func:`ledger.audit_round.check_pack`,
+in parallel with ``jobs``), the cross-round checks (admission, client signatures, base models),
+the replay of the aggregation (:mod:`ledger.replay`) and the committee signatures, batched.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
-from ledger.chain import Chain
-from ledger.committee import Attestation, attestation_message, verify_attestations
-from ledger.committee import verify_registration as verify_pops
-from ledger.compile import compile_flchain
-from ledger.merkle import leaf, merkle_root
-from ledger.records import DEV_KEY, hx, model_blob, recover_signer, sha256, unhx
-from ledger.replay import TOLERANCE, Replayer, batch_of
-from ledger.store import BlobError, BlobStore, decode
+from ledger.audit_round import Commitment, PackFacts, check_pack
+from ledger.commitment import commit_message, g1_eip2537, g2_compress_eip2537
+from ledger.committee import Attestation, verify_attestations, verify_registration
+from ledger.errors import FORMAT
+from ledger.records import DEV_KEY, hx, unhx
+from simulator.appendlog import CorruptLogError, read_jsonl
 
 Finding = tuple[int | None, int | None, str, Any, Any]
-#: rounds whose committee signatures are verified as one batch (one final exponentiation)
+#: rounds whose committee signatures are verified as one batch
 BLS_BATCH = 64
 
 
@@ -45,31 +46,34 @@ class RunAudit:
             raise AuditInputError(f"{run_dir}: no ledger/manifest.json (not a --ledger run)")
         try:
             self.manifest = json.loads(m.read_text())
-            self.entries = [json.loads(x) for x in (self.dir / "rounds.jsonl").read_text()
-                            .splitlines() if x.strip()]
         except (OSError, ValueError) as exc:
-            raise AuditInputError(f"{run_dir}: ledger files unreadable: {exc}") from None
+            raise AuditInputError(f"{run_dir}: ledger/manifest.json unreadable: {exc}") from None
+        if self.manifest.get("format") != FORMAT:
+            raise AuditInputError(f"{run_dir}: ledger format {self.manifest.get('format')!r}; "
+                                  f"this audit reads {FORMAT!r} (record the run again)")
+        if not (self.dir / "rounds.jsonl").is_file():
+            raise AuditInputError(f"{run_dir}: ledger/rounds.jsonl is missing")
+        try:
+            self.entries = read_jsonl(self.dir / "rounds.jsonl")
+        except (OSError, CorruptLogError) as exc:
+            raise AuditInputError(f"{run_dir}: ledger/rounds.jsonl unreadable: {exc}") from None
         from simulator.config import ConfigError, build_config
 
         try:
             self.cfg = build_config(self.manifest["config"])
         except (ConfigError, KeyError) as exc:
             raise AuditInputError(f"{run_dir}: manifest config invalid: {exc}") from None
-        self.store = BlobStore(self.dir)
-        self.channel = unhx(self.manifest["channel_id"])
+        self.channel = self.manifest["channel_id"]
+        self.contract = self.manifest["contract"]
+        self.chain_id = int(self.manifest["chain_id"])
         self.rounds_checked = self.submissions = 0
         self.notes: list[str] = []
         self.gas_per_round: float | None = None
+        self.events: dict[int, Commitment] = {}
 
     # -- chain -----------------------------------------------------------------------------
-    def _round_of_block(self, number: int) -> int | None:
-        for e in self.entries:
-            if e["block"] >= number:
-                return int(e["round"])
-        return None
-
-    def _open_chain(self) -> Iterator[Finding]:
-        self.chain: Chain | None = None
+    def open_chain(self) -> Iterator[Finding]:
+        self.chain: Any = None
         self.chain_ends: int | None = None  # first round the (re-imported) chain cannot show
         if self.manifest["backend"] == "embedded":
             from ledger.devnet import ChainExportError, import_chain
@@ -80,245 +84,196 @@ class RunAudit:
                 raise AuditInputError(str(exc)) from None
             if res.error is not None:
                 self.chain_ends = self._round_of_block(res.error.block_number)
-                yield (self.chain_ends, None, "chain-block",
-                       res.error.expected, f"{res.error.found} (block {res.error.block_number}: "
-                                           f"{res.error.message})")
+                yield (self.chain_ends, None, "chain-block", res.error.expected,
+                       f"{res.error.found} (block {res.error.block_number}: "
+                       f"{res.error.message})")
             self.chain = res.chain
         else:
+            from ledger.chain import Chain
+
             url = self.ledger_url or self.manifest.get("url")
             try:
-                self.chain = Chain.rpc(url, [DEV_KEY], chain_id=self.manifest["chain_id"])
+                self.chain = Chain.rpc(url, [DEV_KEY], chain_id=self.chain_id)
             except (ConnectionError, ValueError) as exc:
                 raise AuditInputError(str(exc)) from None
-            if not bytes(self.chain.w3.eth.get_code(self.manifest["contract"])):
-                raise AuditInputError(f"no contract at {self.manifest['contract']} on {url}")
+            if not bytes(self.chain.w3.eth.get_code(self.contract)):
+                raise AuditInputError(f"no contract at {self.contract} on {url}")
 
-    def _events(self) -> Iterator[Finding]:
-        assert self.chain is not None
+    def _round_of_block(self, number: int) -> int | None:
+        for e in sorted(self.entries, key=lambda x: x["round"]):
+            if int(e["block"]) >= number:
+                return int(e["round"])
+        return None
+
+    def read_contract(self) -> Iterator[Finding]:
+        """Deployed code and setup against the compiled source and the manifest; then read the
+        ``Committed`` events."""
+        from ledger.compile import compile_flchain
+
         c = compile_flchain()
-        addr = self.manifest["contract"]
-        code = bytes(self.chain.w3.eth.get_code(addr))
+        code = bytes(self.chain.w3.eth.get_code(self.contract))
         if not code:
-            yield None, None, "contract-code", self.manifest["compiler"]["runtime_sha256"], \
-                f"no code at {addr}"
-            self.reg, self.subs, self.fins = {}, defaultdict(list), {}
+            yield None, None, "contract-code", c.runtime_sha256, f"no code at {self.contract}"
             return
-        found = self.chain.code_sha256(addr)
+        found = self.chain.code_sha256(self.contract)
         for want, what in ((c.runtime_sha256, "compiled source"),
                            (self.manifest["compiler"]["runtime_sha256"], "manifest")):
             if found != want:
                 yield None, None, "contract-code", f"{want} ({what})", found
-        k = self.chain.w3.eth.contract(address=addr, abi=c.abi)
-        self.reg = {e["args"]["client"]: e["args"]["key_hash"]
-                    for e in k.events.Registered().get_logs(from_block=0)}
-        self.subs: dict[int, list[Any]] = defaultdict(list)
-        for e in k.events.Submitted().get_logs(from_block=0):
-            self.subs[int(e["args"]["round"])].append(e["args"])
-        self.fins = {int(e["args"]["round"]): e["args"]
-                     for e in k.events.Finalized().get_logs(from_block=0)}
-
-    # -- per round -------------------------------------------------------------------------
-    def _blob(self, digest: str, rnd: int, client: int | None, check: str,
-              out: list[Finding]) -> bytes | None:
+        k = self.chain.w3.eth.contract(address=self.contract, abi=c.abi)
+        f = k.functions
+        committee = self.manifest.get("committee") or []
         try:
-            return self.store.get(digest.removeprefix("0x"))
-        except BlobError as exc:
-            out.append((rnd, client, check, digest, str(exc).split(": ")[-1]))
-            p = self.store.path(digest.removeprefix("0x"))
-            return p.read_bytes() if p.is_file() else None
+            want = {"aggregator": self.manifest["aggregator"], "channel_id": self.channel,
+                    "quorum": int(self.manifest.get("quorum", 0)),
+                    "committee_size": len(committee),
+                    "verify_signatures": bool(self.manifest.get("onchain_bls"))}
+            got = {"aggregator": f.aggregator().call(), "channel_id": hx(f.channel_id().call()),
+                   "quorum": f.quorum().call(), "committee_size": f.committee_size().call(),
+                   "verify_signatures": f.verify_signatures().call()}
+            for i, m in enumerate(committee):
+                want[f"committee_key({i})"] = hx(g1_eip2537(bytes.fromhex(m["pubkey"])))
+                got[f"committee_key({i})"] = hx(f.committee_key(i).call())
+        except Exception as exc:  # noqa: BLE001 - other code at the address: say what failed
+            yield None, None, "contract-setup", "the FLChain v2 interface", repr(exc)[:120]
+            return
+        for key in want:
+            if want[key] != got[key]:
+                yield None, None, "contract-setup", f"{key}={want[key]}", f"{key}={got[key]}"
+        for lg in k.events.Committed().get_logs(from_block=0):
+            a = lg["args"]
+            sig = bytes(a["signature"])
+            self.events[int(a["round"])] = Commitment(
+                int(a["round"]), hx(a["pack_id"]), hx(a["global_hash"]),
+                hx(a["submissions_root"]), hx(a["verdicts_hash"]), hx(a["admitted_root"]),
+                int(a["signers"]), g2_compress_eip2537(sig).hex() if sig else None)
+            self._gas_tx = getattr(self, "_gas_tx", []) + [lg["transactionHash"]]
 
-    def _round(self, e: dict[str, Any], globals_: dict[int, str]) -> tuple[list[Finding], Any]:
-        rnd, out = int(e["round"]), []
-        fin = self.fins.get(rnd)
-        chain_ok = self.chain_ends is None or rnd < self.chain_ends
-        if not chain_ok:  # already reported once as chain-block; only off-chain checks follow
-            pass
-        elif fin is None:
-            out.append((rnd, None, "round-on-chain", "Finalized event", "missing"))
-        else:
-            for key, val in (("global_hash", e["global_hash"]), ("merkle_root", e["merkle_root"]),
-                             ("verdict_hash", e["verdicts"]),
-                             ("attestation_hash", e["attestation_hash"])):
-                if hx(fin[key]) != val:
-                    out.append((rnd, None, f"finalized-{key}", hx(fin[key]), val))
-        on_chain = defaultdict(list)
-        for s in self.subs.get(rnd, []):
-            on_chain[s["client"]].append(s)
-        seen: set[int] = set()
-        rows, recs, hashes = [], [], {}
-        for s in e["submissions"]:
-            data = self._blob(s["record"], rnd, s["client"], "record-blob", out)
-            try:
-                signed = json.loads(data or b"")
-                rec = signed["record"]
-            except (ValueError, KeyError, TypeError):
-                out.append((rnd, s["client"], "record-blob", "a signed update record",
-                            "unreadable"))
-                continue
-            c, addr = int(rec["client"]), rec["address"]
-            if c != s["client"]:
-                out.append((rnd, s["client"], "record-client", s["client"], c))
-            if c in seen:
-                out.append((rnd, c, "one-submission", 1, "2 or more in rounds.jsonl"))
-            seen.add(c)
-            if rec["round"] != rnd:
-                out.append((rnd, c, "replayed-submission", f"round {rnd}",
-                            f"record of round {rec['round']}"))
-            if rec["channel"] != hx(self.channel) or rec["contract"] != self.manifest["contract"]:
-                out.append((rnd, c, "record-channel", hx(self.channel), rec["channel"]))
-            if chain_ok and addr not in self.reg:
-                out.append((rnd, c, "registered-sender", "a registered address", addr))
-            signer = recover_signer(signed)
-            if signer != addr:
-                out.append((rnd, c, "signature", addr, signer))
-            ev = on_chain.get(addr, [])
-            if not chain_ok:
-                pass
-            elif len(ev) != 1:
-                out.append((rnd, c, "on-chain-submission", 1, len(ev)))
-            elif (hx(ev[0]["update_hash"]), ev[0]["samples"], hx(ev[0]["base_hash"])) != \
-                    (rec["update_hash"], rec["samples"], rec["base_hash"]):
-                out.append((rnd, c, "on-chain-submission", rec["update_hash"],
-                            hx(ev[0]["update_hash"])))
-            want_base = globals_.get(int(rec["base_round"]))
-            if rec["base_hash"] != want_base:
-                out.append((rnd, c, "base-model", want_base, rec["base_hash"]))
-            blob = self._blob(rec["update_hash"], rnd, c, "update-blob", out)
-            hashes[c] = unhx(rec["update_hash"])
-            try:
-                rows.append(decode(blob)["delta"] if blob else None)
-            except (BlobError, KeyError):
-                rows.append(None)
-            recs.append(rec)
-        addr_client = {r["address"]: r["client"] for r in recs}
-        for addr in on_chain:
-            if addr not in addr_client:
-                out.append((rnd, None, "off-chain-record", f"a record for {addr}", "missing"))
-            if addr not in self.reg:
-                out.append((rnd, addr_client.get(addr), "registered-sender",
-                            "a registered address", addr))
-        root = merkle_root([leaf(c, hashes[c]) for c in sorted(e["accepted"]) if c in hashes])
-        if hx(root) != e["merkle_root"]:
-            out.append((rnd, None, "merkle-root", hx(root), e["merkle_root"]))
-        vdoc = self._blob(e["verdicts"], rnd, None, "verdict-blob", out)
-        try:
-            kept = sorted(json.loads(vdoc or b"")["accepted"])
-        except (ValueError, KeyError, TypeError):
-            kept = None
-        if kept != sorted(e["accepted"]):
-            out.append((rnd, None, "verdict-document", sorted(e["accepted"]), kept))
-        gblob = self._blob(e["global_hash"], rnd, None, "global-blob", out)
-        self.submissions += len(recs)
-        return out, (rows, recs, gblob)
+    def _commitment_of(self, e: dict[str, Any]) -> Commitment:
+        return Commitment(int(e["round"]), e["pack"], e["global_hash"], e["submissions_root"],
+                          e["verdicts_hash"], e["admitted_root"], int(e["signers"]),
+                          e["signature"])
 
-    def _replay(self, rnd: int, rows: list[Any], recs: list[dict[str, Any]], e: dict[str, Any],
-                history: dict[int, torch.Tensor]) -> Iterator[Finding]:
-        """Yields findings; returns the recomputed global model (``None`` if impossible)."""
-        if any(r is None for r in rows) or rnd not in history:
-            yield rnd, None, "recompute-global", e["global_hash"], "inputs missing or corrupt"
-            return None
-        batch = batch_of(rows, recs, self.replayer.row_size)
-        new, verdicts = self.replayer.step(rnd, batch, history)
-        got = hx(sha256(model_blob(new)))
-        if got != e["global_hash"]:
-            rec_blob = self.store.path(e["global_hash"][2:])
-            ok = False
-            if rec_blob.is_file():
-                try:
-                    g = decode(rec_blob.read_bytes())["global"]
-                    err = float(np.max(np.abs(g - new.numpy())) / max(1.0, np.abs(g).max()))
-                    ok = self.store.has(e["global_hash"][2:]) and err <= TOLERANCE and \
-                        hx(sha256(rec_blob.read_bytes())) == e["global_hash"]
-                    if ok:
-                        self.notes.append(f"round {rnd}: recomputed global equal within "
-                                          f"{err:.1e} (not bit-identical)")
-                except (BlobError, KeyError):
-                    pass
-            if not ok:
-                yield rnd, None, "recompute-global", e["global_hash"], got
-        kept = sorted(v.client_id for v in verdicts if v.kept)
-        if kept != sorted(e["accepted"]):
-            yield rnd, None, "recompute-verdicts", kept, sorted(e["accepted"])
-        return new
+    def _compare(self, e: dict[str, Any]) -> Iterator[Finding]:
+        """The index entry against the chain's event for the same round."""
+        rnd = int(e["round"])
+        ev = self.events.get(rnd)
+        if ev is None:
+            if self.chain_ends is None or rnd < self.chain_ends:
+                yield rnd, None, "round-on-chain", "a Committed event", "missing"
+            return
+        claimed = self._commitment_of(e)
+        for key in ("pack", "global_hash", "submissions_root", "verdicts_hash",
+                    "admitted_root", "signers", "signature"):
+            if getattr(claimed, key) != getattr(ev, key):
+                yield rnd, None, "commitment", f"{key}={getattr(ev, key)}", \
+                    f"{key}={getattr(claimed, key)}"
 
-    def run(self, replay: bool = True, bls: bool = True, progress: bool = False
-            ) -> Iterator[Finding]:
-        yield from self._open_chain()
+    # -- the whole run ---------------------------------------------------------------------
+    def run(self, replay: bool = True, bls: bool = True, progress: bool = False,
+            jobs: int = 1) -> Iterator[Finding]:
+        yield from self.open_chain()
         if self.chain is None:
             return
-        yield from self._events()
+        yield from self.read_contract()
         committee = self.manifest.get("committee") or []
         if bls and committee:
-            for i in verify_pops(committee):
+            for i in verify_registration(committee):
                 yield None, None, "committee-pop", "valid proof of possession", f"validator {i}"
-        self.replayer = Replayer(self.cfg) if replay else None
-        globals_ = {0: self.manifest["initial_global_hash"]}
-        history: dict[int, torch.Tensor] = {}
-        g0 = self.store.path(self.manifest["initial_global_hash"][2:])
-        if g0.is_file():
-            history[0] = torch.from_numpy(decode(g0.read_bytes())["global"])
-        from tqdm import tqdm
-
-        indexed = {int(e["round"]) for e in self.entries}
-        for r in sorted(set(self.fins) - indexed):
+        order = [int(e["round"]) for e in self.entries]
+        for i, r in enumerate(order):
+            if r != i:
+                yield i, None, "round-order", f"round {i} on line {i + 1}", f"round {r}"
+                break
+        indexed = set(order)
+        for r in sorted(set(self.events) - indexed):
             yield r, None, "round-off-chain", "an entry in rounds.jsonl", "missing"
-        signed: list[tuple[int, Attestation, bytes, str]] = []
-        for i, e in enumerate(tqdm(sorted(self.entries, key=lambda x: x["round"]),
-                                   desc="audit", unit="round", disable=not progress)):
-            rnd = int(e["round"])
-            if rnd != i:
-                yield rnd, None, "round-order", i, rnd
-            globals_[rnd + 1] = e["global_hash"]
-            found, (rows, recs, gblob) = self._round(e, globals_)
-            yield from found
-            new = None
-            if self.replayer is not None:
-                new = yield from self._replay(rnd, rows, recs, e, history)
-            # the next round builds on the recorded global when its blob is intact, else on
-            # the recomputed one, so one bad round is reported once, not in every later round
-            if gblob is not None and hx(sha256(gblob)) == e["global_hash"]:
-                history[rnd + 1] = torch.from_numpy(decode(gblob)["global"])
-            elif new is not None:
-                history[rnd + 1] = new
-            if bls and committee:
-                try:
-                    att = Attestation.from_dict(e["attestation"])
-                    msg = attestation_message(self.channel, rnd, unhx(e["global_hash"]),
-                                              unhx(e["merkle_root"]))
-                    signed.append((rnd, att, msg, e["attestation_hash"]))
-                except (KeyError, TypeError, ValueError):
-                    yield rnd, None, "committee-signature", "valid BLS aggregate", "invalid"
-                if len(signed) >= BLS_BATCH:
-                    yield from self._signatures(committee, signed)
+        # every round the chain or the index knows, in order; the chain's word first
+        by_round = {int(e["round"]): e for e in self.entries}
+        coms = []
+        for r in sorted(set(by_round) | set(self.events)):
+            if r in by_round:
+                yield from self._compare(by_round[r])
+            coms.append(self.events.get(r) or self._commitment_of(by_round[r]))
+        facts = self._packs(coms, jobs, progress)
+        from ledger.audit_replay import RoundReplay
+
+        rep = RoundReplay(self, replay)
+        trusted = {c.round: True for c in coms}
+        if bls and committee:  # first: a round without a valid quorum signature proves nothing
+            for k in range(0, len(coms), BLS_BATCH):
+                batch = [self._attestation(c) for c in coms[k:k + BLS_BATCH]]
+                for finding in self._signatures(committee, batch):
+                    trusted[finding[0]] = False
+                    yield finding
+        for com, fact in zip(coms, facts, strict=True):
+            yield from fact.findings
+            yield from rep.round(com, fact, trusted[com.round])
             self.rounds_checked += 1
-        yield from self._signatures(committee, signed)
-        if self.replayer is not None:
-            self.replayer.close()
+            self.submissions += fact.submissions
+        rep.close()
         self.gas_per_round = self._gas()
 
-    @staticmethod
-    def _signatures(committee: list[dict[str, Any]],
-                    signed: list[tuple[int, Attestation, bytes, str]]) -> Iterator[Finding]:
-        """The committee checks of the rounds in ``signed`` (emptied): aggregate signatures
-        batch-verified (:func:`ledger.committee.verify_attestations`, per round on a failure),
-        then each attestation's hash against the one finalized on chain."""
-        oks = verify_attestations(committee, [(att, msg) for _, att, msg, _ in signed])
-        for (rnd, att, _, on_chain), ok in zip(signed, oks, strict=True):
+    def _packs(self, coms: list[Commitment], jobs: int, progress: bool) -> list[PackFacts]:
+        """:func:`check_pack` of every round, on ``jobs`` processes."""
+        from tqdm import tqdm
+
+        args = [(self.dir, c, self.channel, self.contract, self.chain_id,
+                 self.manifest["account_seed"]) for c in coms]
+        bar = tqdm(total=len(args), desc="audit", unit="round", disable=not progress,
+                   leave=False)
+        try:
+            if jobs <= 1 or len(args) < 2:
+                out = []
+                for a in args:
+                    out.append(check_pack(*a))
+                    bar.update()
+                return out
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+                out = []
+                for f in pool.map(_check_pack_star, args, chunksize=max(1, len(args) // 64)):
+                    out.append(f)
+                    bar.update()
+                return out
+        finally:
+            bar.close()
+
+    def _attestation(self, com: Commitment) -> tuple[int, Attestation, bytes]:
+        msg = commit_message(self.chain_id, self.contract, unhx(self.channel), com.round,
+                             unhx(com.global_hash), unhx(com.submissions_root),
+                             unhx(com.verdicts_hash), unhx(com.admitted_root), unhx(com.pack))
+        try:
+            att = Attestation.from_bitmap(com.signers, bytes.fromhex(com.signature or ""), msg)
+        except (ValueError, TypeError):
+            att = Attestation((), b"", msg)
+        return com.round, att, msg
+
+    def _signatures(self, committee: list[dict[str, Any]],
+                    signed: list[tuple[int, Attestation, bytes]]) -> Iterator[Finding]:
+        """The committee checks of the rounds in ``signed``, verified as one batch."""
+        if not signed:
+            return
+        oks = verify_attestations(committee, [(att, msg) for _, att, msg in signed],
+                                  quorum=int(self.manifest.get("quorum") or 0) or None)
+        for (rnd, att, _), ok in zip(signed, oks, strict=True):
             if not ok:
-                yield rnd, None, "committee-signature", "valid BLS aggregate", "invalid"
-            elif hx(att.hash()) != on_chain:
-                yield rnd, None, "attestation-hash", hx(att.hash()), on_chain
-        signed.clear()
+                yield rnd, None, "committee-signature", "a valid BLS aggregate of a quorum", \
+                    f"signers {list(att.signers)}: invalid"
 
     def _gas(self) -> float | None:
-        """Mean gas per round: the round's submissions plus its finalization (from receipts)."""
-        assert self.chain is not None
-        total, n = 0, 0
+        """Mean gas of the rounds' commitments (from their receipts)."""
         try:
-            for e in self.entries:
-                for tx in [s.get("tx") for s in e["submissions"]] + [e["finalize_tx"]]:
-                    total += int(self.chain.w3.eth.get_transaction_receipt(tx)["gasUsed"])
-                n += 1
+            gas = [int(self.chain.w3.eth.get_transaction_receipt(tx)["gasUsed"])
+                   for tx in getattr(self, "_gas_tx", [])]
         except Exception:  # noqa: BLE001 - a tampered chain may lack them; gas is informational
             return None
-        return total / n if n else None
+        return sum(gas) / len(gas) if gas else None
+
+
+def _check_pack_star(args: tuple[Any, ...]) -> PackFacts:
+    facts = check_pack(*args)
+    facts.pack = None  # the main process reads it again if it replays (page cache)
+    return facts

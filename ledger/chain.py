@@ -249,13 +249,16 @@ class Chain(BatchSender):
         return self._send(tx, sender, fn.fn_name)
 
 
-    def deploy(self, channel_id: bytes, sender: LocalAccount | None = None) -> Contract:
+    def deploy(self, *constructor_args: Any, sender: LocalAccount | None = None) -> Contract:
         """Deploy one FLChain contract for a channel; ``sender`` becomes its aggregator.
 
         Parameters
         ----------
-        channel_id : bytes
-            32-byte channel (experiment / global model) id.
+        *constructor_args
+            The constructor's arguments, passed as they are: ``channel_id`` (32 bytes),
+            ``committee`` (list of 128-byte EIP-2537 G1 keys, see
+            :meth:`ledger.committee.Committee.pubkeys_eip2537`), ``quorum`` (int) and
+            ``verify_signatures`` (bool).
         sender : LocalAccount, optional
             Aggregator; default ``accounts[0]``.
 
@@ -263,15 +266,37 @@ class Chain(BatchSender):
         -------
         Contract
             Bound contract at the deployed address.
+
+        Raises
+        ------
+        LedgerRevert
+            The constructor refused the arguments (e.g. ``"bad key"``).
         """
         sender = sender or self.aggregator
         c = compile_flchain()
         factory = self.w3.eth.contract(abi=c.abi, bytecode=c.bytecode)
-        tx = factory.constructor(channel_id).build_transaction(
-            {"from": sender.address, "chainId": self.w3.eth.chain_id}
-        )
+        try:
+            tx = factory.constructor(*constructor_args).build_transaction(
+                {"from": sender.address, "chainId": self.w3.eth.chain_id}
+            )
+        except (TransactionFailed, ContractLogicError) as exc:  # the constructor reverted
+            raise LedgerRevert(revert_reason(exc)) from exc
         receipt = self._send(tx, sender, "deploy")
         return self.w3.eth.contract(address=receipt["contractAddress"], abi=c.abi)
+
+    def supports_bls_precompiles(self) -> bool:
+        """Whether the node has the EIP-2537 BLS12-381 precompiles (Prague and later).
+
+        Probes G1ADD (address ``0x0b``) with two points at infinity (256 zero bytes); the
+        precompile answers the point at infinity (128 zero bytes), a node without it answers
+        nothing (an empty account) or an error.
+        """
+        probe = {"to": "0x" + "00" * 19 + "0b", "data": "0x" + "00" * 256, "gas": 100_000}
+        try:
+            out = self.w3.eth.call(probe)
+        except Exception:  # any refusal means "not available"
+            return False
+        return bytes(out) == bytes(128)
 
     def code_sha256(self, address: str) -> str:
         """sha256 of the runtime code at ``address`` (compare with the compiled hash)."""

@@ -2,14 +2,20 @@
 
 The FLChain ledger (Majeed & Hong 2019) keeps one contract per channel.  The
 source lives next to this module in ``contracts/FLChain.vy`` and is compiled
-in-process with the installed ``vyper`` package (no network, no solc).
+in-process with the installed ``vyper`` package (no network, no solc); the result
+is cached on disk (:func:`cache_dir`), so later processes neither compile nor
+import Vyper.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
 from functools import lru_cache
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +77,18 @@ def runtime_code_sha256(code: bytes | str) -> str:
     return hashlib.sha256(bytes(code)).hexdigest()
 
 
-@lru_cache(maxsize=8)
-def _compile(source: str, evm_version: str) -> CompiledContract:
+def cache_dir() -> Path:
+    """Folder of compiled contracts: ``$FEDSENTRY_CACHE/contracts``, else
+    ``$XDG_CACHE_HOME/fedsentry/contracts``, else ``~/.cache/fedsentry/contracts``."""
+    root = os.environ.get("FEDSENTRY_CACHE")
+    if root:
+        return Path(root) / "contracts"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "fedsentry" / "contracts"
+
+
+def _compile_with_vyper(source: str, evm_version: str) -> CompiledContract:
     import vyper
     from vyper.compiler.settings import OptimizationLevel, Settings
 
@@ -94,10 +110,58 @@ def _compile(source: str, evm_version: str) -> CompiledContract:
     )
 
 
+def _read_cached(path: Path, key: tuple[str, str, str]) -> CompiledContract | None:
+    """The cache entry at ``path`` if it is whole and matches ``key``, else None."""
+    try:
+        compiled = CompiledContract(**json.loads(path.read_text()))
+        ok = (
+            (compiled.source_sha256, compiled.compiler_version, compiled.evm_version) == key
+            and compiled.runtime_sha256 == runtime_code_sha256(compiled.runtime_bytecode)
+            and isinstance(compiled.abi, list)
+            and compiled.bytecode.startswith("0x")
+        )
+    except (OSError, ValueError, TypeError, AttributeError):  # unreadable, not JSON, wrong shape
+        return None
+    return compiled if ok else None
+
+
+def _write_cached(path: Path, compiled: CompiledContract) -> None:
+    """Write atomically (temporary file, then rename); a cache that cannot be written is
+    skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(asdict(compiled), f)
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+
+
+@lru_cache(maxsize=8)
+def _compile(source: str, evm_version: str) -> CompiledContract:
+    """Compiled contract from the disk cache, or from Vyper (then cached)."""
+    key = (hashlib.sha256(source.encode()).hexdigest(), version("vyper"), evm_version)
+    path = cache_dir() / f"FLChain-{key[0]}-vyper{key[1]}-{key[2]}.json"
+    cached = _read_cached(path, key)
+    if cached is not None:
+        return cached
+    compiled = _compile_with_vyper(source, evm_version)
+    _write_cached(path, compiled)
+    return compiled
+
+
 def compile_flchain(
     path: Path | str = CONTRACT_PATH, evm_version: str = EVM_VERSION
 ) -> CompiledContract:
-    """Compile the FLChain channel contract (cached on source text and EVM version).
+    """Compile the FLChain channel contract, cached in memory and on disk.
+
+    The disk cache (:func:`cache_dir`) is keyed by the source's sha256, the installed Vyper's
+    version (read from the package metadata, so a cache hit does not import Vyper, ~1 s) and
+    the EVM version; an entry that does not parse or does not match is compiled again.
 
     Parameters
     ----------

@@ -11,7 +11,9 @@ transactions see the same ``TIMESTAMP``/``PREVRANDAO`` as the sealed block.
 :class:`ChainExporter` writes ``genesis.json`` (the :func:`genesis_spec`
 manifest plus the genesis hash) and appends each new canonical block to
 ``blocks.rlp`` as a record ``uint32 big-endian length || rlp(block)``;
-``head.json`` is rewritten with the exported head on each flush.
+``head.json`` is rewritten with the exported head on each flush. Blocks are appended one
+record at a time (:class:`simulator.appendlog.AppendLog`): a kill mid-write leaves a truncated
+last record, which a resume drops (:func:`simulator.appendlog.drop_torn_tail`).
 :func:`import_chain` rebuilds the genesis and imports every block with
 py-evm's full validation, stopping at the first bad block.
 """
@@ -19,7 +21,6 @@ py-evm's full validation, stopping at the first bad block.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from ledger.pyevm import (  # noqa: F401 - re-exported: the devnet's public name
     make_embedded_chain,
 )
 from ledger.store import write_json_atomic
+from simulator.appendlog import AppendLog
 
 GENESIS_FILE, BLOCKS_FILE, HEAD_FILE = "genesis.json", "blocks.rlp", "head.json"
 # Header fields fixed by the devnet rule or by the parent; py-evm re-derives the rest
@@ -87,18 +89,20 @@ class ChainExporter:
         genesis = self._evm.get_canonical_block_header_by_number(0)
         self.exported, self._last_hash = 0, genesis.hash
         if append:  # continue an export this chain was re-imported from: keep every byte
-            head = _read_json(self.directory / HEAD_FILE)
-            n = int(head["number"])
-            if _hex(self._evm.get_canonical_block_hash(n)) != head["hash"]:
-                raise ChainExportError(f"{self.directory / HEAD_FILE}: head #{n} is not on "
-                                       "this chain")
-            self.exported, self._last_hash = n, self._evm.get_canonical_block_hash(n)
-            return
-        manifest = {**backend.spec, "chain_id": self._evm.chain_id,
-                    "genesis_hash": _hex(genesis.hash)}
-        write_json_atomic(self.directory / GENESIS_FILE, manifest)
-        (self.directory / BLOCKS_FILE).write_bytes(b"")
-        write_json_atomic(self.directory / HEAD_FILE, {"number": 0, "hash": _hex(genesis.hash)})
+            # the chain holds exactly the blocks of blocks.rlp (head.json may lag one flush
+            # behind: a kill between the two writes), so the export goes on from its head
+            head = self._evm.get_canonical_head()
+            self.exported, self._last_hash = head.block_number, head.hash
+            write_json_atomic(self.directory / HEAD_FILE,
+                              {"number": self.exported, "hash": _hex(head.hash)})
+        else:
+            manifest = {**backend.spec, "chain_id": self._evm.chain_id,
+                        "genesis_hash": _hex(genesis.hash)}
+            write_json_atomic(self.directory / GENESIS_FILE, manifest)
+            (self.directory / BLOCKS_FILE).write_bytes(b"")
+            write_json_atomic(self.directory / HEAD_FILE,
+                              {"number": 0, "hash": _hex(genesis.hash)})
+        self._log = AppendLog(self.directory / BLOCKS_FILE, "records")
 
     def flush(self) -> int:
         """Append the canonical blocks mined since the last flush; returns how many."""
@@ -107,15 +111,11 @@ class ChainExporter:
             raise ChainExportError(f"chain reorganized below exported block #{self.exported}")
         if head.block_number <= self.exported:
             return 0
-        buf = bytearray()
         for n in range(self.exported + 1, head.block_number + 1):
             data = rlp.encode(self._evm.get_canonical_block_by_number(n))
-            buf += len(data).to_bytes(4, "big") + data
-        with open(self.directory / BLOCKS_FILE, "ab") as f:
-            f.write(buf)
-            if self.fsync:
-                f.flush()
-                os.fsync(f.fileno())
+            self._log.append(len(data).to_bytes(4, "big") + data)
+        if self.fsync:
+            self._log.sync()
         count = head.block_number - self.exported
         self.exported, self._last_hash = head.block_number, head.hash
         write_json_atomic(self.directory / HEAD_FILE,
@@ -123,9 +123,18 @@ class ChainExporter:
         return count
 
 
+    def close(self) -> None:
+        """Close the export's block file."""
+        self._log.close()
+
+
 def export_chain(chain: Chain, directory: str | Path) -> int:
     """One-shot export of a whole devnet; returns the number of blocks written."""
-    return ChainExporter(chain, directory).flush()
+    exporter = ChainExporter(chain, directory)
+    try:
+        return exporter.flush()
+    finally:
+        exporter.close()
 
 
 @dataclass

@@ -1,17 +1,22 @@
-"""Merkle commitment to the updates accepted in one FLChain round (Majeed & Hong, 2019).
+"""Merkle commitments of an FLChain round (Majeed & Hong, 2019; ledger v2).
 
-FLChain records on its channel ledger which local updates an edge server accepted into a global
-model. Rather than storing one hash per client on chain, a round commits to a single Merkle root
-over its accepted updates; any client can then show that its update was included with a
-logarithmic-size proof.
+FLChain records on its channel ledger which local updates an edge server aggregated. Rather than
+one transaction or one hash per client on chain, a round commits to two Merkle roots: one over
+every submission the defense saw (:func:`submission_leaf`) and one over the clients admitted to
+the channel this round (:func:`admission_leaf`: a client's id and public key, the first time it
+submits). A client proves its update was in a round with its leaf and a logarithmic-size proof
+(:func:`merkle_proof`, :func:`verify_proof`) against the on-chain root.
 
-Construction (domain-separated, RFC 6962 style prefixes):
+Construction (RFC 6962-style prefixes; leaves also carry a per-kind domain tag):
 
-* leaf  = ``sha256(0x00 || client_id as 8-byte big-endian || update_hash)``
-* inner = ``sha256(0x01 || left || right)``
+* submission leaf = ``sha256(0x00 || "FLCHAIN-SUBMISSION-v2" || client (8-byte big-endian) ||
+  update_hash || samples (8-byte big-endian) || base_hash || record_hash)``;
+* admission leaf = ``sha256(0x00 || "FLCHAIN-ADMISSION-v2" || client (8) || public key (33,
+  compressed secp256k1))``;
+* inner = ``sha256(0x01 || left || right)``;
 * a level with an odd number of nodes promotes its last node unchanged to the next level. It is
   *not* paired with a copy of itself, so two different leaf lists can never share a root the way
-  duplicated-last-node trees can (the ambiguity behind CVE-2012-2459).
+  duplicated-last-node trees can (the ambiguity behind CVE-2012-2459);
 * no leaves -> 32 zero bytes; one leaf -> that leaf.
 
 Leaves are taken in the order given; callers sort them by client id so the root is canonical.
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+
+import numpy as np
 
 HASH_LEN = 32
 EMPTY_ROOT = bytes(HASH_LEN)
@@ -38,32 +45,58 @@ def _check_hash(value: object, what: str) -> bytes:
     return bytes(value)
 
 
-def leaf(client_id: int, update_hash: bytes) -> bytes:
-    """Hash one accepted update into a Merkle leaf.
+SUBMISSION_TAG = b"FLCHAIN-SUBMISSION-v2"
+ADMISSION_TAG = b"FLCHAIN-ADMISSION-v2"
+
+
+def _u64(value: object, what: str) -> bytes:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{what} must be an int, got {type(value).__name__}")
+    if not 0 <= int(value) < 2**64:
+        raise ValueError(f"{what} must be in [0, 2**64), got {value}")
+    return int(value).to_bytes(8, "big")
+
+
+def submission_leaf(client_id: int, update_hash: bytes, samples: int, base_hash: bytes,
+                    record_hash: bytes) -> bytes:
+    """Hash one submission of a round into a Merkle leaf.
 
     Parameters
     ----------
     client_id : int
-        Client (FLChain mobile device) id, ``0 <= client_id < 2**64``.
+        Client (FLChain device) id, ``0 <= client_id < 2**64``.
     update_hash : bytes
-        32-byte SHA-256 of the update blob in the off-chain store.
+        32-byte SHA-256 of the client's update blob.
+    samples : int
+        Its local sample count (the aggregation weight of linear rules).
+    base_hash : bytes
+        32-byte hash of the global model it trained from.
+    record_hash : bytes
+        32-byte SHA-256 of its signed update record.
 
     Returns
     -------
     bytes
-        ``sha256(b"\\x00" + client_id.to_bytes(8, "big") + update_hash)``.
+        The 32-byte leaf.
 
     Raises
     ------
     ValueError
-        If ``client_id`` does not fit in 8 unsigned bytes or ``update_hash`` is not 32 bytes.
+        An id or count outside ``[0, 2**64)``, or a hash that is not 32 bytes.
     """
-    if isinstance(client_id, bool) or not isinstance(client_id, int):
-        raise ValueError(f"client_id must be an int, got {type(client_id).__name__}")
-    if not 0 <= client_id < 2**64:
-        raise ValueError(f"client_id must be in [0, 2**64), got {client_id}")
-    digest = _check_hash(update_hash, "update_hash")
-    return hashlib.sha256(LEAF_PREFIX + client_id.to_bytes(8, "big") + digest).digest()
+    return hashlib.sha256(
+        LEAF_PREFIX + SUBMISSION_TAG + _u64(client_id, "client_id")
+        + _check_hash(update_hash, "update_hash") + _u64(samples, "samples")
+        + _check_hash(base_hash, "base_hash") + _check_hash(record_hash, "record_hash")
+    ).digest()
+
+
+def admission_leaf(client_id: int, public_key: bytes) -> bytes:
+    """Hash one admitted client (its id and 33-byte compressed secp256k1 key) into a leaf."""
+    if not isinstance(public_key, bytes | bytearray) or len(public_key) != 33:
+        raise ValueError("public_key must be 33 bytes (compressed secp256k1)")
+    return hashlib.sha256(LEAF_PREFIX + ADMISSION_TAG + _u64(client_id, "client_id")
+                          + bytes(public_key)).digest()
 
 
 def _inner(left: bytes, right: bytes) -> bytes:
@@ -92,7 +125,8 @@ def merkle_root(leaves: Sequence[bytes]) -> bytes:
     Parameters
     ----------
     leaves : Sequence[bytes]
-        32-byte leaf hashes (see :func:`leaf`), in canonical (client-id) order.
+        32-byte leaf hashes (:func:`submission_leaf`, :func:`admission_leaf`), in canonical
+        (client-id) order.
 
     Returns
     -------

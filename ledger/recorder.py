@@ -1,218 +1,202 @@
-"""The FLChain round callback: one ledger writer in the driver (Majeed & Hong, 2019).
+"""The FLChain round callback in the driver: hands each round to the recorder process.
 
-Each round, for every update the round aggregated: the update goes into the content-addressed
-store, its signed update record too, the client (registered and funded on first use) submits
-``(round, update hash, samples, base-model hash)`` from its own account; then the aggregator
-finalizes the round with the new global model's hash, the Merkle root of the accepted updates, the
-hash of the verdict document, and the hash of the edge committee's BLS attestation. The committee
-re-derives the aggregate (:class:`ledger.replay.Replayer`) and signs only when it matches.
+``--ledger`` records every round on FLChain (Majeed & Hong, 2019; ledger v2). The work of a round
+(the committee's re-derivation, client signatures, the round's pack, one commitment transaction)
+runs in the recorder process (:mod:`ledger.host`, :mod:`ledger.session`), off the training path:
+:meth:`LedgerRecorder.on_round_end` copies the round's update rows into shared memory and sends
+their fields, and the driver goes on with the next round. Guarantees:
 
-Files (all under ``RUN_DIR/ledger/``): ``manifest.json`` (written once, atomically),
-``rounds.jsonl`` (one line per finalized round, appended after the chain accepted it),
-``blobs/sha256/`` and, for the embedded devnet, ``chain/`` (genesis + blocks, appended each round).
-A resumed run re-imports the chain export (or reconnects to the node) and re-checks any round
-it recomputes against what the ledger already holds.
-
-This module records the rounds; starting a run (fresh deploy and manifest, or resume) and the
-ledger's errors live in :mod:`ledger.recorder_start` and are importable from here.
+* the recorder is never more than two rounds behind: handing over round r waits until round
+  r - 3 is recorded (``recorder_lag_max`` in the summary says how far behind it ever was);
+* a recorder error (node gone, transaction rejected, committee refusal) surfaces at the next
+  round or at the end as :class:`LedgerRoundError`;
+* :meth:`flush` waits for every round handed over; the run calls it before each checkpoint and at
+  the end, so the ledger is never behind the checkpoint and a kill -9 followed by ``--resume``
+  audits clean.
 """
 
 from __future__ import annotations
 
-import logging
+import itertools
+import os
 import time
-from typing import TYPE_CHECKING, Any
+from multiprocessing import shared_memory
+from pathlib import Path
+from typing import Any
 
-from web3.exceptions import Web3Exception
+import numpy as np
 
-from ledger.chain import Call, LedgerRevert
-from ledger.committee import attestation_message
-from ledger.merkle import leaf, merkle_root
-from ledger.recorder_start import (
-    LedgerError,
-    LedgerRoundError,
-    RecorderStart,
-    channel_id,
-    committee_of,
-    connect,
-    ledger_dir,
-)
-from ledger.records import (
-    canonical_json,
-    client_account,
-    hx,
-    key_hash,
-    make_record,
-    model_blob,
-    sha256,
-    sign_record,
-    update_blob,
-    verdict_document,
-)
-from ledger.store import write_json_atomic
+from ledger.errors import LedgerError, LedgerRoundError, ledger_dir
+from ledger.host import SLOTS, RecorderHost
+from ledger.records import verdict_document
 
-if TYPE_CHECKING:
-    from simulator.engine import Simulation
-    from simulator.rounds import RoundRecord
+_SESSIONS = itertools.count()
 
-__all__ = [
-    "FUND_WEI",
-    "GAS",
-    "LedgerError",
-    "LedgerRecorder",
-    "LedgerRoundError",
-    "channel_id",
-    "committee_of",
-    "connect",
-    "ledger_dir",
-]
-
-log = logging.getLogger("fedsentry")
-
-FUND_WEI = 10**17  # 0.1 ETH per client, enough for thousands of submissions at devnet fees
-GAS = {"register": 100_000, "submit": 150_000, "finalize": 250_000}
+__all__ = ["LedgerError", "LedgerRecorder", "LedgerRoundError", "ledger_dir"]
 
 
-class LedgerRecorder(RecorderStart):
+class LedgerRecorder:
+    """Round callback that records a run on FLChain through the recorder process.
+
+    Parameters
+    ----------
+    cfg : Config
+        The run's resolved config.
+    run_dir : str or Path
+        The run directory.
+    """
+
     #: the ledger stores every update row: the actors must not pre-aggregate them
     needs_rows = True
 
-    """Round callback that records a run on FLChain; see the module docstring.
+    def __init__(self, cfg: Any, run_dir: str | Path) -> None:
+        self.cfg, self.run_dir = cfg, str(run_dir)
+        self.host = RecorderHost.get()  # its start overlaps with building the simulation
+        self.host.busy = True
+        self.acked = -1  # last round the recorder has recorded (or checked)
+        self.sent = -1  # last round handed over
+        self.info: dict[str, Any] | None = None
+        self.lag_max = 0
+        self.seconds = 0.0  # time the driver waited for or talked to the recorder
+        self.gas: list[int] = []
+        self._slots: list[shared_memory.SharedMemory | None] = [None] * SLOTS
+        self._gen = 0
+        self._uid = next(_SESSIONS)
+        self._closed = False
+        self._summary: dict[str, Any] = {}
 
-    Its state and :meth:`start` (fresh or resumed) come from
-    :class:`ledger.recorder_start.RecorderStart`."""
+    # -- protocol ----------------------------------------------------------------------------
+    def _handle(self, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "ready":
+            self.info = msg[1]
+        elif kind == "done":
+            self.acked = max(self.acked, int(msg[1]))
+            if msg[2].get("gas"):
+                self.gas.append(int(msg[2]["gas"]))
+        elif kind == "closed":
+            self._summary = msg[1]
+            self._closed = True
+        elif kind == "error":
+            _, rnd, where, text = msg
+            self._closed = True
+            self.host.busy = False
+            if where == "start":
+                raise LedgerError(text)
+            raise LedgerRoundError(text if str(rnd) in text else f"round {rnd}: {text}")
 
-    # -- one round -------------------------------------------------------------------------
-    def on_round_end(self, sim: Simulation, record: RoundRecord) -> None:
+    def _recv(self) -> None:
+        try:
+            msg = self.host.conn.recv()
+        except (EOFError, OSError):
+            self._closed = True
+            raise LedgerRoundError(f"the ledger recorder process {self.host.exit_reason()} "
+                                   f"(last round recorded: {self.acked})") from None
+        self._handle(msg)
+
+    def _poll(self) -> None:
+        while not self._closed and self.host.conn.poll():
+            self._recv()
+
+    def _wait(self, done: Any) -> None:
         t0 = time.perf_counter()
         try:
-            self._record(sim, record)
+            while not done():
+                self._recv()
         finally:
             self.seconds += time.perf_counter() - t0
 
-    def _record(self, sim: Simulation, record: RoundRecord) -> None:
-        if self.chain is None:
-            self.start(sim)
-        rnd, batch = record.round, record.rows
+    # -- the run -----------------------------------------------------------------------------
+    def start(self, sim: Any) -> None:
+        """Open the run's session: fresh (deploy while round 0 trains) or resumed (wait for the
+        ledger and check it is not behind the checkpoint)."""
+        resume = bool(self.cfg.output.resume)
+        # a run resumed at round 0 (killed before its ledger started) starts its ledger afresh
+        initial = np.array(sim.global_flat.numpy(), np.float32) if sim.next_round == 0 else None
+        self.host.conn.send(("open", self.cfg.to_dict(), self.run_dir, initial, resume))
+        self.acked = self.sent = sim.next_round - 1
+        if resume:
+            self._wait(lambda: self.info is not None)
+            assert self.info is not None
+            if sim.next_round > self.info["rounds"]:
+                raise LedgerError(f"cannot resume: checkpoint is at round {sim.next_round}, "
+                                  f"the ledger only at {self.info['rounds']}")
+
+    def on_round_end(self, sim: Any, record: Any) -> None:
+        """Hand the round over (waiting while the recorder is three rounds behind)."""
+        rnd = record.round
+        self._poll()
+        self._wait(lambda: self.acked >= rnd - SLOTS)
+        self.lag_max = max(self.lag_max, rnd - 1 - self.acked)
+        t0 = time.perf_counter()
+        batch = record.rows
         if batch is None:
-            raise LedgerRoundError("the ledger needs the round's update rows (fast path is on)")
-        gblob = model_blob(sim.global_flat)
-        global_hash = sha256(gblob)
-        if self.replayer is not None:
-            replayed = sha256(model_blob(self.replayer.step(rnd, batch, sim.history)[0]))
-        if rnd in self.done:  # recomputed after a resume: it must equal what the ledger holds
-            if hx(global_hash) != self.done[rnd]["global_hash"]:
-                raise LedgerRoundError(f"round {rnd} recomputed after resume gives global "
-                                  f"{hx(global_hash)}, the ledger holds "
-                                  f"{self.done[rnd]['global_hash']}")
-            self.globals[rnd + 1] = global_hash
-            return
-        assert self.chain is not None
-        agg = self.chain.aggregator
-        admit: list[Call] = []
-        calls: list[Call] = []
-        subs, new = [], []
-        hashes: dict[int, bytes] = {}
-        # after a resume, part of this round may be on chain already (the node kept it)
-        resumed, already = self.reconcile, {}
-        if resumed:
-            self.reconcile = False
-            already = {lg["args"]["client"]: lg for lg in self._logs("Submitted", rnd)}
-        for i, c in enumerate(batch.client_ids.tolist()):
-            acct = client_account(self.seed, c)
-            if c not in self.registered:
-                new.append({"client": c, "address": acct.address})
-            if c not in self.registered and not (
-                    resumed and any(self.contract.functions.registered(acct.address).call())):
-                admit.append(Call(agg, acct.address, b"", "fund", 21_000, FUND_WEI))
-                admit.append(Call.of(self.contract.functions.register(acct.address,
-                                                                      key_hash(acct)),
-                                     agg, GAS["register"]))
-            u = bytes.fromhex(self.store.put(update_blob(batch.updates[i].numpy())))
-            hashes[c] = u
-            b = int(batch.base_rounds[i])
-            base = self.globals[b]
-            sig = batch.signals
-            rec = make_record(self.channel, self.contract.address, rnd, c, acct.address, u,
-                              int(batch.num_samples[i]), b, base,
-                              float(sig["loss"][i]) if "loss" in sig else None,
-                              bool(sig["alarm"][i]) if "alarm" in sig else False)
-            signed = sign_record(rec, acct)
-            subs.append({"client": c, "record": self.store.put(canonical_json(signed)),
-                         "address": acct.address, "call": len(calls)})
-            if acct.address in already:
-                if bytes(already[acct.address]["args"]["update_hash"]) != u:
-                    raise LedgerRoundError(f"round {rnd}: client {c}'s update recomputed after "
-                                           "resume differs from the one on chain")
-                subs[-1]["call"] = already[acct.address]["transactionHash"]
-                continue
-            calls.append(Call.of(self.contract.functions.submit(rnd, u, int(batch.num_samples[i]),
-                                                                base), acct, GAS["submit"]))
+            raise LedgerRoundError(f"round {rnd}: the ledger needs the round's update rows")
+        rows = batch.updates.numpy()
         kept = {int(v["client"]) for v in record.verdicts if v["kept"]}
-        accepted = sorted(c for c in hashes if c in kept)
-        root = merkle_root([leaf(c, hashes[c]) for c in accepted])
+        ids = batch.client_ids.astype(np.int64)
         doc = verdict_document(rnd, self.cfg.defense.defense, self.cfg.defense.defense_params,
-                               record.to_event(), accepted)
-        vblob = canonical_json(doc)
-        verdict_hash = bytes.fromhex(self.store.put(vblob))
-        self.store.put(gblob)
-        att, att_hash = None, b"\x00" * 32
-        if self.committee is not None:
-            ok = replayed == global_hash
-            msg = attestation_message(self.channel, rnd, global_hash, root)
-            try:
-                a = self.committee.attest(msg, [ok] * self.committee.size)
-            except RuntimeError as exc:
-                raise LedgerRoundError(f"round {rnd}: the committee refused to attest: {exc}"
-                                       ) from None
-            att, att_hash = a.to_dict(), a.hash()
-        calls.append(Call.of(self.contract.functions.finalize(
-            rnd, global_hash, root, verdict_hash, att_hash), agg, GAS["finalize"]))
-        entry = {"round": rnd, "submissions": subs, "registered": new,
-                 "accepted": accepted, "merkle_root": hx(root), "verdicts": hx(verdict_hash),
-                 "global_hash": hx(global_hash), "attestation": att,
-                 "attestation_hash": hx(att_hash)}
-        pend = {**entry, "submissions": [{k: v for k, v in x.items() if k != "call"}
-                                         for x in subs]}
-        # what to index if the run stops once the round is finalized
-        write_json_atomic(self.dir / "pending.json", pend, indent=None)
+                               record.to_event(), sorted(c for c in ids.tolist() if c in kept))
+        meta = {"round": rnd, "client_ids": ids,
+                "num_samples": batch.num_samples.astype(np.int64),
+                "base_rounds": batch.base_rounds.astype(np.int64),
+                "loss": np.asarray(batch.signals.get("loss", np.zeros(0)), np.float32),
+                "alarm": np.asarray(batch.signals.get("alarm", np.zeros(0)), bool),
+                "global_flat": np.asarray(sim.global_flat.numpy(), np.float32),
+                "verdicts": doc}
+        slot = self._put(rnd % SLOTS, rows) if rows.size else None
+        self.host.conn.send(("round", meta, slot))
+        self.sent = rnd
+        self.seconds += time.perf_counter() - t0
+
+    def _put(self, i: int, rows: np.ndarray) -> tuple[int, str, int, int]:
+        """Copy ``rows`` into shared slot ``i`` (grown when too small)."""
+        shm = self._slots[i]
+        if shm is None or shm.size < rows.nbytes:
+            if shm is not None:
+                shm.close()
+                shm.unlink()
+            self._gen += 1
+            # a name never used before: the recorder maps a slot again when its name changes
+            shm = shared_memory.SharedMemory(create=True, size=max(rows.nbytes, 1 << 16),
+                                             name=f"fsrec{os.getpid()}-{self._uid}-{i}-"
+                                                  f"{self._gen}")
+            self._slots[i] = shm
+        n, d = rows.shape
+        np.ndarray((n, d), "<f4", buffer=shm.buf)[...] = rows
+        return i, shm.name, n, d
+
+    def flush(self, rnd: int | None = None) -> None:
+        """Wait until round ``rnd`` (default: every round handed over) is on the ledger."""
+        target = self.sent if rnd is None else rnd
+        if not self._closed:
+            self._wait(lambda: self.acked >= target)
+
+    def close(self, flush: bool = True) -> dict[str, Any]:
+        """Flush (unless the run is failing), end the session and free the slots."""
         try:
-            # new clients are funded and registered first and mined (a node checks a client's
-            # balance when its transaction arrives), then one block: submissions and finalize
-            self.chain.send_batch(admit)
-            receipts = self.chain.send_batch(calls)
-            fin = receipts[-1]
-        except LedgerRevert as exc:
-            raise LedgerRoundError(f"round {rnd}: the chain rejected a transaction: {exc}"
-                                   ) from None
-        except (ConnectionError, OSError) as exc:
-            raise LedgerRoundError(f"round {rnd}: lost the ledger node: "
-                                   f"{str(exc).splitlines()[0]}") from None
-        except Web3Exception as exc:
-            raise LedgerRoundError(f"round {rnd}: the ledger node failed: "
-                                   f"{str(exc).splitlines()[0]}") from None
-        for x in subs:
-            call = x.pop("call")
-            x["tx"] = hx(call if isinstance(call, bytes) else receipts[call]["transactionHash"])
-            del x["address"]
-        entry.update(finalize_tx=hx(fin["transactionHash"]), block=int(fin["blockNumber"]))
-        self._append(entry)
+            if not self._closed:
+                if flush:
+                    self.flush()
+                self.host.conn.send(("close",))
+                self._wait(lambda: self._closed)
+        finally:
+            self.host.busy = False
+            for shm in self._slots:
+                if shm is not None:
+                    shm.close()
+                    shm.unlink()
+            self._slots = [None] * SLOTS
+        return self.summary()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session has ended (closed, or failed)."""
+        return self._closed
 
     def summary(self) -> dict[str, Any]:
         """What the run's summary says about the ledger."""
-        return {"contract": self.contract.address if self.contract is not None else None,
-                "backend": self.chain.backend if self.chain is not None else None,
-                "ledger_seconds": self.seconds, "gas_per_round": self.gas_per_round()}
-
-    def close(self) -> None:
-        if self.replayer is not None:
-            self.replayer.close()
-
-    def gas_per_round(self) -> dict[str, float]:
-        """Mean gas per round by function (``submit`` summed over the round's clients)."""
-        rounds = max(1, sum(1 for name, _ in self.chain.gas_log if name == "finalize")) \
-            if self.chain else 1
-        out: dict[str, float] = {}
-        for name, g in (self.chain.gas_log if self.chain else []):
-            out[name] = out.get(name, 0.0) + g / rounds
-        return out
+        s = dict(self._summary)
+        s.update(ledger_seconds=self.seconds, recorder_lag_max=self.lag_max,
+                 gas_per_round=float(np.mean(self.gas)) if self.gas else s.get("gas_per_round"))
+        return s

@@ -1,15 +1,24 @@
-"""Signed update records, accounts and hashes of the FLChain ledger (Majeed & Hong, 2019).
+"""Signed update records, client keys and hashes of the FLChain ledger (Majeed & Hong, 2019).
 
-In FLChain each device submits its local update as a transaction signed by its own key, and the
-global model of a round is committed by the channel's aggregator. Here every update and global
-model is a canonical tensor blob (:mod:`ledger.store`); what goes on chain is its SHA-256. Each
-submission is also kept off chain as a *signed update record*: the round, the client, the hashes
-of its update and of the model it started from, its sample count and the signals the defense used
-(loss, Siren alarm), signed by the client's secp256k1 account (EIP-191 personal message over the
-record's canonical JSON). An audit recovers the signer and checks it against the registered
-address and the on-chain ``Submitted`` event.
+In FLChain each device signs its local update with its own key and the channel's aggregator
+commits the round. Here every update and global model is a canonical tensor blob
+(:mod:`ledger.store`); a round's commitment carries hashes and Merkle roots of them. Each
+submission is kept off chain as a *signed update record*: the round, the client, the hashes of its
+update and of the model it started from, its sample count and the signals the defense used (loss,
+Siren alarm), signed by the client's secp256k1 key (a recoverable ECDSA signature over
+``sha256(RECORD_DOMAIN || canonical JSON)``, made with coincurve, libsecp256k1's binding). An
+audit recovers the public key from the signature and compares it with the key the client was
+admitted with (:func:`ledger.merkle.admission_leaf`).
 
-Accounts are derived from the run seed so the same seed gives the same addresses.
+Departure from FLChain: devices there send their own transactions; here clients send none and need
+no funding (ledger v2: one transaction per round). A client's signature and its leaf in the
+round's Merkle tree (with its proof against the on-chain root) are its tamper evidence.
+
+Client keys are derived from the run seed (``sha256("flchain-client:{seed}:{id}")``) so the same
+seed gives the same ledger: the simulator plays every client, so anyone holding the seed can sign
+as a client. The signatures prove that a record was not altered after its client signed it; they
+do not hide a simulator that lies about its own clients (the committee's re-derivation and the
+audit's replay cover that).
 """
 
 from __future__ import annotations
@@ -17,18 +26,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import OrderedDict
 from typing import Any
 
+import coincurve
+import coincurve.context
 import numpy as np
-from eth_account import Account
-from eth_account.messages import encode_defunct
-from eth_account.signers.local import LocalAccount
-from eth_utils import keccak
 
 from ledger.store import canonical_bytes
 
 #: record format version (bump when the fields change)
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+#: prefix of the bytes a client signs (domain separation from any other use of its key)
+RECORD_DOMAIN = b"FLCHAIN-RECORD-v2\x00"
 
 #: anvil's and hardhat's first dev account (public test key, funded on their dev chains); the
 #: aggregator of a ``--ledger-url`` run when $FEDSENTRY_LEDGER_KEY is not set
@@ -62,6 +72,13 @@ def update_blob(row: Any) -> bytes:
     return canonical_bytes({"delta": np.asarray(row, dtype=np.float32)})
 
 
+def update_prefix(size: int) -> bytes:
+    """The bytes before the values in :func:`update_blob` of a row of ``size`` entries (the same
+    for every row of a run: hash it once, then only the values)."""
+    blob = update_blob(np.zeros(size, np.float32))
+    return blob[:len(blob) - 4 * size]
+
+
 def model_blob(flat: Any) -> bytes:
     """Canonical bytes of a global model (the flat float32 parameter vector)."""
     if hasattr(flat, "detach"):
@@ -69,47 +86,94 @@ def model_blob(flat: Any) -> bytes:
     return canonical_bytes({"global": np.asarray(flat, dtype=np.float32)})
 
 
-def client_account(seed: int | str, client_id: int) -> LocalAccount:
-    """Client ``client_id``'s account: key = sha256(``"flchain-client:{seed}:{id}"``)."""
-    return Account.from_key(sha256(f"flchain-client:{seed}:{client_id}".encode()))
+def client_secret(seed: int | str, client_id: int) -> bytes:
+    """Client ``client_id``'s secp256k1 secret key: sha256(``"flchain-client:{seed}:{id}"``)."""
+    return sha256(f"flchain-client:{seed}:{client_id}".encode())
 
 
-def key_hash(account: LocalAccount) -> bytes:
-    """keccak256 of the account's uncompressed public key: what ``register`` stores on chain."""
-    return keccak(account._key_obj.public_key.to_bytes())  # noqa: SLF001
+class ClientKeys:
+    """Client keys of one run, cached (a round's clients are often seen again: deriving a public
+    key costs ~30 us, a 1,000-client round of new clients ~30 ms).
+
+    Parameters
+    ----------
+    seed : int or str
+        The run's account seed (``manifest["account_seed"]``).
+    capacity : int
+        Clients kept; the least recently used are dropped beyond it.
+    """
+
+    def __init__(self, seed: int | str, capacity: int = 100_000) -> None:
+        self.seed, self.capacity = seed, capacity
+        self._keys: OrderedDict[int, tuple[coincurve.PrivateKey, bytes]] = OrderedDict()
+
+    def get(self, client_id: int) -> tuple[coincurve.PrivateKey, bytes]:
+        """``(private key, 33-byte compressed public key)`` of a client."""
+        hit = self._keys.get(client_id)
+        if hit is not None:
+            self._keys.move_to_end(client_id)
+            return hit
+        secret = client_secret(self.seed, client_id)
+        # a PrivateKey without its eagerly derived public keys (coincurve computes two, one EC
+        # multiplication each): signing needs only the secret; the public key is derived once
+        key = object.__new__(coincurve.PrivateKey)
+        key.secret, key.context = secret, coincurve.context.GLOBAL_CONTEXT
+        out = (key, coincurve.PublicKey.from_valid_secret(secret).format(compressed=True))
+        self._keys[client_id] = out
+        if len(self._keys) > self.capacity:
+            self._keys.popitem(last=False)
+        return out
 
 
-def make_record(channel: bytes, contract: str, rnd: int, client: int, address: str,
+def make_record(channel: bytes, contract: str, chain_id: int, rnd: int, client: int,
                 update_hash: bytes, samples: int, base_round: int, base_hash: bytes,
                 loss: float | None, alarm: bool) -> dict[str, Any]:
-    """The off-chain update record of one submission (all hashes as hex)."""
+    """The off-chain update record of one submission (all hashes as ``0x`` hex)."""
     return {"v": RECORD_VERSION, "channel": "0x" + channel.hex(), "contract": contract,
-            "round": int(rnd), "client": int(client), "address": address,
+            "chain_id": int(chain_id), "round": int(rnd), "client": int(client),
             "update_hash": "0x" + update_hash.hex(), "samples": int(samples),
             "base_round": int(base_round), "base_hash": "0x" + base_hash.hex(),
             "loss": None if loss is None or not math.isfinite(loss) else float(loss),
             "alarm": bool(alarm)}
 
 
-def sign_record(record: dict[str, Any], account: LocalAccount) -> dict[str, Any]:
-    """``{"record": ..., "signature": hex}``: EIP-191 signature of the record's canonical JSON."""
-    sig = account.sign_message(encode_defunct(primitive=canonical_json(record)))
-    return {"record": record, "signature": "0x" + bytes(sig.signature).hex()}
+def _record_json(record: dict[str, Any]) -> bytes:
+    """Canonical JSON of a record from :func:`make_record` (flat, every float finite: plain
+    ``json.dumps`` gives the canonical bytes; other dicts go through :func:`canonical_json`)."""
+    if all(isinstance(v, str | int | bool | None) or (isinstance(v, float) and math.isfinite(v))
+           for v in record.values()):
+        return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    return canonical_json(record)
 
 
-def recover_signer(signed: dict[str, Any]) -> str | None:
-    """Address that signed a signed record, or ``None`` if the signature is malformed."""
+def record_digest(record: dict[str, Any]) -> bytes:
+    """What a client signs: sha256(:data:`RECORD_DOMAIN` || canonical JSON of the record)."""
+    return sha256(RECORD_DOMAIN + _record_json(record))
+
+
+def sign_record(record: dict[str, Any], key: coincurve.PrivateKey) -> bytes:
+    """Canonical JSON bytes of ``{"record": ..., "signature": hex}`` (65-byte recoverable
+    ECDSA signature over :func:`record_digest`)."""
+    body = _record_json(record)
+    sig = key.sign_recoverable(sha256(RECORD_DOMAIN + body), hasher=None)
+    return b'{"record":' + body + b',"signature":"' + sig.hex().encode() + b'"}'
+
+
+def recover_key(signed: dict[str, Any]) -> bytes | None:
+    """Compressed public key that signed a signed record, or ``None`` if the signature is
+    malformed (never raises)."""
     try:
-        msg = encode_defunct(primitive=canonical_json(signed["record"]))
-        return Account.recover_message(msg, signature=bytes.fromhex(
-            str(signed["signature"]).removeprefix("0x")))
+        sig = bytes.fromhex(str(signed["signature"]))
+        pub = coincurve.PublicKey.from_signature_and_message(
+            sig, record_digest(signed["record"]), hasher=None)
+        return pub.format(compressed=True)
     except Exception:  # noqa: BLE001 - any malformed signature is simply "no signer"
         return None
 
 
 def verdict_document(rnd: int, defense: str, defense_params: dict[str, Any],
                      event: dict[str, Any], accepted: list[int]) -> dict[str, Any]:
-    """What ``verdict_hash`` commits to: the defense's per-client verdicts and the metrics."""
+    """What ``verdicts_hash`` commits to: the defense's per-client verdicts and the metrics."""
     keys = ("selected", "participants", "rejected", "dropped", "stale", "verdicts", "accuracy",
             "loss", "train_loss", "attack_success_rate", "alarms", "detection")
     return {"round": int(rnd), "defense": defense, "defense_params": defense_params,

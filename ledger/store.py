@@ -1,15 +1,12 @@
-"""The off-chain, content-addressed store of FLChain (Majeed & Hong, 2019): updates and global
-models live off chain; the chain keeps their hashes.
+"""Canonical tensor bytes of FLChain (Majeed & Hong, 2019): updates and global models live off
+chain (in round packs, :mod:`ledger.pack`), the chain keeps their hashes.
 
-Blobs are files ``<root>/blobs/sha256/<hex>`` named by the SHA-256 of their bytes. Tensors are
-serialized canonically, so the same tensors always give the same bytes and hash whatever the
-dict order, memory layout or host byte order:
+Tensors are serialized canonically, so the same tensors always give the same bytes and hash
+whatever the dict order, memory layout or host byte order:
 
 ``b"FSBLOB1\\n"`` + 8-byte little-endian header length + header (JSON, sorted keys, no spaces:
 ``[[name, dtype, shape], ...]`` sorted by name, dtype as little-endian numpy strings such as
 ``"<f4"``) + each tensor's C-order little-endian bytes in the same order.
-
-Reading a blob re-hashes it, so a blob edited on disk is reported, never silently used.
 """
 
 from __future__ import annotations
@@ -80,45 +77,3 @@ def write_json_atomic(path: Path, obj: Any, indent: int | None = 1) -> None:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-class BlobStore:
-    """Content-addressed files under ``<root>/blobs/sha256/``."""
-
-    def __init__(self, root: str | Path) -> None:
-        self.dir = Path(root) / "blobs" / "sha256"
-
-    def path(self, digest: str) -> Path:
-        return self.dir / digest
-
-    def has(self, digest: str) -> bool:
-        return self.path(digest).is_file()
-
-    def put(self, data: bytes) -> str:
-        """Store ``data`` (idempotent, atomic) and return its SHA-256 hex digest."""
-        digest = sha256_hex(data)
-        p = self.path(digest)
-        if p.is_file():
-            return digest
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{digest}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(p)
-        return digest
-
-    def get(self, digest: str) -> bytes:
-        """The blob's bytes; raises :class:`BlobError` if missing or if its bytes were changed."""
-        p = self.path(digest)
-        if not p.is_file():
-            raise BlobError(f"blob {digest} is missing from {self.dir}")
-        data = p.read_bytes()
-        found = sha256_hex(data)
-        if found != digest:
-            raise BlobError(f"blob {digest} is corrupt: its bytes hash to {found}")
-        return data
-
-    def put_tensors(self, tensors: Mapping[str, Any]) -> str:
-        return self.put(canonical_bytes(tensors))
-
-    def get_tensors(self, digest: str) -> dict[str, np.ndarray]:
-        return decode(self.get(digest))

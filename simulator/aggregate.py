@@ -1,6 +1,11 @@
 """Step 4 of a round: aggregate. One screening of malformed rows, the defense's aggregate and
 verdicts (or the actors' partial sums of a linear rule plus the carried rows), then the
-algorithm's server update from the defended aggregate, the verdicts and the clients' extras."""
+algorithm's server update from the defended aggregate, the verdicts and the clients' extras.
+
+:func:`aggregate`, :func:`context` and :func:`server_step` read only the round's server side
+(:class:`~simulator.server_side.ServerSide`): the engine passes a view of its state, the ledger's
+committee and audit (:mod:`ledger.replay`) one built from the run's config.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from simulator.algorithms import ServerRound
 from simulator.collect import Collected, combine_linear, make_batch
 from simulator.plan import RoundPlan
 from simulator.rounds import _DEFENSE, stream
+from simulator.server_side import ServerSide
 
 if TYPE_CHECKING:
     from simulator.engine import Simulation
@@ -31,20 +37,21 @@ def aggregate_round(sim: Simulation, plan: RoundPlan, col: Collected
         delta, vs = combine_linear(sim.defense, plan, col, ok, cb, size)
         return None, plan.verdicts + vs + bad, delta
     batch = make_batch(col.fresh + col.carried, size)
+    side = sim.server_side
     if sim.policy.adjusts_rows and len(batch.client_ids):
-        batch = adjusted(sim, plan.round, batch)
-    delta, vs = aggregate(sim, plan.round, batch)
+        batch = adjusted(sim, side, plan.round, batch)
+    delta, vs = aggregate(side, plan.round, batch)
     return batch, plan.verdicts + vs, delta
 
 
-def adjusted(sim: Simulation, rnd: int, batch: UpdateBatch) -> UpdateBatch:
+def adjusted(sim: Simulation, side: ServerSide, rnd: int, batch: UpdateBatch) -> UpdateBatch:
     """The batch with the round policy's row adjustment (staleness weights, asynchronous
     mixing) applied; what the defense aggregates and the ledger records."""
     staleness = rnd - batch.base_rounds.astype(np.int64)
 
     def drift() -> torch.Tensor:
-        g = sim.global_flat_shared
-        bases = {int(b): sim.space.shared_of(sim._base_model(int(b))) - g
+        g = side.global_shared
+        bases = {int(b): side.space.shared_of(side.base_model(int(b))) - g
                  for b in np.unique(batch.base_rounds)}
         return torch.stack([bases[int(b)] for b in batch.base_rounds])
 
@@ -52,31 +59,30 @@ def adjusted(sim: Simulation, rnd: int, batch: UpdateBatch) -> UpdateBatch:
     return dataclasses.replace(batch, updates=rows)
 
 
-def aggregate(sim: Simulation, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
+def aggregate(side: ServerSide, rnd: int, batch: UpdateBatch
+              ) -> tuple[torch.Tensor, list[Verdict]]:
     """Screen malformed rows once, then let the defense aggregate the rest (the ledger's
-    committee and audit replay rounds through this same method)."""
-    ok, bad = screen_malformed(batch, sim.space.size)
-    result = sim.defense(batch.subset(ok), context(sim, rnd))
+    committee and audit replay rounds through this same function)."""
+    ok, bad = screen_malformed(batch, side.space.size)
+    result = side.defense(batch.subset(ok), context(side, rnd))
     return result.delta, bad + list(result.verdicts)
 
 
-def context(sim: Simulation, rnd: int) -> DefenseContext:
+def context(side: ServerSide, rnd: int) -> DefenseContext:
     """What the defense may read: the round, the global model, the public set and scorers, in
     the shared space of the rows (full models are rebuilt with the global local entries)."""
-    pub = sim.fed.public_x is not None
-    sp = sim.space
+    pub = side.public_x is not None
+    sp, ev, g = side.space, side.evaluation, side.global_flat
     return DefenseContext(
-        rnd, sim.global_flat_shared, sim.fed.public_x, sim.fed.public_y,
-        lambda flat: sim.server.test(sp.full_of(flat, sim.global_flat)),
-        stream(sim.cfg.experiment.seed, rnd, _DEFENSE),
-        (lambda m: sim.server.score_models(sp.full_rows(m, sim.global_flat))) if pub
-        else None,
-        lambda r: sp.shared_of(sim._base_model(r)),
-        (lambda: sp.shared_of(sim.server.server_update(rnd, sim.global_flat))) if pub
-        else None)
+        rnd, side.global_shared, side.public_x, side.public_y,
+        lambda flat: ev.test(sp.full_of(flat, g)),
+        stream(side.seed, rnd, _DEFENSE),
+        (lambda m: ev.score_models(sp.full_rows(m, g))) if pub else None,
+        lambda r: sp.shared_of(side.base_model(r)),
+        (lambda: sp.shared_of(ev.server_update(rnd, g))) if pub else None)
 
 
-def server_step(sim: Simulation, rnd: int, delta: torch.Tensor, verdicts: list[Verdict],
+def server_step(side: ServerSide, rnd: int, delta: torch.Tensor, verdicts: list[Verdict],
                 arrived: Sequence[int], extras_of: dict[int, dict[str, np.ndarray]]
                 ) -> torch.Tensor:
     """The algorithm's server update from the defended aggregate (shared entries), the
@@ -86,8 +92,8 @@ def server_step(sim: Simulation, rnd: int, delta: torch.Tensor, verdicts: list[V
     keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
     extras = {k: torch.from_numpy(np.stack([extras_of[c][k] for c in ids.tolist()]))
               for k in keys} if len(ids) else {}
-    return sim.algorithm.server_update(ServerRound(
-        rnd, sim.global_flat, sim.space.full_delta(delta), ids,
+    return side.algorithm.server_update(ServerRound(
+        rnd, side.global_flat, side.space.full_delta(delta), ids,
         np.array([v[c].kept for c in ids.tolist()], bool),
         np.array([v[c].weight for c in ids.tolist()], np.float64), extras,
-        sim.server_state, sim.fed.num_clients, sim.fed.layout.slices))
+        side.server_state, side.num_clients, side.layout.slices))

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in flat:  # KEY=VALUE maps (defense, attack, algorithm and policy parameters)
         if _type_name(get_type_hints(SECTIONS[index[k][0]])[k]).startswith("dict"):
             flat[k] = dict(flat[k])
-    from ledger.recorder import LedgerError, LedgerRoundError
+    from ledger.errors import LedgerError, LedgerRoundError
     from simulator.data import DataError
     from simulator.devices import TraceError
     from simulator.run import resume_config, run_experiment

@@ -235,7 +235,9 @@ class Config:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        tmp = Path(f"{path}.tmp")  # a temporary file, then a rename: never half a config
+        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        tmp.replace(path)
 
     def replace(self, **flat: Any) -> Config:
         """Return a copy with flat field overrides, e.g. ``replace(rounds=5, lr=0.1)``."""

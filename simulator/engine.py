@@ -37,7 +37,7 @@ from simulator.algorithms import make_algorithm
 from simulator.clock import VirtualClock
 from simulator.collect import Collected, collect, train
 from simulator.config import Config, ConfigError, placement_of, policy_of
-from simulator.evaluation import ClientEval, ServerEval
+from simulator.evaluation import ClientEval
 from simulator.placement.runtime import Scheduler
 from simulator.plan import RoundPlan, make_plan
 from simulator.policies import RoundPolicy
@@ -56,10 +56,9 @@ from simulator.rounds import (  # noqa: F401 (re-exported for callers of the eng
     save_checkpoint,
     stream,
 )
+from simulator.server_side import ServerSide
 from simulator.setup import Federation, build_federation, make_executor
-from simulator.space import ParamSpace
 from simulator.state import ClientStore
-from simulator.training import LocalSpec
 
 log = logging.getLogger("fedsentry")
 
@@ -93,7 +92,10 @@ class Simulation:
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
         self.policy = round_policy(cfg)
         self.fed = federation or build_federation(cfg)
-        self.space = ParamSpace.of(self.fed.layout, self.algorithm)
+        side = ServerSide.of(cfg, self.fed, self.algorithm, self.defense)
+        self.space, self.server = side.space, side.evaluation
+        self.spec = self.server.spec  # the clean spec: built before any data attack
+        self.global_flat, self.server_state = side.global_flat, side.server_state
         spill = Path(cfg.output.out) / "state" / "spill"
         self.store = ClientStore(cfg.execution.state_memory_bytes, spill)
         for table, shape in self.algorithm.client_state.items():
@@ -115,9 +117,6 @@ class Simulation:
         self._own_executor = executor is None
         self.executor = executor or make_executor(cfg, self.fed, train_clients)
         self._driver: Any = None
-        self.spec = self._local_spec()
-        self.server = ServerEval(self.fed, cfg.experiment.seed, cfg.algorithm.local_epochs,
-                                 self.spec)  # the clean spec: built before any data attack
         self.client_eval = ClientEval.of(cfg, self.fed, self.space, self.store,
                                          self.algorithm)
         self.adversary = Adversary(self.attack, cfg.attack, self.fed.num_clients,
@@ -126,9 +125,6 @@ class Simulation:
             self.spec = dataclasses.replace(self.spec, data_attack=self.adversary.data_attack,
                                             num_classes=self.fed.dataset.num_classes)
         self._configured: set[int] = set()
-        self.global_flat = self.fed.initial.clone()  # not the template: a shared federation
-        self.server_state = self.algorithm.init_server(self.global_flat,
-                                                       self.fed.layout.num_params)
         self.clock = VirtualClock()
         self.in_flight: list[InFlight] = []
         self.history: dict[int, torch.Tensor] = {}  # round -> global model it started from
@@ -141,11 +137,6 @@ class Simulation:
                                    cfg.execution.min_actor_mflop * 1e6 / self.flops_per_sample)
         self.wall_offset = 0.0
         self._where = ""
-
-    def _local_spec(self) -> LocalSpec:
-        opt = self.algorithm.optimizer()
-        return LocalSpec(opt.lr, self.cfg.algorithm.batch_size, opt.weight_decay,
-                         self.algorithm, momentum=opt.momentum)
 
     # -- helpers the round steps use ---------------------------------------------------------
     def hooks(self, method: str) -> list[Any]:
@@ -166,6 +157,15 @@ class Simulation:
     def global_flat_shared(self) -> torch.Tensor:
         """The global model restricted to the shared entries (what rows are relative to)."""
         return self.space.shared_of(self.global_flat)
+
+    @property
+    def server_side(self) -> ServerSide:
+        """A view of this run's server side (defense, algorithm, global model, history, server
+        state: the live objects) for :mod:`simulator.aggregate`'s functions."""
+        f = self.fed
+        return ServerSide(self.defense, self.algorithm, self.space, self.server, f.public_x,
+                          f.public_y, f.num_clients, f.layout, self.cfg.experiment.seed,
+                          self.global_flat, self.server_state, self.history)
 
     def executor_for(self, plan: RoundPlan) -> tuple[Any, str]:
         """The driver's own trainer for a round too small to pay for a Ray call, else the
@@ -218,20 +218,18 @@ class Simulation:
 
     def aggregate(self, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
         """Screen malformed rows once, then let the defense aggregate the rest (the ledger's
-        committee and audit replay rounds through this same method)."""
-        return aggregate(self, rnd, batch)
+        committee and audit replay rounds through the same function)."""
+        return aggregate(self.server_side, rnd, batch)
 
     def server_step(self, rnd: int, delta: torch.Tensor, verdicts: list[Verdict],
                     arrived: Sequence[int], extras_of: dict[int, dict[str, np.ndarray]]
                     ) -> torch.Tensor:
         """The algorithm's server update (see :func:`simulator.aggregate.server_step`)."""
-        return server_step(self, rnd, delta, verdicts, arrived, extras_of)
+        return server_step(self.server_side, rnd, delta, verdicts, arrived, extras_of)
 
     def _base_model(self, rnd: int) -> torch.Tensor:
         """The global model that round ``rnd``'s clients trained from."""
-        if rnd not in self.history:
-            raise KeyError(f"global model of round {rnd} is no longer kept (max_staleness)")
-        return self.history[rnd]
+        return self.server_side.base_model(rnd)
 
     # -- whole run -----------------------------------------------------------------------------
     def run(self, progress: bool = False, on_record: Any = None) -> list[RoundRecord]:

@@ -42,14 +42,18 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
     out = Path(cfg.output.out)
     check_budget(cfg)  # a run that cannot fit stops here, before anything starts
     recorder = None
-    if cfg.ledger.enabled:
+    if cfg.ledger.enabled:  # the recorder process starts while the simulation is built
         from ledger.recorder import LedgerRecorder
 
         recorder = LedgerRecorder(cfg, out)
         callbacks = [*callbacks, recorder]
-    sim = Simulation(cfg, callbacks, federation=federation, executor=executor)
-    # the ledger checkpoints every round, so a run whose node disappears resumes where it stopped
-    every = cfg.output.checkpoint_every or (1 if recorder is not None else 0)
+    try:
+        sim = Simulation(cfg, callbacks, federation=federation, executor=executor)
+    except BaseException:
+        if recorder is not None:
+            recorder.close(flush=False)
+        raise
+    every = cfg.output.checkpoint_every
     events_path = out / "events.jsonl"
     summary = RunSummary()
     try:
@@ -63,10 +67,12 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
         else:
             events_path.write_text("")
             cfg.replace(resume=None).save(out / "config.yaml")
+            if every:  # a run killed before its first checkpoint resumes from round 0
+                save_checkpoint(sim, out, 0.0, summary=summary.state_dict())
         events = EventLog(events_path)
         t0 = time.perf_counter()
         if recorder is not None:
-            recorder.start(sim)  # deploy (or reconnect) before the first round trains
+            recorder.start(sim)  # it deploys while round 0 trains (a resume waits for it)
         done = 0
 
         def on_record(rec: RoundRecord) -> None:
@@ -77,6 +83,8 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
             events.write(event)
             summary.add(event)
             if every and (rec.round + 1) % every == 0:
+                if recorder is not None:  # the ledger is never behind the checkpoint
+                    recorder.flush(rec.round)
                 save_checkpoint(sim, out, rec.wall_time, summary=summary.state_dict())
             done += 1
             if crash_after is not None and done >= crash_after:
@@ -87,14 +95,15 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
             sim.run(progress=show, on_record=on_record)
         finally:
             events.close()
+        ledger_summary = recorder.close() if recorder is not None else None  # every round in
         result = summary.to_dict()
         result["run_seconds"] = time.perf_counter() - t0
         result["out"] = str(out)
         result["state_store"] = {"clients": sim.store.count(),
                                  "memory_bytes": sim.store.memory_bytes_used,
                                  "disk_bytes": sim.store.disk_bytes_used}
-        if recorder is not None:
-            result["ledger"] = recorder.summary()
+        if ledger_summary is not None:
+            result["ledger"] = ledger_summary
         nodes = getattr(sim.executor, "actor_nodes", list)()  # empty unless Ray actors started
         if nodes:  # how many Ray nodes the actors ran on, and each actor's (short) node id
             result["actor_nodes"] = len(set(nodes))
@@ -107,5 +116,8 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
         return result
     finally:
         sim.close()
-        if recorder is not None:
-            recorder.close()
+        if recorder is not None and not recorder.closed:
+            try:  # a failing run: what was handed over is still recorded
+                recorder.close()
+            except Exception as exc:  # noqa: BLE001 - the run's own error matters more
+                log.warning("ledger: %s", str(exc).splitlines()[0])

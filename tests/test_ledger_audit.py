@@ -1,77 +1,130 @@
 """End to end: a run recorded on FLChain, audited clean, then tampered with case by case.
 
-Each tamper case must be reported at the right round (and client, where there is one) and
-nowhere else; the untouched run must audit clean.
+Each tamper case (:mod:`ledger.tamper`) is applied at the first, a middle and the last round; the
+audit must report it at that round (and client, where there is one) and at no other round. The
+untouched run must audit clean, and every check the audit makes must be triggered by a case.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from ledger.audit import audit_run, main
-from ledger.tamper import CASES, caught, entries, write_entries
+from ledger.audit import CHECKS, audit_run, main
+from ledger.audit_round import BLOB_CHECK
+from ledger.proof import receipt, verify_receipt
+from ledger.tamper import (
+    CASES,
+    RECEIPT_CASES,
+    RUN_CASES,
+    NotApplicable,
+    caught,
+    commitment_from_another_run,
+)
 
 ROUNDS = 4
+POSITIONS = (0, 2, ROUNDS - 1)
+ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _record(out: Path, seed: int) -> Path:
     from simulator.config import build_config
     from simulator.run import run_experiment
 
-    out = tmp_path_factory.mktemp("ledger") / "run"
     cfg = build_config(flat=dict(
-        dataset="digits", num_clients=6, clients_per_round=4, rounds=ROUNDS, local_epochs=1,
-        partition="iid", backend="local", defense="median", ledger=True, committee=2,
-        out=str(out), progress=False, plots=False, seed=3))
-    summary = run_experiment(cfg)
-    assert summary["ledger"]["gas_per_round"]["submit"] > 0
+        dataset="digits", num_clients=8, clients_per_round=6, rounds=ROUNDS, local_epochs=1,
+        partition="iid", backend="local", defense="multikrum", defense_params={"f": 1},
+        attack="signflip", attack_fraction=0.25, ledger=True, committee=3, out=str(out),
+        progress=False, plots=False, seed=seed))
+    run_experiment(cfg)
     return out
 
 
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("ledger")
+    return _record(base / "run", 3), _record(base / "other", 4)
+
+
 @pytest.fixture()
-def run(recorded: Path, tmp_path: Path) -> Path:
+def run(recorded: tuple[Path, Path], tmp_path: Path) -> Path:
     """A fresh copy of the recorded run to tamper with."""
-    dst = tmp_path / "run"
-    shutil.copytree(recorded, dst)
-    return dst
+    return Path(shutil.copytree(recorded[0], tmp_path / "run"))
 
 
-def test_clean_run_audits_clean(recorded: Path, capsys: pytest.CaptureFixture) -> None:
-    report = audit_run(recorded)
-    assert report.clean, report.text()
-    assert report.rounds == ROUNDS and report.submissions == 4 * ROUNDS
-    assert report.gas_per_round is not None and report.gas_per_round > 4 * 50_000
-    assert main([str(recorded), "-q"]) == 0
+def test_clean_run_audits_clean(recorded: tuple[Path, Path],
+                                capsys: pytest.CaptureFixture) -> None:
+    for d in recorded:
+        report = audit_run(d)
+        assert report.clean, report.text()
+        assert report.rounds == ROUNDS and report.submissions == 6 * ROUNDS
+        assert report.gas_per_round is not None and report.gas_per_round > 50_000
+    assert main([str(recorded[0]), "-q", "--jobs", "2"]) == 0
     assert "CLEAN" in capsys.readouterr().out
 
 
+def _check(findings: list, expected: tuple, case: str) -> None:
+    at_place, only_there = caught(findings, expected)
+    text = "\n".join(f.line() for f in findings)
+    assert at_place, f"{case}: expected {expected}, got\n{text}"
+    assert only_there, f"{case}: findings outside round {expected[0]}:\n{text}"
+
+
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_tamper_case_caught_at_its_round_and_client(run: Path, case: str) -> None:
-    expected = CASES[case](run)
-    rep = audit_run(run, bls=False)
-    at_place, only_there = caught(rep.findings, expected)
-    assert at_place, f"{case}: expected {expected}, got\n{rep.text()}"
-    assert only_there, f"{case}: findings outside round {expected[0]}:\n{rep.text()}"
-    assert main([str(run), "-q", "--no-bls"]) == 1
+def test_tamper_case_caught_at_its_round_and_client(run: Path, case: str, position: int) -> None:
+    try:
+        expected = CASES[case](run, position)
+    except NotApplicable:
+        assert case == "commitment left out of the chain" and position != ROUNDS - 1
+        return
+    assert expected[0] == position or case == "index lines swapped"
+    _check(audit_run(run).findings, expected, case)
 
 
-def test_unregistered_sender_is_the_only_finding(run: Path) -> None:
-    r, c, _ = CASES["unregistered sender"](run)
-    rep = audit_run(run, bls=False, replay=False)
-    assert {(f.round, f.client) for f in rep.findings} == {(r, c)}
+@pytest.mark.parametrize("position", POSITIONS)
+def test_commitment_replayed_from_another_run(run: Path, recorded: tuple[Path, Path],
+                                              position: int) -> None:
+    expected = commitment_from_another_run(recorded[1])(run, position)
+    _check(audit_run(run).findings, expected, "commitment from another run")
 
 
-def test_forged_committee_signature(run: Path) -> None:
-    es = entries(run)
-    att = dict(es[1]["attestation"])
-    es[1]["attestation"] = dict(att, signature=es[2]["attestation"]["signature"])
-    write_entries(run, es)
-    rep = audit_run(run, replay=False)
-    assert {(f.round, f.check) for f in rep.findings} == {(1, "committee-signature")}
+@pytest.mark.parametrize("case", sorted(RUN_CASES))
+def test_run_wide_tamper_case(run: Path, case: str) -> None:
+    expected = RUN_CASES[case](run, 0)
+    _check(audit_run(run).findings, expected, case)
+    assert main([str(run), "-q"]) == 1
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_receipts(run: Path, position: int) -> None:
+    from ledger.tamper_tools import pack_of
+
+    good = receipt(run, position, next(pack_of(run, position).clients("update")))
+    assert verify_receipt(run, good) == []
+    expected, forged = RECEIPT_CASES["proof for a client not in the round"](run, position)
+    found = verify_receipt(run, forged)
+    assert [f[:3] for f in found] == [expected]
+
+
+def test_every_check_has_a_tamper_case_and_is_documented() -> None:
+    src = (ROOT / "ledger/tamper.py").read_text()
+    triggered = set(re.findall(r'return [^\n,]+, [^\n,]+, "([a-z-]+)"', src))
+    triggered |= set(re.findall(r'_entry_edited\("[^"]+", "([a-z-]+)"\)', src))
+    triggered |= {"committee-signature"}  # commitment_from_another_run, tested above
+    assert triggered == set(CHECKS), sorted(triggered ^ set(CHECKS))
+    emitted = set(BLOB_CHECK.values())
+    for f in ("audit_checks.py", "audit_round.py", "audit_replay.py", "proof.py"):
+        text = (ROOT / "ledger" / f).read_text()
+        emitted |= {c for c in re.findall(r'"([a-z]+(?:-[a-z]+)*)"', text) if c in CHECKS}
+        for name in re.findall(r'(?:yield|\.append\(\()[^,\n]+, [^,\n]+, "([a-z-]+)"', text):
+            assert name in CHECKS, f"{f}: check {name!r} is not in ledger.audit.CHECKS"
+    assert emitted == set(CHECKS), sorted(set(CHECKS) - emitted)
+    readme = (ROOT / "README.md").read_text()
+    assert all(f"`{c}`" in readme for c in CHECKS), [c for c in CHECKS if f"`{c}`" not in readme]
 
 
 @pytest.mark.parametrize("missing", ["ledger/rounds.jsonl", "ledger/chain/genesis.json"])

@@ -1,27 +1,33 @@
-"""Tests for the FLChain channel contract and chain backend (Majeed & Hong 2019).
+"""Tests for the FLChain v2 channel contract, its compilation and the chain backend.
 
 Every contract test runs on both backends: the embedded devnet (py-evm) and a real anvil node
-(``integration``; one node per session, each test on an ``evm_snapshot`` reverted afterwards, so
-every test sees fresh accounts, nonces and blocks).  Tests of the embedded devnet itself
-(reproducible genesis, the transaction index) stay embedded-only.
+(``integration``; one node per session, each test on an ``evm_snapshot`` reverted afterwards).
+Signatures are not verified here (``verify_signatures=False``); on-chain BLS verification is
+tested in ``test_ledger_onchain_bls.py``.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterator
 
 import pytest
 from ledger_nodes import ANVIL_CHAIN_ID, AnvilNode, anvil_or_skip
 
+import ledger.compile as compile_mod
 from ledger.chain import EMBEDDED_CALL_GAS, Chain, LedgerRevert, derive_accounts
+from ledger.commitment import COMMIT_TAG, commit_message
+from ledger.committee import Committee
 from ledger.compile import EVM_VERSION, compile_flchain
 from ledger.pyevm import IndexedPyEVMBackend
 
 CHANNEL = b"\x01" * 32
-KEY = b"\x02" * 32
-UPD = b"\x03" * 32
-BASE = b"\x04" * 32
-GAS_BOUND = 200_000
+DIGESTS = [bytes([i]) * 32 for i in range(2, 7)]
+SIG = b"\x09" * 256  # not checked with verify_signatures=False
+GAS_BOUND = 120_000  # a commit without verification (measured ~76k, ~93k for the first)
+COMMITTEE = Committee.from_seed(5, size=4)
+KEYS = COMMITTEE.pubkeys_eip2537()
 
 
 @pytest.fixture(scope="module")
@@ -49,74 +55,109 @@ def chain(request: pytest.FixtureRequest) -> Iterator[Chain]:
 
 @pytest.fixture()
 def channel(chain: Chain):
-    contract = chain.deploy(CHANNEL)
-    for client in chain.accounts[1:3]:
-        chain.transact(contract.functions.register(client.address, KEY), chain.aggregator)
-    return contract
+    return chain.deploy(CHANNEL, KEYS, 3, False)
 
 
-def _submit(contract, rnd: int = 0, samples: int = 10):
-    return contract.functions.submit(rnd, UPD, samples, BASE)
-
-
-def _finalize(contract, rnd: int):
-    return contract.functions.finalize(rnd, b"\x05" * 32, b"\x06" * 32, b"\x07" * 32, b"\x08" * 32)
+def _commit(contract, rnd: int, signers: int = 0b1011, digests=DIGESTS):
+    return contract.functions.commit(rnd, *digests, signers, SIG)
 
 
 def test_compile_deterministic_and_cached(compiled) -> None:
     assert compiled.evm_version == EVM_VERSION == "shanghai"
     assert compiled.compiler_version.startswith("0.4.3")
     assert compile_flchain() is compiled
-    from ledger.compile import _compile
-
-    _compile.cache_clear()
+    compile_mod._compile.cache_clear()
     again = compile_flchain()
     assert again is not compiled
     assert again.runtime_sha256 == compiled.runtime_sha256
     assert again.bytecode == compiled.bytecode
 
 
-def test_deploy_and_code_hash(chain: Chain, compiled) -> None:
-    contract = chain.deploy(CHANNEL)
-    assert contract.functions.aggregator().call() == chain.aggregator.address
-    assert contract.functions.channel_id().call() == CHANNEL
-    assert contract.functions.current_round().call() == 0
-    assert chain.code_sha256(contract.address) == compiled.runtime_sha256
+def test_compile_disk_cache(tmp_path, monkeypatch: pytest.MonkeyPatch, compiled) -> None:
+    monkeypatch.setenv("FEDSENTRY_CACHE", str(tmp_path))
+    assert compile_mod.cache_dir() == tmp_path / "contracts"
+    compile_mod._compile.cache_clear()
+    first = compile_flchain()  # compiles and writes the entry
+    (entry,) = (tmp_path / "contracts").iterdir()
+    assert entry.name == f"FLChain-{compiled.source_sha256}-vyper0.4.3-shanghai.json"
+    assert first == compiled
+
+    def no_compiler(*_args: object) -> None:
+        raise AssertionError("compiled again despite a cache entry")
+
+    monkeypatch.setattr(compile_mod, "_compile_with_vyper", no_compiler)
+    monkeypatch.setitem(sys.modules, "vyper", None)  # importing vyper now fails
+    compile_mod._compile.cache_clear()
+    assert compile_flchain() == compiled
+
+    good = entry.read_text()
+    tampered = {**json.loads(good), "runtime_bytecode": "0x00"}
+    wrong_type = {**json.loads(good), "runtime_bytecode": 7}
+    bad_entries = ["{not json", "[]", json.dumps({"abi": []}), json.dumps(tampered),
+                   json.dumps(wrong_type)]
+    for bad in bad_entries:
+        entry.write_text(bad)
+        compile_mod._compile.cache_clear()
+        with pytest.raises(AssertionError, match="compiled again"):
+            compile_flchain()  # a corrupt entry is not trusted
+    monkeypatch.undo()
+    monkeypatch.setenv("FEDSENTRY_CACHE", str(tmp_path))
+    compile_mod._compile.cache_clear()
+    assert compile_flchain() == compiled and entry.read_text() == good  # rewritten
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # no temporary left
+    compile_mod._compile.cache_clear()
 
 
-def test_embedded_is_reproducible() -> None:
-    a, b = Chain.embedded(seed=3, n_accounts=3), Chain.embedded(seed=3, n_accounts=3)
-    assert [x.address for x in a.accounts] == [x.address for x in b.accounts]
-    assert a.w3.eth.get_block(0)["hash"] == b.w3.eth.get_block(0)["hash"]
-    assert a.deploy(CHANNEL).address == b.deploy(CHANNEL).address
-    assert derive_accounts(3, 1)[0].address != derive_accounts(4, 1)[0].address
+def test_deploy_and_code_hash(chain: Chain, compiled, channel) -> None:
+    f = channel.functions
+    assert f.aggregator().call() == chain.aggregator.address
+    assert f.channel_id().call() == CHANNEL
+    assert f.current_round().call() == 0
+    assert (f.quorum().call(), f.committee_size().call(), f.verify_signatures().call()) == (
+        3, 4, False)
+    assert [f.committee_key(i).call() for i in range(4)] == KEYS
+    assert f.COMMIT_TAG().call() == COMMIT_TAG
+    with pytest.raises(Exception, match="unknown signer"):
+        f.committee_key(4).call()
+    assert chain.code_sha256(channel.address) == compiled.runtime_sha256
 
 
-def test_register_emits_event(chain: Chain, channel) -> None:
-    client = chain.accounts[1]
-    assert channel.functions.registered(client.address).call() == KEY
-    assert channel.functions.num_clients().call() == 2
-    logs = channel.events.Registered().get_logs(from_block=0)
-    assert [ev["args"]["client"] for ev in logs] == [a.address for a in chain.accounts[1:3]]
+def test_constructor_checks(chain: Chain) -> None:
+    padded = bytearray(KEYS[1])
+    padded[70] = 1  # y's zero padding
+    off_curve = KEYS[0][:127] + bytes([KEYS[0][127] ^ 1])
+    cases = [
+        ((CHANNEL, [], 1, False), "empty committee"),
+        ((CHANNEL, [], 0, True), "empty committee"),
+        ((CHANNEL, KEYS, 0, False), "bad quorum"),
+        ((CHANNEL, KEYS, 5, False), "bad quorum"),
+        ((CHANNEL, [KEYS[0], KEYS[1][:127]], 1, False), "bad key"),
+        ((CHANNEL, [KEYS[0], bytes(padded)], 1, False), "bad key"),
+        ((CHANNEL, [KEYS[0], off_curve], 1, True), "bad key"),
+        ((CHANNEL, [KEYS[0], bytes(128)], 1, True), "bad key"),
+    ]
+    for args, reason in cases:
+        with pytest.raises(LedgerRevert, match=reason):
+            chain.deploy(*args)
+    chain.deploy(CHANNEL, [KEYS[0], off_curve], 1, False)  # keys unused without verification
 
 
-def test_register_only_aggregator(chain: Chain, channel) -> None:
-    with pytest.raises(LedgerRevert, match="not aggregator"):
-        chain.transact(
-            channel.functions.register(chain.accounts[3].address, KEY), chain.accounts[1]
-        )
-
-
-def test_submit_emits_submitted(chain: Chain, channel) -> None:
-    client = chain.accounts[1]
-    receipt = chain.transact(_submit(channel, samples=42), client)
-    (ev,) = channel.events.Submitted().process_receipt(receipt)
-    assert ev["args"]["round"] == 0
-    assert ev["args"]["client"] == client.address
-    assert ev["args"]["update_hash"] == UPD
-    assert ev["args"]["samples"] == 42
-    assert ev["args"]["base_hash"] == BASE
-    assert channel.functions.submitted(0, client.address).call() is True
+def test_commit_records_and_emits(chain: Chain, channel) -> None:
+    expected = commit_message(chain.w3.eth.chain_id, channel.address, CHANNEL, 0, *DIGESTS)
+    assert channel.functions.message(0, *DIGESTS).call() == expected
+    receipt = chain.transact(_commit(channel, 0), chain.aggregator)
+    (ev,) = channel.events.Committed().process_receipt(receipt)
+    args = ev["args"]
+    assert args["round"] == 0
+    names = ["global_hash", "submissions_root", "verdicts_hash", "admitted_root", "pack_id"]
+    assert [args[n] for n in names] == DIGESTS
+    assert (args["signers"], args["signature"], args["message"]) == (0b1011, SIG, expected)
+    assert channel.functions.commitments(0).call() == expected
+    assert channel.functions.current_round().call() == 1
+    other = [DIGESTS[0], b"\xaa" * 32, *DIGESTS[2:]]
+    chain.transact(_commit(channel, 1, 0b1111, other), chain.aggregator)
+    msg1 = commit_message(chain.w3.eth.chain_id, channel.address, CHANNEL, 1, *other)
+    assert channel.functions.commitments(1).call() == msg1 != expected
 
 
 @pytest.mark.parametrize("mode", ["preflight", "estimate", "explicit-gas"])
@@ -126,48 +167,62 @@ def test_rules_rejected(chain: Chain, channel, mode: str) -> None:
         chain.call_gas = None  # eth_estimateGas path, the RPC default
     elif mode == "preflight":
         chain.call_gas = EMBEDDED_CALL_GAS  # eth_call pre-flight + fixed cap, the embedded default
-    agg, c1, outsider = chain.aggregator, chain.accounts[1], chain.accounts[4]
-    with pytest.raises(LedgerRevert, match="not registered"):
-        chain.transact(_submit(channel), outsider, gas=gas)
-    chain.transact(_submit(channel), c1)
-    with pytest.raises(LedgerRevert, match="already submitted") as info:
-        chain.transact(_submit(channel), c1, gas=gas)
+    agg, outsider = chain.aggregator, chain.accounts[1]
+    with pytest.raises(LedgerRevert, match="not aggregator") as info:
+        chain.transact(_commit(channel, 0), outsider, gas=gas)
     if gas is not None:  # explicit gas: mined with status 0, reason recovered
         assert info.value.receipt is not None and info.value.receipt["status"] == 0
-    with pytest.raises(LedgerRevert, match="wrong round"):
-        chain.transact(_submit(channel, rnd=1), chain.accounts[2], gas=gas)
-    with pytest.raises(LedgerRevert, match="not aggregator"):
-        chain.transact(_finalize(channel, 0), c1, gas=gas)
     with pytest.raises(LedgerRevert, match="out of order"):
-        chain.transact(_finalize(channel, 1), agg, gas=gas)
+        chain.transact(_commit(channel, 1), agg, gas=gas)
+    for signers in (0b10011, 1 << 255):
+        with pytest.raises(LedgerRevert, match="unknown signer"):
+            chain.transact(_commit(channel, 0, signers), agg, gas=gas)
+    for signers in (0b0101, 0b1000, 0):
+        with pytest.raises(LedgerRevert, match="no quorum"):
+            chain.transact(_commit(channel, 0, signers), agg, gas=gas)
     assert channel.functions.current_round().call() == 0
-
-
-def test_finalize_advances_round(chain: Chain, channel) -> None:
-    chain.transact(_submit(channel), chain.accounts[1])
-    receipt = chain.transact(_finalize(channel, 0), chain.aggregator)
-    (ev,) = channel.events.Finalized().process_receipt(receipt)
-    assert ev["args"]["round"] == 0
-    assert ev["args"]["merkle_root"] == b"\x06" * 32
+    chain.transact(_commit(channel, 0, 0b0111), agg, gas=gas)
+    with pytest.raises(LedgerRevert, match="out of order"):  # one commitment per round
+        chain.transact(_commit(channel, 0), agg, gas=gas)
     assert channel.functions.current_round().call() == 1
-    record = channel.functions.rounds(0).call()
-    assert tuple(record) == (b"\x05" * 32, b"\x06" * 32, b"\x07" * 32, b"\x08" * 32, 1)
-    assert ev["args"]["attestation_hash"] == b"\x08" * 32
-    with pytest.raises(LedgerRevert, match="out of order"):
-        chain.transact(_finalize(channel, 0), chain.aggregator)
-    with pytest.raises(LedgerRevert, match="wrong round"):
-        chain.transact(_submit(channel, rnd=0), chain.accounts[2])
-    chain.transact(_submit(channel, rnd=1), chain.accounts[1])  # new round reopens
+
+
+def test_empty_committee(chain: Chain) -> None:
+    contract = chain.deploy(CHANNEL, [], 0, False)
+    assert contract.functions.committee_size().call() == 0
+    with pytest.raises(LedgerRevert, match="unknown signer"):
+        chain.transact(_commit(contract, 0, 1), chain.aggregator)
+    chain.transact(contract.functions.commit(0, *DIGESTS, 0, b""), chain.aggregator)
+    assert contract.functions.current_round().call() == 1
 
 
 def test_gas_bounds(chain: Chain, channel) -> None:
-    for client in chain.accounts[1:3]:
-        chain.transact(_submit(channel), client)
-    chain.transact(_finalize(channel, 0), chain.aggregator)
-    submits, finals = chain.gas_used("submit"), chain.gas_used("finalize")
-    assert len(submits) == 2 and len(finals) == 1
-    assert all(0 < g < GAS_BOUND for g in submits + finals)
-    assert all(0 < g < GAS_BOUND for g in chain.gas_used("register"))
+    for rnd in range(3):
+        chain.transact(_commit(channel, rnd), chain.aggregator)
+    commits = chain.gas_used("commit")
+    print(f"\ncommit gas without verification ({chain.backend}): {commits}")
+    assert len(commits) == 3 and all(0 < g < GAS_BOUND for g in commits)
+
+
+def test_supports_bls_precompiles_on_the_embedded_chain(monkeypatch) -> None:
+    chain = Chain.embedded(seed=1, n_accounts=2)
+    assert chain.supports_bls_precompiles()  # py-evm's Prague VM has them (in pure Python)
+    monkeypatch.setattr(chain.w3.eth, "call", lambda *a, **k: b"")  # a node without them
+    assert not chain.supports_bls_precompiles()
+
+    def refuse(*_a: object, **_k: object) -> bytes:
+        raise ValueError("unsupported")
+
+    monkeypatch.setattr(chain.w3.eth, "call", refuse)
+    assert not chain.supports_bls_precompiles()
+
+
+def test_embedded_is_reproducible() -> None:
+    a, b = Chain.embedded(seed=3, n_accounts=3), Chain.embedded(seed=3, n_accounts=3)
+    assert [x.address for x in a.accounts] == [x.address for x in b.accounts]
+    assert a.w3.eth.get_block(0)["hash"] == b.w3.eth.get_block(0)["hash"]
+    assert a.deploy(CHANNEL, KEYS, 3, False).address == b.deploy(CHANNEL, KEYS, 3, False).address
+    assert derive_accounts(3, 1)[0].address != derive_accounts(4, 1)[0].address
 
 
 def test_rpc_errors() -> None:
@@ -193,20 +248,14 @@ def test_old_transactions_are_found_through_the_index() -> None:
     """Receipts and logs of old transactions come from py-evm's transaction index, not from a
     scan of the chain (speed is measured in benchmarks, not asserted here)."""
     chain = Chain.embedded(seed=1, n_accounts=4)
-    contract = chain.deploy(CHANNEL)
-    clients = chain.accounts[1:]
-    for client in clients:
-        chain.transact(contract.functions.register(client.address, KEY), chain.aggregator)
+    contract = chain.deploy(CHANNEL, KEYS, 3, False)
     first = None
-    for rnd in range(3):
-        for client in clients:
-            r = chain.transact(_submit(contract, rnd=rnd), client)
-            first = first or r
-        chain.transact(_finalize(contract, rnd), chain.aggregator)
+    for rnd in range(6):
+        r = chain.transact(_commit(contract, rnd), chain.aggregator)
+        first = first or r
     backend = chain.w3.provider.ethereum_tester.backend
     assert isinstance(backend, IndexedPyEVMBackend)
-    # the first submission's receipt is still found, identical, after 12 more transactions
     again = chain.w3.eth.get_transaction_receipt(first["transactionHash"])
     assert again["blockNumber"] == first["blockNumber"] and again["status"] == 1
-    logs = contract.events.Submitted().get_logs(from_block=0)
-    assert len(logs) == 9 and [lg["args"]["round"] for lg in logs] == [0] * 3 + [1] * 3 + [2] * 3
+    logs = contract.events.Committed().get_logs(from_block=0)
+    assert [lg["args"]["round"] for lg in logs] == list(range(6))

@@ -25,27 +25,23 @@ from ledger.devnet import (
     make_embedded_chain,
 )
 
-CHANNEL, KEY, UPD, BASE = b"\x01" * 32, b"\x02" * 32, b"\x03" * 32, b"\x04" * 32
+CHANNEL, UPD, ROOT = b"\x01" * 32, b"\x03" * 32, b"\x04" * 32
 ROUNDS = 3
 
 
-def _finalize(contract, rnd: int):
-    return contract.functions.finalize(rnd, b"\x05" * 32, b"\x06" * 32, b"\x07" * 32, b"\x08" * 32)
+def _commit(contract, rnd: int):
+    return contract.functions.commit(rnd, UPD, ROOT, b"\x05" * 32, b"\x06" * 32,
+                                     b"\x07" * 32, 0, b"")
 
 
 def _run(chain: Chain, exporter: ChainExporter | None = None, sleep: float = 0.0):
-    """Deploy, register 3 clients, ROUNDS rounds of 3 submits + finalize; flush each round."""
-    contract = chain.deploy(CHANNEL)
-    clients = chain.accounts[1:4]
-    for client in clients:
-        chain.transact(contract.functions.register(client.address, KEY), chain.aggregator)
+    """Deploy (no committee), ROUNDS rounds of one commitment each; flush each round."""
+    contract = chain.deploy(CHANNEL, [], 0, False)
     time.sleep(sleep)  # wall clock moves on between blocks
     rounds = []  # first and last block of each round
     for rnd in range(ROUNDS):
-        receipts = [chain.transact(contract.functions.submit(rnd, UPD, 10 + rnd, BASE), c)
-                    for c in clients]
-        receipts.append(chain.transact(_finalize(contract, rnd), chain.aggregator))
-        rounds.append((receipts[0]["blockNumber"], receipts[-1]["blockNumber"]))
+        receipt = chain.transact(_commit(contract, rnd), chain.aggregator)
+        rounds.append((receipt["blockNumber"], receipt["blockNumber"]))
         if exporter is not None:
             exporter.flush()
     return contract, rounds
@@ -53,8 +49,8 @@ def _run(chain: Chain, exporter: ChainExporter | None = None, sleep: float = 0.0
 
 def _events(w3, contract) -> list[tuple]:
     bound = w3.eth.contract(address=contract.address, abi=contract.abi)
-    return [(e["blockNumber"], e["args"]["round"], e["args"]["client"], e["args"]["samples"])
-            for e in bound.events.Submitted().get_logs(from_block=0)]
+    return [(e["blockNumber"], e["args"]["round"], bytes(e["args"]["global_hash"]))
+            for e in bound.events.Committed().get_logs(from_block=0)]
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +90,7 @@ def test_same_transactions_same_hashes_whatever_the_wall_clock(exported):
     other = make_embedded_chain(seed=3, n_accounts=5)
     _run(other, sleep=1.1)
     head, again = chain.w3.eth.get_block("latest"), other.w3.eth.get_block("latest")
-    assert head["number"] == again["number"] == 1 + 3 + 4 * ROUNDS
+    assert head["number"] == again["number"] == 1 + ROUNDS
     assert head["hash"] == again["hash"]
     assert head["timestamp"] == GENESIS_TIMESTAMP + BLOCK_TIME * head["number"]
     assert bytes(head["mixHash"]) == devnet_mix_hash(head["number"])
@@ -142,20 +138,20 @@ def test_reimport_matches_head_code_and_events(exported):
     assert result.head_hash == w3.eth.get_block("latest")["hash"].to_0x_hex()
     assert w3.eth.get_block("latest")["hash"] == chain.w3.eth.get_block("latest")["hash"]
     assert w3.eth.get_code(contract.address) == chain.w3.eth.get_code(contract.address)
-    assert _events(w3, contract) == _events(chain.w3, contract) and len(_events(w3, contract)) == 9
+    assert _events(w3, contract) == _events(chain.w3, contract) and len(_events(w3, contract)) == 3
     # the re-imported devnet keeps working
     bound = w3.eth.contract(address=contract.address, abi=contract.abi)
     assert bound.functions.current_round().call() == ROUNDS
-    result.chain.transact(bound.functions.submit(ROUNDS, UPD, 1, BASE), result.chain.accounts[1])
+    result.chain.transact(_commit(bound, ROUNDS), result.chain.aggregator)
 
 
 def test_deleted_block_is_reported_at_its_number(exported, copy):
     records = _records(copy)
-    del records[5]  # block #6
+    del records[2]  # block #3
     _rewrite(copy, records)
     result = import_chain(copy)
-    assert result.error.block_number == 6 and "missing" in result.error.message
-    assert result.blocks_imported == 5 and result.chain.w3.eth.block_number == 5
+    assert result.error.block_number == 3 and "missing" in result.error.message
+    assert result.blocks_imported == 2 and result.chain.w3.eth.block_number == 2
 
 
 @pytest.mark.parametrize("which", [0, ROUNDS - 1])
@@ -169,7 +165,7 @@ def test_deleted_round_is_caught(exported, copy, which):
 
 
 def test_flipped_transaction_byte_is_caught(exported, copy):
-    first = exported[2][1][0]  # a submit block
+    first = exported[2][1][0]  # round 1's commitment
     records = _records(copy)
     at = records[first - 1].index(UPD)
     records[first - 1] = records[first - 1][:at] + b"\x13" + records[first - 1][at + 1 :]
@@ -177,7 +173,7 @@ def test_flipped_transaction_byte_is_caught(exported, copy):
     result = import_chain(copy)
     assert result.error.block_number == first
     assert result.blocks_imported == first - 1
-    assert len(_events(result.chain.w3, exported[1])) == 3  # round 0 still queryable
+    assert len(_events(result.chain.w3, exported[1])) == 1  # round 0 still queryable
 
 
 @pytest.mark.parametrize(("field", "delta"), [("gas_used", 1), ("extra_data", b"x"),

@@ -1,4 +1,4 @@
-"""Merkle commitment to a round's accepted updates (FLChain, Majeed & Hong 2019).
+"""Merkle commitments of an FLChain round (Majeed & Hong 2019; ledger v2).
 
 Expected roots are recomputed here by hand with hashlib, independently of ``ledger.merkle``.
 """
@@ -9,7 +9,14 @@ import hashlib
 
 import pytest
 
-from ledger.merkle import EMPTY_ROOT, leaf, merkle_proof, merkle_root, verify_proof
+from ledger.merkle import (
+    EMPTY_ROOT,
+    admission_leaf,
+    merkle_proof,
+    merkle_root,
+    submission_leaf,
+    verify_proof,
+)
 
 
 def h(data: bytes) -> bytes:
@@ -24,31 +31,45 @@ def update_hash(i: int) -> bytes:
     return h(f"update-{i}".encode())
 
 
+def leaf(i: int, uh: bytes) -> bytes:
+    return submission_leaf(i, uh, 10, bytes(32), bytes(32))
+
+
 LEAVES = [leaf(i, update_hash(i)) for i in range(9)]
 A, B, C, D, E = LEAVES[:5]
 
 
-def test_leaf_layout() -> None:
-    uh = bytes(range(32))
-    expected = h(b"\x00" + b"\x00\x00\x00\x00\x00\x00\x01\x02" + uh)
-    assert leaf(258, uh) == expected
-    assert len(leaf(0, uh)) == 32
-    assert leaf(0, uh) != leaf(1, uh)
+def test_leaf_layouts_by_hand() -> None:
+    uh, bh, rh = bytes(range(32)), b"\x07" * 32, b"\x09" * 32
+    expected = h(b"\x00" + b"FLCHAIN-SUBMISSION-v2" + (258).to_bytes(8, "big") + uh
+                 + (40).to_bytes(8, "big") + bh + rh)
+    assert submission_leaf(258, uh, 40, bh, rh) == expected
+    key = b"\x02" + b"\x11" * 32
+    assert admission_leaf(5, key) == h(b"\x00" + b"FLCHAIN-ADMISSION-v2"
+                                       + (5).to_bytes(8, "big") + key)
+    # every field is bound: change one, the leaf changes; the two kinds never collide
+    assert submission_leaf(258, uh, 41, bh, rh) != expected
+    assert submission_leaf(258, uh, 40, rh, bh) != expected
+    assert submission_leaf(259, uh, 40, bh, rh) != expected
 
 
 @pytest.mark.parametrize(
-    ("client_id", "uhash", "msg"),
+    ("args", "msg"),
     [
-        (-1, bytes(32), "client_id"),
-        (2**64, bytes(32), "client_id"),
-        (True, bytes(32), "client_id"),
-        (1, bytes(31), "update_hash must be 32 bytes, got 31"),
-        (1, "00" * 32, "update_hash must be bytes"),
+        ((-1, bytes(32), 1, bytes(32), bytes(32)), "client_id"),
+        ((2**64, bytes(32), 1, bytes(32), bytes(32)), "client_id"),
+        ((True, bytes(32), 1, bytes(32), bytes(32)), "client_id"),
+        ((1, bytes(31), 1, bytes(32), bytes(32)), "update_hash must be 32 bytes, got 31"),
+        ((1, "00" * 32, 1, bytes(32), bytes(32)), "update_hash must be bytes"),
+        ((1, bytes(32), -3, bytes(32), bytes(32)), "samples"),
+        ((1, bytes(32), 1, bytes(32), bytes(3)), "record_hash must be 32 bytes"),
     ],
 )
-def test_leaf_validation(client_id: int, uhash: bytes, msg: str) -> None:
+def test_leaf_validation(args: tuple, msg: str) -> None:
     with pytest.raises(ValueError, match=msg):
-        leaf(client_id, uhash)
+        submission_leaf(*args)
+    with pytest.raises(ValueError, match="33 bytes"):
+        admission_leaf(1, b"\x02" * 32)
 
 
 def test_root_empty_and_single() -> None:

@@ -1,8 +1,10 @@
-"""Recording runs on FLChain: determinism, crash and resume, a real node, bad nodes."""
+"""Recording runs on FLChain (ledger v2): determinism, the recorder process, crash and resume,
+a real node with on-chain BLS verification, bad nodes, an old ledger format."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,9 @@ from ledger_nodes import AnvilNode, anvil_or_skip
 
 from ledger.audit import audit_run
 from ledger.audit import main as audit_main
-from ledger.recorder import LedgerError, LedgerRoundError
+from ledger.errors import LedgerError, LedgerRoundError
+from ledger.host import RecorderHost
+from simulator.appendlog import FAILPOINT_ENV
 from simulator.cli import main as sim_main
 from simulator.output import read_events
 from simulator.run import resume_config, run_experiment
@@ -20,8 +24,8 @@ ROUNDS = 4
 
 
 def _ledger_config(out: Path, **kw):
-    return small_config(out, rounds=ROUNDS, ledger=True, committee=1, defense="trimmedmean",
-                        defense_params={"f": 1}, **kw)
+    return small_config(out, rounds=ROUNDS, ledger=True, committee=3, defense="trimmedmean",
+                        defense_params={"f": 1}, checkpoint_every=1, **kw)
 
 
 def _globals(run: Path) -> list[str]:
@@ -30,33 +34,38 @@ def _globals(run: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("straight") / "run"
-    run_experiment(_ledger_config(out))
-    return out
+    return out, run_experiment(_ledger_config(out))
 
 
-def test_same_seed_same_ledger(straight: Path, tmp_path: Path) -> None:
+def test_same_seed_same_ledger_one_transaction_a_round(straight, tmp_path: Path) -> None:
+    out, summary = straight
+    lg = summary["ledger"]
+    assert lg["rounds"] == ROUNDS and lg["backend"] == "embedded" and not lg["onchain_bls"]
+    assert 0 <= lg["recorder_lag_max"] <= 2
+    entries = [json.loads(x) for x in (out / "ledger/rounds.jsonl").read_text().splitlines()]
+    assert [e["block"] for e in entries] == [2, 3, 4, 5]  # deploy, then one block per round
     run_experiment(_ledger_config(tmp_path / "again"))
-    assert _globals(tmp_path / "again") == _globals(straight)
-    # the embedded devnet is deterministic too: same blocks, same head hash
-    head = json.loads((straight / "ledger/chain/head.json").read_text())
+    assert _globals(tmp_path / "again") == _globals(out)
+    head = json.loads((out / "ledger/chain/head.json").read_text())
     assert json.loads((tmp_path / "again/ledger/chain/head.json").read_text()) == head
-    # and recording does not change what is learned
+    # one pack a round (and the initial model's), not two files per client
+    assert len(list((out / "ledger/packs").iterdir())) == ROUNDS + 1
+    # recording does not change what is learned
     plain = small_config(tmp_path / "plain", rounds=ROUNDS, defense="trimmedmean",
                          defense_params={"f": 1})
-    s = run_experiment(plain)
-    assert s["final_accuracy"] == read_events(straight / "events.jsonl")[-1]["accuracy"]
+    assert run_experiment(plain)["final_accuracy"] == summary["final_accuracy"]
 
 
-def test_crash_then_resume_records_every_round_once(straight: Path, tmp_path: Path) -> None:
+def test_crash_then_resume_records_every_round_once(straight, tmp_path: Path) -> None:
     out = tmp_path / "crashy"
     with pytest.raises(KeyboardInterrupt):
         run_experiment(_ledger_config(out), crash_after=2)
-    assert len(_globals(out)) == 2
+    assert len(_globals(out)) == 2  # what was handed over is recorded before the run stops
     run_experiment(resume_config(out))
-    assert _globals(out) == _globals(straight)
-    rep = audit_run(out, bls=False)
+    assert _globals(out) == _globals(straight[0])
+    rep = audit_run(out)
     assert rep.clean, rep.text()
     assert rep.rounds == ROUNDS
 
@@ -65,7 +74,7 @@ def test_resume_with_a_stateful_defense_keeps_the_committee_in_step(tmp_path: Pa
     # centered clipping carries momentum from round to round: after a resume the committee's
     # replay must have caught up, or it would refuse to attest the next round
     cfg = small_config(tmp_path / "cc", rounds=ROUNDS, ledger=True, committee=1,
-                       defense="centeredclip")
+                       defense="centeredclip", checkpoint_every=1)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, crash_after=2)
     run_experiment(resume_config(tmp_path / "cc"))
@@ -73,7 +82,7 @@ def test_resume_with_a_stateful_defense_keeps_the_committee_in_step(tmp_path: Pa
     assert audit_run(tmp_path / "cc", bls=False).clean
 
 
-def test_resume_with_a_broken_export_is_refused(straight: Path, tmp_path: Path) -> None:
+def test_resume_with_a_broken_export_is_refused(tmp_path: Path) -> None:
     import shutil
 
     out = tmp_path / "broken"
@@ -85,6 +94,58 @@ def test_resume_with_a_broken_export_is_refused(straight: Path, tmp_path: Path) 
     assert len(_globals(out)) == 2  # nothing lost
 
 
+def test_an_older_ledger_format_is_refused_in_one_line(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "v1"
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(_ledger_config(out), crash_after=1)
+    m = json.loads((out / "ledger/manifest.json").read_text())
+    (out / "ledger/manifest.json").write_text(json.dumps({**m,
+                                                          "format": "fedsentry-ledger/1"}))
+    with pytest.raises(LedgerError, match="ledger format 'fedsentry-ledger/1'; this FedSentry "
+                                          "reads 'fedsentry-ledger/2'"):
+        run_experiment(resume_config(out))
+    assert audit_main([str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'fedsentry-ledger/1'" in err
+
+
+def _fresh_host(monkeypatch: pytest.MonkeyPatch, failpoint: str | None) -> None:
+    """The next run gets a new recorder process (with ``failpoint`` in its environment)."""
+    if RecorderHost._current is not None:
+        RecorderHost._current.stop()
+    if failpoint is None:
+        monkeypatch.delenv(FAILPOINT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(FAILPOINT_ENV, failpoint)
+
+
+@pytest.mark.parametrize("failpoint", ["rounds.jsonl:2", "blocks.rlp:3", "rounds.jsonl:3:after"])
+def test_recorder_killed_mid_write_then_resume(straight, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               failpoint: str) -> None:
+    # the recorder process dies by SIGKILL in the middle of a write (a torn last line of
+    # rounds.jsonl, a torn last block of the export) or between two rounds; the run stops with
+    # one line, its checkpoint is never ahead of the ledger, and --resume finishes it
+    out = tmp_path / "killed"
+    _fresh_host(monkeypatch, failpoint)
+    try:
+        with pytest.raises(LedgerRoundError, match="recorder process exited with code -9"):
+            run_experiment(_ledger_config(out))
+    finally:
+        _fresh_host(monkeypatch, None)
+    import torch
+
+    st = torch.load(out / "checkpoint.pt", weights_only=False)
+    text = (out / "ledger/rounds.jsonl").read_bytes()
+    assert st["next_round"] <= text.count(b"\n")
+    run_experiment(resume_config(out))
+    assert _globals(out) == _globals(straight[0])
+    rep = audit_run(out)
+    assert rep.clean, rep.text()
+    assert [e["round"] for e in read_events(out / "events.jsonl")] == list(range(ROUNDS))
+
+
 @pytest.fixture()
 def anvil() -> AnvilNode:
     with anvil_or_skip(n_accounts=2) as node:
@@ -92,12 +153,20 @@ def anvil() -> AnvilNode:
 
 
 @pytest.mark.integration
-def test_run_on_anvil_then_audit(anvil: AnvilNode, tmp_path: Path,
-                                 capsys: pytest.CaptureFixture) -> None:
+def test_robustness_task_on_anvil_verifies_on_chain_and_audits_clean(
+        anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import benchmarks.robustness_grid as grid
+    from simulator.config import build_config
+
     out = tmp_path / "rpc"
-    s = run_experiment(_ledger_config(out, ledger_url=anvil.url, ledger_chain_id=31337))
-    assert s["ledger"]["backend"] == "rpc"
-    assert audit_main([str(out), "--no-bls"]) == 0
+    flat = grid.resolve_scenario(grid.DEFAULT_SCENARIO, "digits", 3, {})
+    flat.update(out=str(out), backend="local", progress=False, plots=False, ledger_url=anvil.url,
+                ledger_chain_id=31337, defense="median", attack="labelflip",
+                attack_fraction=0.2, committee=4)
+    s = run_experiment(build_config(flat=flat))
+    assert s["ledger"]["backend"] == "rpc" and s["ledger"]["onchain_bls"] is True
+    assert 200_000 < s["ledger"]["gas_per_round"] < 400_000  # the pairing check ran on chain
+    assert audit_main([str(out)]) == 0
     with anvil_or_skip(n_accounts=1) as other:  # a node without the channel's contract
         capsys.readouterr()
         assert audit_main([str(out), "--ledger-url", other.url]) == 2
@@ -119,18 +188,20 @@ def test_node_lost_mid_run_keeps_what_was_recorded(anvil: AnvilNode, tmp_path: P
                 anvil.stop()
 
     cfg = _ledger_config(out, ledger_url=anvil.url)
-    with pytest.raises(LedgerRoundError, match="round 2: lost the ledger node"):
+    with pytest.raises(LedgerRoundError, match="lost the ledger node|the ledger node failed"):
         run_experiment(cfg, callbacks=[KillNode()])
-    assert len(_globals(out)) == 2
-    assert [e["round"] for e in read_events(out / "events.jsonl")] == [0, 1]
-    assert (out / "checkpoint.pt").is_file()
+    recorded = len(_globals(out))
+    assert recorded >= 2
+    import torch
+
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["next_round"] <= recorded
     assert json.loads((out / "ledger/manifest.json").read_text())["backend"] == "rpc"
 
 
 @pytest.mark.integration
 def test_wrong_chain_id_and_unreachable_node_exit_2(anvil: AnvilNode, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture) -> None:
-    base = ["--backend", "local", "--rounds", "1", "--no-progress", "--no-plots",
+    base = ["--backend", "local", "--rounds", "2", "--no-progress", "--no-plots",
             "--num-clients", "4", "--clients-per-round", "2"]
     assert sim_main(base + ["--out", str(tmp_path / "a"), "--ledger-url", anvil.url,
                             "--ledger-chain-id", "1"]) == 2
@@ -143,47 +214,8 @@ def test_wrong_chain_id_and_unreachable_node_exit_2(anvil: AnvilNode, tmp_path: 
     assert not (tmp_path / "a/ledger/manifest.json").exists()
 
 
-def test_stop_between_finalize_and_index_resumes(straight: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from ledger.recorder import LedgerRecorder
-
-    out, real = tmp_path / "gap", LedgerRecorder._append
-
-    def append_then_stop(self, e):  # the chain (and its export) got round 1, the index not
-        if e["round"] == 1:
-            self.exporter.flush()
-            raise KeyboardInterrupt("stopped before indexing round 1")
-        real(self, e)
-
-    monkeypatch.setattr(LedgerRecorder, "_append", append_then_stop)
-    with pytest.raises(KeyboardInterrupt):
-        run_experiment(_ledger_config(out))
-    monkeypatch.setattr(LedgerRecorder, "_append", real)
-    assert len(_globals(out)) == 1 and (out / "ledger/pending.json").is_file()
-    run_experiment(resume_config(out))
-    assert _globals(out) == _globals(straight)
-    assert not (out / "ledger/pending.json").exists()
-    assert audit_run(out, bls=False).clean
-
-
-@pytest.mark.integration
-def test_node_kept_part_of_a_round_then_resume(anvil: AnvilNode, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from ledger.chain import Chain
-
-    out, real = tmp_path / "partial", Chain.send_batch
-
-    def half_then_drop(self, calls):  # round 1: two submissions reach the node, then it drops
-        if calls and calls[-1].label == "finalize" and len(self.gas_used("finalize")) == 1:
-            real(self, calls[:2])
-            raise ConnectionError("connection dropped")
-        return real(self, calls)
-
-    monkeypatch.setattr(Chain, "send_batch", half_then_drop)
-    with pytest.raises(LedgerRoundError, match="round 1: lost the ledger node"):
-        run_experiment(_ledger_config(out, ledger_url=anvil.url))
-    monkeypatch.setattr(Chain, "send_batch", real)
-    run_experiment(resume_config(out))
-    assert len(_globals(out)) == ROUNDS
-    rep = audit_run(out, bls=False)
-    assert rep.clean, rep.text()
+def test_no_recorder_is_left_behind() -> None:
+    # the recorder dies with its driver: PR_SET_PDEATHSIG is set on Linux
+    h = RecorderHost.get()
+    h.wait_ready()
+    assert h.proc.poll() is None and os.getpid() == h.owner

@@ -1,0 +1,237 @@
+"""The recorder process: FLChain recording off the training path (ledger v2).
+
+Recording a round (committee replay, client signatures, hashing every row, the pack, the EVM
+transaction) holds the GIL, so it runs in its own process, not a thread. One recorder process
+serves a driver process (started on first use, like a local Ray, and reused by the runs that
+follow, so its imports are paid once); each run opens a :class:`ledger.session.Session` on it.
+
+The driver hands each round's rows over through shared memory (the ``[n, P]`` update matrix is
+copied once into one of three slots; the recorder hashes and writes it from there) and its
+per-row fields and verdicts through a socket. The recorder answers ``("done", round, stats)`` or
+``("error", round, kind, message)``; the driver (:mod:`ledger.recorder`) never lets it fall more
+than two rounds behind and waits for it before each checkpoint and at the end of the run.
+
+The recorder dies with its driver (``PR_SET_PDEATHSIG`` on Linux; elsewhere it exits when the
+socket closes) and ignores SIGINT (a Ctrl-C in the terminal stops the driver, which then closes
+the session cleanly), so a killed run never leaves a recorder writing behind a resumed one (the
+session also holds an ``flock`` on its ledger directory).
+
+Run as ``python -m ledger.host FD`` by :class:`RecorderHost`; not a user command.
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import signal
+import socket
+import subprocess
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SLOTS = 3  # rounds the recorder may hold: the one it works on and two queued
+
+
+class RecorderHost:
+    """The driver's handle on its recorder process (one per driver process)."""
+
+    _current: RecorderHost | None = None
+
+    def __init__(self) -> None:
+        parent, child = socket.socketpair()
+        root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        self.proc = subprocess.Popen([sys.executable, "-m", "ledger.host", str(child.fileno()),
+                                      str(os.getpid())], pass_fds=(child.fileno(),), env=env)
+        child.close()
+        self.conn = Connection(parent.detach())
+        self.busy = False  # a session is open on it
+        self.owner = os.getpid()
+
+    @classmethod
+    def get(cls) -> RecorderHost:
+        """This process's recorder, started if there is none (or it died)."""
+        h = cls._current
+        if h is not None and h.owner != os.getpid():  # a forked child: the parent's, not ours
+            h = cls._current = None
+        if h is None or h.proc.poll() is not None or h.busy:
+            if h is not None and h.busy and h.proc.poll() is None:
+                h.stop()  # a session left open by an interrupted run: start afresh
+            h = cls._current = cls()
+        return h
+
+    def stop(self) -> None:
+        """Close the socket (the recorder exits) and wait for it."""
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        if RecorderHost._current is self:
+            RecorderHost._current = None
+
+    def wait_ready(self) -> None:
+        """Block until the recorder has loaded everything (it answers a ping then)."""
+        self.conn.send(("ping",))
+        msg = self.conn.recv()
+        if msg[0] != "pong":
+            raise RuntimeError(f"the ledger recorder answered {msg[0]!r} to a ping")
+
+    def exit_reason(self) -> str:
+        """How the recorder ended (its socket closed: it is exiting or gone)."""
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        return "is still running" if code is None else f"exited with code {code}"
+
+
+@atexit.register
+def _stop_host() -> None:
+    if RecorderHost._current is not None:
+        RecorderHost._current.stop()
+
+
+def prestart() -> RecorderHost:
+    """Start this process's recorder now (a benchmark's timings then exclude its start)."""
+    return RecorderHost.get()
+
+
+# -- the recorder process ----------------------------------------------------------------------
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+    if os.getppid() != parent:  # the driver died before the line above
+        os._exit(0)
+
+
+class _Views:
+    """Shared-memory slots the driver wrote rows into, each mapped once (a slot the driver
+    replaced with a bigger one is mapped again)."""
+
+    def __init__(self) -> None:
+        self.maps: dict[int, tuple[str, Any]] = {}
+
+    def rows(self, slot: tuple[int, str, int, int] | None) -> np.ndarray:
+        if slot is None:
+            return np.zeros((0, 0), np.float32)
+        i, name, n, d = slot
+        if i not in self.maps or self.maps[i][0] != name:
+            if i in self.maps:
+                old = self.maps.pop(i)[1]
+                try:
+                    old.close() if isinstance(old, mmap.mmap) else old.release()
+                except BufferError:  # a view of it is still alive: let the GC unmap it
+                    pass
+            self.maps[i] = (name, _attach(name))
+        return np.ndarray((n, d), "<f4", buffer=self.maps[i][1])
+
+
+    def close(self) -> None:
+        for _, m in self.maps.values():
+            try:
+                m.close() if isinstance(m, mmap.mmap) else m.release()
+            except BufferError:
+                pass
+        self.maps.clear()
+
+
+def _attach(name: str) -> Any:
+    path = Path("/dev/shm") / name.lstrip("/")
+    if path.exists():
+        with open(path, "r+b") as f:
+            return mmap.mmap(f.fileno(), 0)
+    from multiprocessing import resource_tracker, shared_memory
+
+    shm = shared_memory.SharedMemory(name)
+    resource_tracker.unregister(shm._name, "shared_memory")  # the driver owns it
+    return shm.buf
+
+
+def _serve(conn: Connection) -> None:
+    from ledger.round_build import RoundRows
+    from ledger.session import LedgerError, LedgerRoundError, Session
+    from simulator.config import build_config
+
+    views, session, failed = _Views(), None, False
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        kind = msg[0]
+        try:
+            if kind == "open":
+                _, cfg_dict, run_dir, initial, resume = msg
+                views.close()  # the last run's slots are gone
+                session, failed = Session(build_config(cfg_dict), run_dir), False
+                conn.send(("ready", session.open(initial, resume)))
+            elif kind == "round" and session is not None and not failed:
+                _, meta, slot = msg
+                data = RoundRows(rows=views.rows(slot), **meta)
+                conn.send(("done", meta["round"], session.record(data)))
+            elif kind == "ping":
+                conn.send(("pong",))
+            elif kind == "close":
+                out = session.close() if session is not None else {}
+                session = None
+                conn.send(("closed", out))
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the driver
+            rnd = msg[1]["round"] if kind == "round" else None
+            if isinstance(exc, LedgerError | LedgerRoundError):
+                text = str(exc).splitlines()[0]
+            else:
+                traceback.print_exc(file=sys.stderr)
+                text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            failed = True
+            if session is not None:  # let go of its files and lock now: the run may resume
+                try:
+                    session.close()
+                except Exception:  # noqa: BLE001 - closing a broken session is best effort
+                    pass
+                session = None
+            conn.send(("error", rnd, "round" if kind == "round" else "start", text))
+
+
+def main(argv: list[str]) -> None:
+    fd, parent = int(argv[0]), int(argv[1])
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the lowest CPU priority: recording uses the cycles training leaves idle, and the bound of
+    # two rounds (the driver waits beyond it) keeps it from falling further behind
+    os.nice(19)
+    import torch
+
+    torch.set_num_threads(1)
+    # everything a session needs, loaded before the first run asks (its start is then hidden
+    # behind the driver's own start-up)
+    import ledger.pyevm  # noqa: F401
+    import ledger.replay  # noqa: F401
+    import ledger.session  # noqa: F401
+    from ledger.compile import compile_flchain
+
+    compile_flchain()
+    conn = Connection(fd)
+    try:
+        _serve(conn)
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

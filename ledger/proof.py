@@ -1,0 +1,108 @@
+"""``python -m ledger.proof RUN_DIR --round R --client C``: a client's receipt for a round.
+
+A client's tamper evidence in ledger v2 is its submission leaf and the leaf's Merkle proof against
+the submissions root its round committed on chain (:mod:`ledger.merkle`). :func:`receipt` builds
+that receipt from a recorded run; :func:`verify_receipt` checks one against the chain (the
+embedded devnet's export re-imported with full validation, or the node), without trusting the
+run's files: ``--verify FILE`` checks a receipt a client kept. Exit status: 0 valid, 1 invalid,
+2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ledger.audit_checks import AuditInputError, RunAudit
+from ledger.merkle import merkle_proof, submission_leaf, verify_proof
+from ledger.pack import Pack, PackError
+from ledger.records import hx, unhx
+
+Finding = tuple[int | None, int | None, str, Any, Any]
+
+
+def receipt(run_dir: str | Path, rnd: int, client: int) -> dict[str, Any]:
+    """Client ``client``'s receipt for round ``rnd``: its leaf's fields, the leaf and its proof
+    (``ValueError`` if the client did not submit in that round)."""
+    audit = RunAudit(Path(run_dir))
+    entry = next((e for e in audit.entries if int(e["round"]) == rnd), None)
+    if entry is None:
+        raise ValueError(f"round {rnd} is not in {run_dir}")
+    pack = Pack.read(audit.dir, unhx(entry["pack"]))
+    fields, leaves = {}, {}
+    for c in pack.clients("record"):
+        rec = json.loads(bytes(pack.raw(f"record/{c}")))["record"]
+        f = {"update_hash": rec["update_hash"], "samples": int(rec["samples"]),
+             "base_hash": rec["base_hash"], "record_hash": hx(pack.digest(f"record/{c}"))}
+        fields[c] = f
+        leaves[c] = _leaf(c, f)
+    if client not in fields:
+        raise ValueError(f"client {client} did not submit in round {rnd}")
+    order = sorted(leaves)
+    proof = merkle_proof([leaves[c] for c in order], order.index(client))
+    return {"run": str(run_dir), "round": rnd, "client": client, **fields[client],
+            "leaf": hx(leaves[client]), "proof": [[hx(s), left] for s, left in proof]}
+
+
+def _leaf(client: int, f: dict[str, Any]) -> bytes:
+    return submission_leaf(client, unhx(f["update_hash"]), int(f["samples"]),
+                           unhx(f["base_hash"]), unhx(f["record_hash"]))
+
+
+def verify_receipt(run_dir: str | Path, rec: dict[str, Any], ledger_url: str | None = None
+                   ) -> list[Finding]:
+    """Findings (check ``inclusion-proof``) if ``rec`` does not prove its client's submission
+    against the submissions root committed on chain for its round; ``[]`` if it does."""
+    audit = RunAudit(Path(run_dir), ledger_url=ledger_url)
+    for _ in audit.open_chain():  # a broken chain proves nothing
+        pass
+    rnd, client = int(rec["round"]), int(rec["client"])
+    if audit.chain is None:
+        return [(rnd, client, "inclusion-proof", "a readable chain", "none")]
+    list(audit.read_contract())  # reads the Committed events
+    com = audit.events.get(rnd)
+    if com is None:
+        return [(rnd, client, "inclusion-proof", f"round {rnd} committed on chain", "missing")]
+    try:
+        leaf = _leaf(client, rec)
+        proof = [(unhx(s), bool(left)) for s, left in rec["proof"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        return [(rnd, client, "inclusion-proof", "a well-formed receipt", str(exc))]
+    if hx(leaf) != rec.get("leaf") or not verify_proof(leaf, proof, unhx(com.submissions_root)):
+        return [(rnd, client, "inclusion-proof", com.submissions_root,
+                 "a leaf and proof that do not lead to it")]
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    from simulator.cli import OneLineParser
+
+    p = OneLineParser(prog="python -m ledger.proof", description=__doc__.split("\n")[0])
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run recorded with --ledger")
+    p.add_argument("--round", type=int, default=None, help="the round (with --client)")
+    p.add_argument("--client", type=int, default=None, help="the client (with --round)")
+    p.add_argument("--verify", metavar="FILE", default=None,
+                   help="check this receipt (JSON, as printed) against the chain instead")
+    p.add_argument("--ledger-url", default=None, help="read the chain from this node")
+    args = p.parse_args(argv)
+    try:
+        if args.verify:
+            found = verify_receipt(args.run_dir, json.loads(Path(args.verify).read_text()),
+                                   args.ledger_url)
+            for f in found:
+                print(f"round {f[0]} client {f[1]} {f[2]}: expected {f[3]}, found {f[4]}")
+            print("VALID" if not found else "INVALID")
+            return 1 if found else 0
+        if args.round is None or args.client is None:
+            p.error("give --round and --client, or --verify FILE")
+        print(json.dumps(receipt(args.run_dir, args.round, args.client), indent=1))
+    except (AuditInputError, PackError, ValueError, OSError) as exc:
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""What a recorder session needs to start: its errors, the channel id, the committee, the chain
+connection, and the resume path (the chain re-imported or reconnected, the index of committed
+rounds made to agree with it).
+
+A kill -9 can land anywhere, so a resume first drops a torn last record of the append-only files
+(``chain/blocks.rlp``, ``rounds.jsonl``; :func:`simulator.appendlog.drop_torn_tail`), then treats
+the chain as the authority: a round the chain committed but ``rounds.jsonl`` does not list (the
+run stopped between the two) is indexed from its ``Committed`` event.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ledger.chain import Chain
+from ledger.committee import Committee, verify_registration
+from ledger.errors import FORMAT, LedgerError, LedgerRoundError, ledger_dir
+from ledger.records import DEV_KEY, canonical_json, hx, sha256
+from simulator.appendlog import drop_torn_tail, read_jsonl
+
+__all__ = ["COMMIT_GAS", "FORMAT", "LedgerError", "LedgerRoundError", "check_format",
+           "channel_id", "committee_of", "connect", "ledger_dir", "open_index",
+           "open_resumed_chain"]
+
+#: gas limit of a commitment (with on-chain BLS verification ~200k; only what is used is paid)
+COMMIT_GAS = 600_000
+
+
+def check_format(manifest: dict[str, Any], where: Path) -> None:
+    """Refuse a ledger written in another format, in one line naming its version."""
+    found = manifest.get("format")
+    if found != FORMAT:
+        raise LedgerError(f"{where}: ledger format {found!r}; this FedSentry reads {FORMAT!r} "
+                          "(a run recorded by an older version cannot be resumed or audited "
+                          "here; record it again)")
+
+
+def channel_id(cfg: Any) -> bytes:
+    """The channel (experiment / global model) id: sha256 of the resolved config without its
+    output and ledger sections (where results go and where they are recorded do not change
+    what is learned), so the same experiment is the same channel wherever it is written."""
+    d = cfg.to_dict()
+    return sha256(canonical_json({k: v for k, v in d.items() if k not in ("output", "ledger")}))
+
+
+@functools.lru_cache(maxsize=4)
+def committee_of(size: int) -> Committee:
+    """The edge validators, registered once and shared by every channel (in FLChain they are
+    the MEC infrastructure, not part of an experiment; their public keys and proofs of
+    possession go into each run's manifest). Registration checks every proof of possession."""
+    committee = Committee.from_seed("flchain-edge", size)
+    bad = verify_registration(committee.public_info())
+    if bad:
+        raise LedgerError(f"edge validators {bad} failed their proof of possession")
+    return committee
+
+
+def connect(cfg: Any, seed: str) -> Chain:
+    """The chain a run records on: the node at ``ledger_url`` or a fresh embedded devnet."""
+    from ledger.pyevm import make_embedded_chain
+
+    lc = cfg.ledger
+    if lc.ledger_url is None:
+        return make_embedded_chain(seed, 1)
+    key = os.environ.get("FEDSENTRY_LEDGER_KEY") or DEV_KEY
+    try:
+        return Chain.rpc(lc.ledger_url, [key], chain_id=lc.ledger_chain_id)
+    except (ConnectionError, ValueError) as exc:
+        raise LedgerError(str(exc)) from None
+
+
+def open_resumed_chain(cfg: Any, seed: str, manifest: dict[str, Any], ledger: Path
+                       ) -> tuple[Chain, Any]:
+    """The chain of a run being resumed, and the exporter that continues its export (embedded
+    devnet; ``None`` for a node)."""
+    if manifest.get("backend") == "embedded":
+        from ledger.devnet import BLOCKS_FILE, ChainExporter, ChainExportError, import_chain
+
+        drop_torn_tail(ledger / "chain" / BLOCKS_FILE, "records")
+        try:
+            res = import_chain(ledger / "chain")
+        except ChainExportError as exc:
+            raise LedgerError(f"cannot resume: {exc}") from None
+        if res.error is not None or res.chain is None:
+            raise LedgerError(f"cannot resume: chain export is invalid: {res.error}")
+        return res.chain, ChainExporter(res.chain, ledger / "chain", append=True)
+    chain = connect(cfg, seed)
+    if not bytes(chain.w3.eth.get_code(manifest["contract"])):
+        raise LedgerError(f"cannot resume: no contract at {manifest['contract']} on "
+                          f"{cfg.ledger.ledger_url}")
+    return chain, None
+
+
+def committed_events(contract: Any, from_round: int = 0) -> dict[int, Any]:
+    """The contract's ``Committed`` events (round -> log), from round ``from_round`` on."""
+    logs = contract.events.Committed().get_logs(from_block=0)
+    return {int(lg["args"]["round"]): lg for lg in logs if int(lg["args"]["round"]) >= from_round}
+
+
+def entry_of_event(log: Any) -> dict[str, Any]:
+    """The ``rounds.jsonl`` entry of a committed round, from its ``Committed`` event."""
+    from ledger.commitment import g2_compress_eip2537 as g2_compress
+
+    a = log["args"]
+    sig = bytes(a["signature"])
+    return {"round": int(a["round"]), "pack": hx(a["pack_id"]),
+            "global_hash": hx(a["global_hash"]), "submissions_root": hx(a["submissions_root"]),
+            "verdicts_hash": hx(a["verdicts_hash"]), "admitted_root": hx(a["admitted_root"]),
+            "signers": int(a["signers"]), "signature": g2_compress(sig).hex() if sig else None,
+            "submissions": None, "admitted": None, "tx": hx(log["transactionHash"]),
+            "block": int(log["blockNumber"])}
+
+
+def open_index(ledger: Path, contract: Any) -> dict[int, dict[str, Any]]:
+    """``rounds.jsonl`` made to agree with the chain (round -> entry), after a restart."""
+    path = ledger / "rounds.jsonl"
+    drop_torn_tail(path)
+    try:
+        entries = {int(e["round"]): e for e in read_jsonl(path)}
+    except (ValueError, KeyError) as exc:
+        raise LedgerError(f"cannot resume: {exc}") from None
+    on_chain = int(contract.functions.current_round().call())
+    if sorted(entries) != list(range(len(entries))) or len(entries) > on_chain:
+        raise LedgerError(f"cannot resume: rounds.jsonl holds rounds {sorted(entries)[:5]}..., "
+                          f"the chain {on_chain} rounds")
+    missing = range(len(entries), on_chain)
+    if missing:  # committed, then stopped before the index line was written
+        events = committed_events(contract, len(entries))
+        with open(path, "ab") as f:
+            for rnd in missing:
+                e = entry_of_event(events[rnd])
+                f.write((json.dumps(e, separators=(",", ":")) + "\n").encode())
+                entries[rnd] = e
+    return entries

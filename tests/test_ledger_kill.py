@@ -1,0 +1,89 @@
+"""kill -9 during a ``--ledger`` run, then ``--resume``: the finished run audits clean and its
+events equal an uninterrupted run's (ledger v2).
+
+Real SIGKILLs of the CLI driver (``FEDSENTRY_FAILPOINT``, :mod:`simulator.appendlog`): in the
+middle of writing an event (a torn last line) and between two rounds. The recorder process dies
+with its driver (``PR_SET_PDEATHSIG``); the resumed run's recorder re-imports the chain export,
+drops torn records, and checks every round it recomputes against the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.audit import audit_run
+from simulator.appendlog import FAILPOINT_ENV
+from simulator.output import read_events
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUNDS = 5
+RUN = ["--backend", "local", "--dataset", "digits", "--num-clients", "8",
+       "--clients-per-round", "4", "--local-epochs", "1", "--rounds", str(ROUNDS),
+       "--checkpoint-every", "1", "--no-progress", "--no-plots", "--ledger", "--committee", "3",
+       "--defense", "median"]
+WALL = ("wall_time", "slowest_train_seconds", "chunks", "placement")
+
+
+def _cli(*args: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
+    env["OMP_NUM_THREADS"] = "1"
+    if failpoint is not None:
+        env[FAILPOINT_ENV] = failpoint
+    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+def _strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in e.items() if k not in WALL} for e in events]
+
+
+def _recorder_gone(out: Path) -> bool:
+    """No process holds the ledger's lock (the recorder died with its driver)."""
+    import fcntl
+
+    with open(out / "ledger/.lock", "r+b") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ledger-kill") / "reference"
+    proc = _cli(*RUN, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.mark.parametrize("failpoint", ["events.jsonl:3", "events.jsonl:3:after"])
+def test_sigkill_during_a_ledger_run_then_resume(tmp_path: Path, reference: Path,
+                                                 failpoint: str) -> None:
+    out = tmp_path / "killed"
+    proc = _cli(*RUN, "--out", str(out), failpoint=failpoint)
+    assert proc.returncode == -9, proc.stderr
+    raw = (out / "events.jsonl").read_bytes()
+    assert raw.endswith(b"\n") == failpoint.endswith(":after")  # torn, or between rounds
+    import time
+
+    for _ in range(100):  # the recorder follows its driver within moments
+        if _recorder_gone(out):
+            break
+        time.sleep(0.05)
+    assert _recorder_gone(out)
+    proc = _cli("--resume", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rep = audit_run(out)
+    assert rep.clean, rep.text()
+    assert rep.rounds == ROUNDS
+    assert _strip(read_events(out / "events.jsonl")) == \
+        _strip(read_events(reference / "events.jsonl"))
+    assert (out / "ledger/rounds.jsonl").read_bytes() == \
+        (reference / "ledger/rounds.jsonl").read_bytes()

@@ -1,0 +1,65 @@
+"""Round packs (ledger v2): the layout by hand, addressing by hash, tamper detection."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ledger.pack import MAGIC, Entry, Pack, PackError, pack_path, write_pack
+from ledger.records import update_prefix
+from ledger.round_build import hash_rows, rows_of_pack
+
+
+def sha(b: bytes) -> bytes:
+    return hashlib.sha256(b).digest()
+
+
+def test_layout_by_hand(tmp_path: Path) -> None:
+    pid = write_pack(tmp_path, 3, [Entry.of("global", b"GG"), Entry.of("verdicts", b"VVV")])
+    index = (b'{"entries":[["global","' + sha(b"GG").hex().encode() + b'",0,2],'
+             b'["verdicts","' + sha(b"VVV").hex().encode() + b'",2,3]],"round":3,"v":2}')
+    assert pid == sha(index)
+    data = pack_path(tmp_path, pid).read_bytes()
+    assert data == MAGIC + len(index).to_bytes(8, "little") + index + b"GGVVV"
+    p = Pack.read(tmp_path, pid)
+    assert (p.round, p.names, bytes(p.raw("verdicts"))) == (3, ["global", "verdicts"], b"VVV")
+    assert p.ok("global") and p.span("verdicts") == (len(data) - 3, 3)
+    # the same entries give the same pack; a different one another
+    assert write_pack(tmp_path, 3, [Entry.of("global", b"GG"), Entry.of("verdicts", b"VVV")]) \
+        == pid != write_pack(tmp_path, 4, [Entry.of("global", b"GG")])
+
+
+def test_many_buffers_and_rows_from_a_matrix(tmp_path: Path) -> None:
+    rows = np.arange(3000 * 4, dtype=np.float32).reshape(3000, 4)  # > one writev's buffers
+    digests = hash_rows(rows)
+    assert digests[5] == sha(update_prefix(4) + rows[5].tobytes())
+    entries = [Entry(f"update/{i}", digests[i], (update_prefix(4), rows[i]))
+               for i in range(len(rows))]
+    pid = write_pack(tmp_path, 0, entries)
+    p = Pack.read(tmp_path, pid)
+    got, ids = rows_of_pack(p, 4)
+    assert ids == list(range(3000)) and np.array_equal(got, rows)
+    assert all(p.ok(f"update/{i}") for i in (0, 1234, 2999))
+    with pytest.raises(ValueError, match="expected"):
+        rows_of_pack(p, 5)
+
+
+def test_tampering_is_seen(tmp_path: Path) -> None:
+    pid = write_pack(tmp_path, 0, [Entry.of("a", b"hello"), Entry.of("b", b"world")])
+    path = pack_path(tmp_path, pid)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1  # an entry's bytes: the index still names the pack, the entry fails
+    path.write_bytes(bytes(data))
+    p = Pack.read(tmp_path, pid)
+    assert p.ok("a") and not p.ok("b")
+    data[len(MAGIC) + 8 + 5] ^= 1  # the index: the pack is no longer what its name says
+    path.write_bytes(bytes(data))
+    with pytest.raises(PackError, match="not to its name"):
+        Pack.read(tmp_path, pid)
+    with pytest.raises(PackError, match="missing"):
+        Pack.read(tmp_path, b"\x00" * 32)
+    with pytest.raises(PackError, match="bad magic"):
+        Pack(b"nope")
