@@ -47,8 +47,11 @@ DEV_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
 
 def canonical_json(obj: Any) -> bytes:
     """Sorted keys, no spaces, UTF-8; non-finite floats become ``null`` (so the bytes are JSON)."""
-    return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"),
-                      allow_nan=False).encode()
+    try:  # the common case (no NaN/Inf, no numpy scalars) without walking the object
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    except (ValueError, TypeError):
+        return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"),
+                          allow_nan=False).encode()
 
 
 def _finite(obj: Any) -> Any:

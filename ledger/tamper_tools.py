@@ -56,6 +56,19 @@ def pack_of(run: Path, rnd: int) -> Pack:
     return Pack.read(ledger_of(run), unhx(entries(run)[rnd]["pack"]))
 
 
+def pack_json(pack: Pack, name: str) -> Any:
+    """Entry ``name`` of a pack, parsed as JSON."""
+    return json.loads(bytes(pack.raw(name)))
+
+
+def clients_of(run: Path, rnd: int) -> list[int]:
+    """The clients that submitted in round ``rnd`` (NotApplicable if none did)."""
+    ids = list(pack_of(run, rnd).clients("update"))
+    if not ids:
+        raise NotApplicable(f"round {rnd} has no submissions")
+    return ids
+
+
 def flip(run: Path, rnd: int, name: str) -> None:
     """Flip the last bit of entry ``name`` of round ``rnd``'s pack, in place (the index, and so
     the pack id, stay the same)."""
@@ -202,6 +215,6 @@ def _signed(chain: Any, sender: Any, tx: Any, to: str | None, data: bytes) -> by
     return bytes(sender.sign_transaction(d).raw_transaction)
 
 
-__all__ = ["Expected", "NotApplicable", "canonical_json", "entries", "flip", "manifest",
-           "pack_of", "rebuild_chain", "recommit", "replace_entries", "resign", "roots_of",
-           "write_entries"]
+__all__ = ["Expected", "NotApplicable", "canonical_json", "clients_of", "entries", "flip",
+           "manifest", "pack_json", "pack_of", "rebuild_chain", "recommit", "replace_entries",
+           "resign", "roots_of", "write_entries"]

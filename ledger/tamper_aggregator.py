@@ -1,0 +1,287 @@
+"""Cases in which the aggregator (who holds the channel's key) rewrites rounds: it re-commits
+a round's new pack on a devnet re-mined from genesis (:func:`ledger.tamper_tools.recommit`),
+signed by a colluding committee, by non-members, or with the old signature; or it re-deploys the
+contract. Registered in :mod:`ledger.tamper`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import coincurve
+
+from ledger.pack import pack_path
+from ledger.records import canonical_json, hx, sha256, sign_record, unhx
+from ledger.tamper_tools import (
+    Expected,
+    NotApplicable,
+    clients_of,
+    entries,
+    ledger_of,
+    manifest,
+    pack_json,
+    pack_of,
+    rebuild_chain,
+    recommit,
+    replace_entries,
+    resign,
+    write_entries,
+)
+
+Case = Callable[[Path, int], Expected]
+
+
+# -- the aggregator: re-committed rounds -------------------------------------------------------
+def _edit_record(run: Path, r: int, c: int, edit: Callable[[dict[str, Any]], None],
+                 key: coincurve.PrivateKey | None = None) -> list[Any]:
+    pack = pack_of(run, r)
+    rec = pack_json(pack, f"record/{c}")["record"]
+    edit(rec)
+    signed = sign_record(rec, key) if key is not None else resign(run, rec, c)
+    return replace_entries(pack, {f"record/{c}": signed})
+
+
+def submission_replayed(run: Path, r: int) -> Expected:
+    """Put a client's (validly signed) record of another round into round ``r``."""
+    es = entries(run)
+    o = r - 1 if r > 0 else r + 1
+    if o >= len(es):
+        raise NotApplicable("needs two rounds")
+    common = [c for c in clients_of(run, r) if c in set(clients_of(run, o))]
+    if not common:
+        raise NotApplicable(f"no client submitted in rounds {r} and {o}")
+    c = common[0]
+    other = bytes(pack_of(run, o).raw(f"record/{c}"))
+    recommit(run, r, replace_entries(pack_of(run, r), {f"record/{c}": other}))
+    return r, c, "replayed-submission"
+
+
+def record_other_channel(run: Path, r: int) -> Expected:
+    """Re-sign a client's record with another channel's id in it."""
+    c = clients_of(run, r)[-1]
+    recommit(run, r, _edit_record(run, r, c, lambda rec: rec.update(
+        channel=hx(sha256(b"another channel")))))
+    return r, c, "record-channel"
+
+
+def records_swapped(run: Path, r: int) -> Expected:
+    """Swap two clients' signed records."""
+    ids = clients_of(run, r)
+    if len(ids) < 2:
+        raise NotApplicable("needs two submissions in a round")
+    a, b = ids[0], ids[1]
+    pack = pack_of(run, r)
+    recommit(run, r, replace_entries(pack, {f"record/{a}": bytes(pack.raw(f"record/{b}")),
+                                            f"record/{b}": bytes(pack.raw(f"record/{a}"))}))
+    return r, a, "record-client"
+
+
+def leaf_swapped(run: Path, r: int) -> Expected:
+    """Swap two clients' updates under their (unchanged) records and leaves."""
+    ids = clients_of(run, r)
+    if len(ids) < 2:
+        raise NotApplicable("needs two submissions in a round")
+    a, b = ids[0], ids[1]
+    pack = pack_of(run, r)
+    recommit(run, r, replace_entries(pack, {f"update/{a}": bytes(pack.raw(f"update/{b}")),
+                                            f"update/{b}": bytes(pack.raw(f"update/{a}"))}))
+    return r, a, "record-update"
+
+
+def signature_forged(run: Path, r: int) -> Expected:
+    """Sign a client's record with a key that is not the client's."""
+    c = clients_of(run, r)[-1]
+    recommit(run, r, _edit_record(run, r, c, lambda rec: None,
+                                  key=coincurve.PrivateKey(b"\x07" * 32)))
+    return r, c, "signature"
+
+
+def unadmitted_client(run: Path, r: int) -> Expected:
+    """Add a well-signed submission from a client never admitted to the channel."""
+    pack = pack_of(run, r)
+    c0, stranger = clients_of(run, r)[0], 10**6
+    rec = dict(pack_json(pack, f"record/{c0}")["record"], client=stranger)
+    recommit(run, r, replace_entries(pack, {}, [
+        (f"update/{stranger}", bytes(pack.raw(f"update/{c0}"))),
+        (f"record/{stranger}", resign(run, rec, stranger))]))
+    return r, stranger, "admission"
+
+
+def base_rewritten(run: Path, r: int) -> Expected:
+    """Re-sign a client's record claiming it trained from another model."""
+    c = clients_of(run, r)[0]
+    recommit(run, r, _edit_record(run, r, c, lambda rec: rec.update(
+        base_hash=hx(sha256(b"another base")))))
+    return r, c, "base-model"
+
+
+def merkle_rewritten(run: Path, r: int) -> Expected:
+    """Commit a submissions root that is not the root of the round's leaves."""
+    recommit(run, r, override={"submissions_root": sha256(b"another root")})
+    return r, None, "merkle-root"
+
+
+def admitted_root_rewritten(run: Path, r: int) -> Expected:
+    """Commit an admission root that is not the root of the round's admission list."""
+    recommit(run, r, override={"admitted_root": sha256(b"another root")})
+    return r, None, "admitted-root"
+
+
+def admission_rewritten(run: Path, r: int) -> Expected:
+    """Admit a client with a key that is not its own (or, in a round that admits nobody,
+    admit an earlier client a second time)."""
+    pack = pack_of(run, r)
+    doc = pack_json(pack, "admitted")
+    stranger = coincurve.PrivateKey(b"\x05" * 32).public_key.format().hex()
+    if doc["admitted"]:
+        c = int(doc["admitted"][0][0])
+        doc["admitted"][0][1] = stranger
+    else:
+        c = clients_of(run, r)[0]
+        doc["admitted"] = [[c, stranger]]
+    recommit(run, r, replace_entries(pack, {"admitted": canonical_json(doc)}))
+    return r, c, "admission"
+
+
+def verdicts_inconsistent(run: Path, r: int) -> Expected:
+    """Drop a kept client from the verdict document's accepted list."""
+    pack = pack_of(run, r)
+    doc = pack_json(pack, "verdicts")
+    if not doc["accepted"]:
+        raise NotApplicable(f"round {r} accepted nobody")
+    doc["accepted"] = doc["accepted"][1:]
+    recommit(run, r, replace_entries(pack, {"verdicts": canonical_json(doc)}))
+    return r, None, "verdict-document"
+
+
+def verdict_rewritten(run: Path, r: int) -> Expected:
+    """Colluding committee: a rejected client's verdict rewritten to kept (every hash and
+    signature consistent; only the replay can tell)."""
+    pack = pack_of(run, r)
+    doc = pack_json(pack, "verdicts")
+    bad = [v for v in doc["verdicts"] if not v["kept"] and v["client"] in
+           set(pack.clients("update"))]
+    if not bad:
+        raise NotApplicable(f"round {r} rejected no client")
+    bad[0]["kept"] = True
+    doc["accepted"] = sorted([*doc["accepted"], bad[0]["client"]])
+    recommit(run, r, replace_entries(pack, {"verdicts": canonical_json(doc)}))
+    return r, None, "recompute-verdicts"
+
+
+def global_swapped(run: Path, r: int) -> Expected:
+    """Colluding committee: the round's global model swapped for another (the initial one),
+    with hashes and signatures made consistent (only the replay can tell)."""
+    m = manifest(run)
+    from ledger.pack import Pack
+
+    initial = Pack.read(ledger_of(run), unhx(m["initial_pack"]))
+    recommit(run, r, replace_entries(pack_of(run, r), {"global": bytes(initial.raw("global"))}))
+    return r, None, "recompute-global"
+
+
+def signed_by_non_member(run: Path, r: int) -> Expected:
+    """The aggregator re-commits round ``r`` with a signature of validators that are not the
+    committee."""
+    recommit(run, r, sign="stranger")
+    return r, None, "committee-signature"
+
+
+def commitment_from_another_run(other: Path) -> Case:
+    """A case that replays run ``other``'s round-r commitment (pack, fields and signature) as
+    this run's round r."""
+
+    def case(run: Path, r: int) -> Expected:
+        theirs = entries(other)
+        if r >= len(theirs):
+            raise NotApplicable(f"{other} has no round {r}")
+        t = theirs[r]
+        src = pack_path(ledger_of(other), unhx(t["pack"]))
+        shutil.copyfile(src, pack_path(ledger_of(run), unhx(t["pack"])))
+        from ledger.pack import Pack
+
+        pack = Pack.read(ledger_of(run), unhx(t["pack"]))
+        recommit(run, r, pack.to_entries(), sign="keep", signers=t["signers"])
+        es = entries(run)
+        es[r]["signature"] = t["signature"]
+        write_entries(run, es)
+        from ledger.commitment import g2_eip2537
+
+        e = es[r]
+        tx = rebuild_chain(run, {("commit", r): (
+            r, unhx(e["global_hash"]), unhx(e["submissions_root"]), unhx(e["verdicts_hash"]),
+            unhx(e["admitted_root"]), unhx(e["pack"]), t["signers"],
+            g2_eip2537(bytes.fromhex(t["signature"])))})
+        es[r]["tx"] = tx.get(r, es[r]["tx"])
+        write_entries(run, es)
+        return r, None, "committee-signature"
+
+    case.__doc__ = commitment_from_another_run.__doc__
+    return case
+
+
+def commitment_removed(run: Path, r: int) -> Expected:
+    """The aggregator re-mines the chain without the last round's commitment."""
+    es = entries(run)
+    if r != len(es) - 1:
+        raise NotApplicable("only the last round's commitment can be left out")
+    rebuild_chain(run, drop_after=es[r]["block"] - 1)
+    return r, None, "round-on-chain"
+
+
+def _deploy_with(committee_seed: str | None, source_edit: bool) -> Callable[[Any], bytes]:
+    def data(chain: Any) -> bytes:
+        from ledger.compile import compile_flchain
+
+        c = compile_flchain()
+        bytecode = c.bytecode
+        if source_edit:  # the same contract, with one revert message changed
+            from ledger.compile import CONTRACT_PATH, _compile
+
+            src = CONTRACT_PATH.read_text().replace('"not aggregator"', '"not the aggregator"')
+            bytecode = _compile(src, c.evm_version).bytecode
+        m = chain.manifest
+        keys = [bytes.fromhex(x["pubkey"]) for x in m["committee"]]
+        from ledger.commitment import g1_eip2537
+
+        if committee_seed is not None:
+            from ledger.committee import Committee
+
+            keys = [bytes.fromhex(x["pubkey"]) for x in
+                    Committee.from_seed(committee_seed, len(keys)).public_info()]
+        factory = chain.w3.eth.contract(abi=c.abi, bytecode=bytecode)
+        tx = factory.constructor(unhx(m["channel_id"]), [g1_eip2537(k) for k in keys],
+                                 m["quorum"], bool(m["onchain_bls"])).build_transaction(
+            {"from": chain.aggregator.address, "gas": 10_000_000, "nonce": 0,
+             "maxFeePerGas": 10**10, "maxPriorityFeePerGas": 10**9})
+        return unhx(tx["data"])
+
+    return data
+
+
+def contract_code_replaced(run: Path, r: int) -> Expected:
+    """The aggregator deploys a contract compiled from an edited source."""
+    rebuild_chain(run, deploy=_with_manifest(run, _deploy_with(None, True)))
+    return None, None, "contract-code"
+
+
+def contract_setup_changed(run: Path, r: int) -> Expected:
+    """The aggregator deploys the contract with its own committee's keys."""
+    if not manifest(run)["committee"]:
+        raise NotApplicable("the run has no committee")
+    rebuild_chain(run, deploy=_with_manifest(run, _deploy_with("not-the-committee", False)))
+    return None, None, "contract-setup"
+
+
+def _with_manifest(run: Path, fn: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    m = manifest(run)
+
+    def data(chain: Any) -> bytes:
+        chain.manifest = m
+        return fn(chain)
+
+    return data
+
