@@ -67,27 +67,28 @@ def record_other_channel(run: Path, r: int) -> Expected:
     return r, c, "record-channel"
 
 
-def records_swapped(run: Path, r: int) -> Expected:
-    """Swap two clients' signed records."""
+def _swap_two(run: Path, r: int, kind: str) -> int:
+    """Swap the ``kind`` entries (``record`` or ``update``) of round ``r``'s first two clients
+    and re-commit; returns the first."""
     ids = clients_of(run, r)
     if len(ids) < 2:
         raise NotApplicable("needs two submissions in a round")
     a, b = ids[0], ids[1]
     pack = pack_of(run, r)
-    recommit(run, r, replace_entries(pack, {f"record/{a}": bytes(pack.raw(f"record/{b}")),
-                                            f"record/{b}": bytes(pack.raw(f"record/{a}"))}))
+    recommit(run, r, replace_entries(pack, {f"{kind}/{a}": bytes(pack.raw(f"{kind}/{b}")),
+                                            f"{kind}/{b}": bytes(pack.raw(f"{kind}/{a}"))}))
+    return a
+
+
+def records_swapped(run: Path, r: int) -> Expected:
+    """Swap two clients' signed records."""
+    a = _swap_two(run, r, "record")
     return r, a, "record-client"
 
 
 def leaf_swapped(run: Path, r: int) -> Expected:
     """Swap two clients' updates under their (unchanged) records and leaves."""
-    ids = clients_of(run, r)
-    if len(ids) < 2:
-        raise NotApplicable("needs two submissions in a round")
-    a, b = ids[0], ids[1]
-    pack = pack_of(run, r)
-    recommit(run, r, replace_entries(pack, {f"update/{a}": bytes(pack.raw(f"update/{b}")),
-                                            f"update/{b}": bytes(pack.raw(f"update/{a}"))}))
+    a = _swap_two(run, r, "update")
     return r, a, "record-update"
 
 

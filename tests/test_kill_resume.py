@@ -8,39 +8,20 @@ resumes it; its events and summary must equal an uninterrupted run's.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from cli_helper import run_cli, strip_wall
 
-from simulator.appendlog import FAILPOINT_ENV
 from simulator.output import read_events
 
-ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 6
 RUN = ["--backend", "local", "--dataset", "digits", "--num-clients", "8",
        "--clients-per-round", "4", "--local-epochs", "1", "--rounds", str(ROUNDS),
        "--checkpoint-every", "1", "--no-progress", "--no-plots"]
-# wall-clock measurements differ between any two runs (as in test_engine.py)
-WALL = ("wall_time", "slowest_train_seconds", "chunks", "placement")
-
-
-def _cli(*args: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
-    env["OMP_NUM_THREADS"] = "1"  # a tiny model: one thread is fastest, and every run alike
-    if failpoint is not None:
-        env[FAILPOINT_ENV] = failpoint
-    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-
-
-def _strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in e.items() if k not in WALL} for e in events]
 
 
 def _summary(out: Path) -> dict[str, Any]:
@@ -51,20 +32,20 @@ def _summary(out: Path) -> dict[str, Any]:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One uninterrupted run, shared by the module."""
     out = tmp_path_factory.mktemp("kill") / "reference"
-    proc = _cli(*RUN, "--out", str(out))
+    proc = run_cli(*RUN, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert [e["round"] for e in read_events(out / "events.jsonl")] == list(range(ROUNDS))
     return out
 
 
 def _assert_resumes_to(out: Path, reference: Path) -> None:
-    proc = _cli("--resume", str(out))
+    proc = run_cli("--resume", str(out))
     assert proc.returncode == 0, proc.stderr
     raw = (out / "events.jsonl").read_bytes()
     assert raw.endswith(b"\n") and raw.count(b"\n") == ROUNDS  # nothing lost, nothing twice
     resumed, ref = read_events(out / "events.jsonl"), read_events(reference / "events.jsonl")
     assert [e["round"] for e in resumed] == list(range(ROUNDS))
-    assert _strip(resumed) == _strip(ref)
+    assert strip_wall(resumed) == strip_wall(ref)
     got, want = _summary(out), _summary(reference)
     assert got["final_accuracy"] == want["final_accuracy"]
     assert got["rounds"] == want["rounds"] == ROUNDS
@@ -78,7 +59,7 @@ def _assert_resumes_to(out: Path, reference: Path) -> None:
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path: Path, reference: Path,
                                                    failpoint: str, complete: int) -> None:
     out = tmp_path / "killed"
-    proc = _cli(*RUN, "--out", str(out), failpoint=failpoint)
+    proc = run_cli(*RUN, "--out", str(out), failpoint=failpoint)
     assert proc.returncode == -9, proc.stderr  # a real SIGKILL, not an exception
     raw = (out / "events.jsonl").read_bytes()
     assert raw.count(b"\n") == complete

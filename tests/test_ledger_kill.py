@@ -9,38 +9,19 @@ drops torn records, and checks every round it recomputes against the ledger.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from cli_helper import run_cli, strip_wall
 
 from ledger.audit import audit_run
-from simulator.appendlog import FAILPOINT_ENV
 from simulator.output import read_events
 
-ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 5
 RUN = ["--backend", "local", "--dataset", "digits", "--num-clients", "8",
        "--clients-per-round", "4", "--local-epochs", "1", "--rounds", str(ROUNDS),
        "--checkpoint-every", "1", "--no-progress", "--no-plots", "--ledger", "--committee", "3",
        "--defense", "median"]
-WALL = ("wall_time", "slowest_train_seconds", "chunks", "placement")
-
-
-def _cli(*args: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
-    env["OMP_NUM_THREADS"] = "1"
-    if failpoint is not None:
-        env[FAILPOINT_ENV] = failpoint
-    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=180)
-
-
-def _strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in e.items() if k not in WALL} for e in events]
 
 
 def _recorder_gone(out: Path) -> bool:
@@ -58,7 +39,7 @@ def _recorder_gone(out: Path) -> bool:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ledger-kill") / "reference"
-    proc = _cli(*RUN, "--out", str(out))
+    proc = run_cli(*RUN, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -67,7 +48,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_sigkill_during_a_ledger_run_then_resume(tmp_path: Path, reference: Path,
                                                  failpoint: str) -> None:
     out = tmp_path / "killed"
-    proc = _cli(*RUN, "--out", str(out), failpoint=failpoint)
+    proc = run_cli(*RUN, "--out", str(out), failpoint=failpoint)
     assert proc.returncode == -9, proc.stderr
     raw = (out / "events.jsonl").read_bytes()
     assert raw.endswith(b"\n") == failpoint.endswith(":after")  # torn, or between rounds
@@ -78,12 +59,12 @@ def test_sigkill_during_a_ledger_run_then_resume(tmp_path: Path, reference: Path
             break
         time.sleep(0.05)
     assert _recorder_gone(out)
-    proc = _cli("--resume", str(out))
+    proc = run_cli("--resume", str(out))
     assert proc.returncode == 0, proc.stderr
     rep = audit_run(out)
     assert rep.clean, rep.text()
     assert rep.rounds == ROUNDS
-    assert _strip(read_events(out / "events.jsonl")) == \
-        _strip(read_events(reference / "events.jsonl"))
+    assert strip_wall(read_events(out / "events.jsonl")) == \
+        strip_wall(read_events(reference / "events.jsonl"))
     assert (out / "ledger/rounds.jsonl").read_bytes() == \
         (reference / "ledger/rounds.jsonl").read_bytes()
