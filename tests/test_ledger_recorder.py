@@ -1,0 +1,86 @@
+"""The driver's side of the recorder (ledger/recorder.py) against a scripted recorder process:
+the two-round bound, errors surfacing when the driver next waits, the flush before a checkpoint."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from defenses import UpdateBatch
+from ledger import recorder as rec_mod
+from ledger.errors import LedgerRoundError
+
+
+class ScriptedConn:
+    """Answers each ``recv`` with the next ack; remembers what the recorder had acked when each
+    round was sent. ``fail_at``: answer that round with an error instead."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.sent: list[tuple[int, int]] = []  # (round sent, acks delivered before)
+        self.acks = 0
+        self.fail_at = fail_at
+
+    def send(self, msg: tuple) -> None:
+        if msg[0] == "round":
+            self.sent.append((msg[1]["round"], self.acks - 1))
+
+    def poll(self) -> bool:
+        return False
+
+    def recv(self) -> tuple:
+        r = self.acks
+        self.acks += 1
+        if r == self.fail_at:
+            return ("error", r, "round", f"round {r}: the chain rejected the commitment")
+        return ("done", r, {"gas": 1})
+
+
+def _recorder(monkeypatch: pytest.MonkeyPatch, conn: ScriptedConn) -> rec_mod.LedgerRecorder:
+    host = SimpleNamespace(conn=conn, busy=False, proc=SimpleNamespace(pid=1),
+                           exit_reason=lambda: "exited")
+    monkeypatch.setattr(rec_mod.RecorderHost, "get", classmethod(lambda cls: host))
+    cfg = SimpleNamespace(defense=SimpleNamespace(defense="fedavg", defense_params={}),
+                          output=SimpleNamespace(resume=None))
+    r = rec_mod.LedgerRecorder(cfg, "/nonexistent")
+    r.acked = r.sent = -1
+    return r
+
+
+def _round(rnd: int) -> tuple[SimpleNamespace, SimpleNamespace]:
+    batch = UpdateBatch(torch.ones(2, 3), np.array([1, 2]), np.array([5, 5]),
+                        np.array([rnd, rnd]), {"loss": np.zeros(2, np.float32),
+                                               "alarm": np.zeros(2, bool)})
+    record = SimpleNamespace(round=rnd, rows=batch, verdicts=[{"client": 1, "kept": True}],
+                             to_event=dict)
+    return SimpleNamespace(global_flat=torch.zeros(3)), record
+
+
+def test_never_more_than_two_rounds_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    conn = ScriptedConn()
+    r = _recorder(monkeypatch, conn)
+    for rnd in range(8):
+        r.on_round_end(*_round(rnd))
+    # round r is handed over only once round r - 3 is recorded (rounds r-2, r-1 may be pending)
+    assert [acked for _, acked in conn.sent] == [-1, -1, -1, 0, 1, 2, 3, 4]
+    assert r.lag_max == 2
+    r.flush(5)  # before a checkpoint after round 5: rounds 0-5 are on the ledger
+    assert r.acked == 5
+    r._closed = True  # noqa: SLF001 - nothing to close on a scripted recorder
+    r.close()
+
+
+def test_an_error_surfaces_when_the_driver_next_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = _recorder(monkeypatch, ScriptedConn(fail_at=1))
+    for rnd in range(4):
+        r.on_round_end(*_round(rnd))
+    with pytest.raises(LedgerRoundError, match="round 1: the chain rejected"):
+        r.on_round_end(*_round(4))  # needs round 1 recorded: reads its error
+    assert r.closed
+    r.close()
+    r2 = _recorder(monkeypatch, ScriptedConn(fail_at=0))
+    r2.on_round_end(*_round(0))
+    with pytest.raises(LedgerRoundError, match="round 0"):
+        r2.flush()  # or at the flush before a checkpoint / at the end
