@@ -45,6 +45,7 @@ from ledger.session_start import (
     check_format,
     committee_of,
     connect,
+    fresh_manifest,
     open_index,
     open_resumed_chain,
 )
@@ -120,7 +121,6 @@ class Session:
         raise LedgerError(f"{self.dir}: another process is recording this run")
 
     def _fresh(self, initial: np.ndarray) -> None:
-        from ledger.compile import compile_flchain
         from ledger.replay import Replayer
 
         for old in self.dir.iterdir():  # a run started over: nothing of an earlier ledger stays
@@ -142,21 +142,8 @@ class Session:
         initial_pack = write_pack(self.dir, -1, [Entry.of("global", gblob)])
         self.hashes[0] = sha256(gblob)
         self.history[0] = torch.from_numpy(np.array(initial, np.float32))
-        comp = compile_flchain()
-        manifest = {
-            "format": FORMAT, "config": self.cfg.replace(resume=None).to_dict(),
-            "seed": self.cfg.experiment.seed, "channel_id": hx(self.channel),
-            "contract": self.contract.address, "abi": comp.abi,
-            "compiler": {"vyper": comp.compiler_version, "evm_version": comp.evm_version,
-                         "runtime_sha256": comp.runtime_sha256,
-                         "source_sha256": comp.source_sha256},
-            "backend": self.chain.backend, "url": self.cfg.ledger.ledger_url,
-            "chain_id": self.chain.w3.eth.chain_id,
-            "aggregator": self.chain.aggregator.address, "account_seed": self.seed,
-            "initial_global_hash": hx(self.hashes[0]), "initial_pack": hx(initial_pack),
-            "committee": c.public_info() if c else [], "quorum": c.quorum if c else 0,
-            "onchain_bls": self.onchain_bls,
-        }
+        manifest = fresh_manifest(self.cfg, self.chain, self.contract, c, self.seed,
+                                  self.hashes[0], initial_pack, self.onchain_bls)
         if self.chain.backend == "embedded":
             from ledger.devnet import ChainExporter, genesis_spec
 

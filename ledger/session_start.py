@@ -23,8 +23,8 @@ from ledger.records import DEV_KEY, canonical_json, hx, sha256
 from simulator.appendlog import drop_torn_tail, read_jsonl
 
 __all__ = ["COMMIT_GAS", "FORMAT", "LedgerError", "LedgerRoundError", "check_format",
-           "channel_id", "committee_of", "connect", "ledger_dir", "open_index",
-           "open_resumed_chain"]
+           "channel_id", "committee_of", "connect", "fresh_manifest", "ledger_dir",
+           "open_index", "open_resumed_chain"]
 
 #: gas limit of a commitment (with on-chain BLS verification ~200k; only what is used is paid)
 COMMIT_GAS = 600_000
@@ -136,3 +136,27 @@ def open_index(ledger: Path, contract: Any) -> dict[int, dict[str, Any]]:
                 f.write((json.dumps(e, separators=(",", ":")) + "\n").encode())
                 entries[rnd] = e
     return entries
+
+
+def fresh_manifest(cfg: Any, chain: Chain, contract: Any, committee: Committee | None,
+                   account_seed: str, initial_hash: bytes, initial_pack: bytes,
+                   onchain_bls: bool) -> dict[str, Any]:
+    """``manifest.json`` of a fresh ledger: format, config, contract and its compilation,
+    chain, aggregator, account seed, initial model and its pack, committee (the devnet's
+    genesis is added by the session)."""
+    from ledger.compile import compile_flchain
+
+    comp = compile_flchain()
+    return {
+        "format": FORMAT, "config": cfg.replace(resume=None).to_dict(),
+        "seed": cfg.experiment.seed, "channel_id": hx(channel_id(cfg)),
+        "contract": contract.address, "abi": comp.abi,
+        "compiler": {"vyper": comp.compiler_version, "evm_version": comp.evm_version,
+                     "runtime_sha256": comp.runtime_sha256, "source_sha256": comp.source_sha256},
+        "backend": chain.backend, "url": cfg.ledger.ledger_url,
+        "chain_id": chain.w3.eth.chain_id, "aggregator": chain.aggregator.address,
+        "account_seed": account_seed, "initial_global_hash": hx(initial_hash),
+        "initial_pack": hx(initial_pack),
+        "committee": committee.public_info() if committee else [],
+        "quorum": committee.quorum if committee else 0, "onchain_bls": onchain_bls,
+    }
