@@ -9,6 +9,7 @@ from defenses.base import (
     AggregateResult,
     Defense,
     DefenseContext,
+    PreconditionError,
     UpdateBatch,
     Verdict,
     screen_malformed,
@@ -46,5 +47,6 @@ def make_defense(name: str, **params: Any) -> Defense:
     return cls(**params)
 
 
-__all__ = ["DEFENSES", "AggregateResult", "Defense", "DefenseContext", "UpdateBatch", "Verdict",
+__all__ = ["DEFENSES", "AggregateResult", "Defense", "DefenseContext", "PreconditionError",
+           "UpdateBatch", "Verdict",
            "make_defense", "screen_malformed", "weighted_mean"]

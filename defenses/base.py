@@ -19,6 +19,16 @@ import numpy as np
 import torch
 
 
+class PreconditionError(ValueError):
+    """A rule's precondition on the round's rows fails (Krum needs ``n > 2f + 2``, ...).
+
+    The engine turns it into a skipped round: every row is rejected with reason
+    ``"precondition: <what is needed>"`` and the global model does not move (never a silent
+    clamp of ``f``). A configuration whose every round would fail is refused before the run
+    starts (:meth:`Defense.precondition` on the cohort size).
+    """
+
+
 @dataclass(frozen=True)
 class UpdateBatch:
     """The rows aggregated this round."""
@@ -106,6 +116,19 @@ class Defense:
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         raise NotImplementedError
+
+    def precondition(self, n: int) -> str | None:
+        """What the rule needs of a round with ``n`` rows, when ``n`` does not meet it
+        (e.g. ``"n > 2f + 2 (n=4, f=1)"``); None when ``n`` rows are fine (the default)."""
+        del n
+        return None
+
+    def check_rows(self, n: int) -> None:
+        """Raise :class:`PreconditionError` ``defense 'NAME': needs ...`` when ``n`` rows break
+        :meth:`precondition`."""
+        why = self.precondition(n)
+        if why is not None:
+            raise PreconditionError(f"defense {self.name!r}: needs {why}")
 
     def __call__(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if len(batch) == 0:

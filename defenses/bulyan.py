@@ -39,10 +39,12 @@ class BulyanDefense(Defense):
     def __init__(self, f: int = 1) -> None:
         self.f = check_count(self.name, "f", f, 0)
 
+    def precondition(self, n: int) -> str | None:
+        return f"n >= 4f + 3 (n={n}, f={self.f})" if n < 4 * self.f + 3 else None
+
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         n, f = len(batch), self.f
-        if n < 4 * f + 3:
-            raise ValueError(f"defense {self.name!r}: needs n >= 4f + 3 (n={n}, f={f})")
+        self.check_rows(n)
         theta, beta = n - 2 * f, n - 4 * f
         d2 = pairwise_sq_dists(batch.updates)
         remaining = np.arange(n)

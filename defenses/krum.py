@@ -73,16 +73,19 @@ class MultiKrumDefense(Defense):
         self.m = None if m is None else check_count(self.name, "m", m, 1)
 
     def selection_size(self, n: int) -> int:
-        m = n - self.f if self.m is None else self.m
+        return n - self.f if self.m is None else self.m
+
+    def precondition(self, n: int) -> str | None:
+        if n <= 2 * self.f + 2:
+            return f"n > 2f + 2 (n={n}, f={self.f})"
+        m = self.selection_size(n)
         if m > n - self.f:
-            raise ValueError(f"defense {self.name!r}: needs m <= n - f (n={n}, f={self.f}, "
-                             f"m={m})")
-        return m
+            return f"m <= n - f (n={n}, f={self.f}, m={m})"
+        return None
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         n = len(batch)
-        if n <= 2 * self.f + 2:
-            raise ValueError(f"defense {self.name!r}: needs n > 2f + 2 (n={n}, f={self.f})")
+        self.check_rows(n)
         m = self.selection_size(n)
         scores = krum_scores(pairwise_sq_dists(batch.updates), n - self.f - 2)
         chosen = rank_rows(scores, batch.client_ids)[:m]   # summed in rank order

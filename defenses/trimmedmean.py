@@ -49,18 +49,24 @@ class TrimmedMeanDefense(Defense):
         else:
             self.f = check_count(self.name, "f", 1 if f is None else f, 0)
 
+    def _k(self, n: int) -> int:
+        if self.beta is not None:
+            return math.floor(self.beta * n)
+        assert self.f is not None
+        return self.f
+
+    def precondition(self, n: int) -> str | None:
+        k = self._k(n)
+        if 2 * k < n:
+            return None
+        if self.beta is not None:
+            return f"2*floor(beta*n) < n (n={n}, beta={self.beta}, k={k})"
+        return f"n > 2f (n={n}, f={k})"
+
     def trim(self, n: int) -> int:
         """Values dropped on each side for a batch of ``n`` rows."""
-        if self.beta is not None:
-            k = math.floor(self.beta * n)
-            cond = f"2*floor(beta*n) < n (n={n}, beta={self.beta}, k={k})"
-        else:
-            assert self.f is not None
-            k = self.f
-            cond = f"n > 2f (n={n}, f={k})"
-        if 2 * k >= n:
-            raise ValueError(f"defense {self.name!r}: needs {cond}")
-        return k
+        self.check_rows(n)
+        return self._k(n)
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         n = len(batch)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from defenses import DefenseContext, UpdateBatch, Verdict, screen_malformed
+from defenses import DefenseContext, PreconditionError, UpdateBatch, Verdict, screen_malformed
 from simulator.algorithms import ServerRound
 from simulator.collect import Collected, combine_linear, make_batch
 from simulator.plan import RoundPlan
@@ -62,9 +62,20 @@ def adjusted(sim: Simulation, side: ServerSide, rnd: int, batch: UpdateBatch) ->
 def aggregate(side: ServerSide, rnd: int, batch: UpdateBatch
               ) -> tuple[torch.Tensor, list[Verdict]]:
     """Screen malformed rows once, then let the defense aggregate the rest (the ledger's
-    committee and audit replay rounds through this same function)."""
+    committee and audit replay rounds through this same function).
+
+    A round whose rows break the rule's precondition (a cohort draw with too few rows for
+    Krum's ``f``, ...) is skipped, not clamped: every row is rejected with reason
+    ``"precondition: <what the rule needs>"`` and the aggregate is zero.
+    """
     ok, bad = screen_malformed(batch, side.space.size)
-    result = side.defense(batch.subset(ok), context(side, rnd))
+    rows = batch.subset(ok)
+    try:
+        result = side.defense(rows, context(side, rnd))
+    except PreconditionError as e:
+        why = "precondition: " + str(e).split(": needs ", 1)[-1]
+        skipped = [Verdict(int(c), False, 0.0, float("nan"), why) for c in rows.client_ids]
+        return torch.zeros(side.space.size, dtype=torch.float32), bad + skipped
     return result.delta, bad + list(result.verdicts)
 
 

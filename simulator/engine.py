@@ -90,6 +90,11 @@ class Simulation:
         self.attack = make_attack(cfg.attack.attack, **cfg.attack.attack_params)
         self.algorithm = make_algorithm(cfg.algorithm)
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
+        cohort = cfg.experiment.clients_per_round
+        if (why := self.defense.precondition(cohort)) is not None:
+            # every full round would be skipped: refuse before anything starts
+            raise ValueError(f"defense {self.defense.name!r}: needs {why} with "
+                             f"{cohort} clients a round")
         self.policy = round_policy(cfg)
         self.fed = federation or build_federation(cfg)
         side = ServerSide.of(cfg, self.fed, self.algorithm, self.defense)

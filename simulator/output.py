@@ -98,7 +98,7 @@ class RunSummary:
         self.accs: list[float] = []
         self.final_loss: float | None = None
         self.totals = {"client_updates": 0, "dropped_total": 0, "stale_total": 0,
-                       "rejected_total": 0}
+                       "rejected_total": 0, "precondition_rounds": 0}
         self.det = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
         self.asr: float | None = None
         self.first_ban: dict[int, int] = {}
@@ -115,6 +115,9 @@ class RunSummary:
         for k, src in (("client_updates", "participants"), ("dropped_total", "dropped"),
                        ("stale_total", "stale"), ("rejected_total", "rejected")):
             self.totals[k] += len(e.get(src, []))
+        # rounds skipped because the draw broke the rule's precondition (verdicts say which)
+        self.totals["precondition_rounds"] = (self.totals.get("precondition_rounds", 0)
+                                              + int(e.get("precondition") is not None))
         for k in self.det:
             self.det[k] += e.get("detection", {}).get(k, 0)
         if e.get("attack_success_rate") is not None:

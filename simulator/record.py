@@ -35,6 +35,11 @@ def make_record(sim: Simulation, plan: RoundPlan, col: Collected, batch: UpdateB
         asr = sim.server.attack_success_rate(sim.global_flat, sim.adversary.trigger)
         extra.update(sim.client_eval.evaluate(sim.global_flat))
     rejected = [v.client_id for v in verdicts if not v.kept]
+    # a round skipped on the rule's precondition judged no one: not in the detection figures
+    skipped = {v.client_id for v in verdicts if v.reason.startswith("precondition")}
+    if skipped:
+        extra["precondition"] = next(v.reason for v in verdicts
+                                     if v.reason.startswith("precondition"))
     staleness = [rnd - a.base_round for a in plan.outcome.arrived]
     return RoundRecord(
         round=rnd, virtual_time=sim.clock.now,
@@ -54,5 +59,6 @@ def make_record(sim: Simulation, plan: RoundPlan, col: Collected, batch: UpdateB
                "chunks": col.chunks, "placement": col.placement,
                "malicious": sorted(plan.malicious), "attack_success_rate": asr,
                "alarms": sorted(c for c, a in plan.alarms.items() if a),
-               "detection": detection(arrived, mal_arrived, rejected), **extra},
+               "detection": detection(arrived - skipped, mal_arrived - skipped,
+                                       [c for c in rejected if c not in skipped]), **extra},
         rows=batch)

@@ -123,3 +123,36 @@ def test_defense_state_roundtrip_default() -> None:
     d = make_defense("fedavg")
     assert d.state_dict() == {}
     d.load_state_dict({})
+
+
+def test_round_breaking_a_precondition_is_skipped_with_verdicts() -> None:
+    """Krum f=1 on 4 rows (needs n > 4): no crash, no clamp; every row rejected with the
+    reason, the aggregate zero. With 5 rows the same rule aggregates."""
+    from types import SimpleNamespace
+
+    from simulator.aggregate import aggregate
+
+    side = SimpleNamespace(space=SimpleNamespace(size=3), defense=make_defense("krum", f=1),
+                           public_x=None, public_y=None, evaluation=None,
+                           global_flat=torch.zeros(3),
+                           global_shared=torch.zeros(3), seed=0)
+    four = batch_of(ROWS + [[1.0, 1.0, 1.0]], [1, 1, 1, 1])
+    delta, verdicts = aggregate(side, 3, four)   # type: ignore[arg-type]
+    assert delta.tolist() == [0.0, 0.0, 0.0]
+    assert [(v.client_id, v.kept, v.reason) for v in verdicts] == [
+        (c, False, "precondition: n > 2f + 2 (n=4, f=1)") for c in (10, 11, 12, 13)]
+    five = batch_of(ROWS + [[1.0, 1.0, 1.0], [2.0, 0.0, 0.0]], [1] * 5)
+    delta, verdicts = aggregate(side, 3, five)   # type: ignore[arg-type]
+    assert sum(v.kept for v in verdicts) == 1 and delta.abs().sum() > 0
+
+
+def test_configuration_breaking_the_precondition_every_round_is_refused(tmp_path) -> None:
+    from simulator.config import build_config
+    from simulator.engine import Simulation
+
+    cfg = build_config(flat=dict(num_clients=8, clients_per_round=4, rounds=1, defense="krum",
+                                 defense_params={"f": 1}, backend="local", progress=False,
+                                 plots=False, out=str(tmp_path / "r")))
+    with pytest.raises(ValueError, match=r"'krum': needs n > 2f \+ 2 \(n=4, f=1\) with 4 "
+                                         r"clients a round"):
+        Simulation(cfg)
