@@ -31,22 +31,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import robustness_grid as grid  # noqa: E402
+from benchmarks.robustness_report import plots, table  # noqa: E402
 from simulator.cli import OneLineParser, parse_kv  # noqa: E402
 
 FIELDS = ("attack", "defense", "malicious_fraction", "seed", "final_accuracy", "last5_accuracy",
           "attack_success_rate", "detection_precision", "detection_recall",
           "benign_false_rejection", "server_seconds_per_round", "rounds", "stale_total",
+          "precondition_rounds",
           "run_seconds", "ledger_seconds", "error", "run_dir")
 QUICK = {"rounds": 20, "seeds": 3, "fractions": [0.0, 0.2, 0.4]}
-
-
+#: malicious fractions of a scenario (default, quick) where they differ from the others':
+#: cross-device studies look at a minority share of the population
+FRACTIONS = {"crossdevice": ([0.0, 0.1, 0.2, 0.3], [0.0, 0.1, 0.3])}
+DEFAULT_FRACTIONS = ([0.0, 0.2, 0.4, 0.6, 0.8], QUICK["fractions"])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -62,20 +64,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"defenses to compare (default: all registered: {sorted(DEFENSES)})")
     p.add_argument("--fractions", nargs="+", type=float, default=None,
                    help="fractions of malicious clients; 0 is the clean baseline (attack none) "
-                        "(default 0 0.2 0.4 0.6 0.8; quick: 0 0.2 0.4)")
+                        "(default 0 0.2 0.4 0.6 0.8, crossdevice 0 0.1 0.2 0.3; quick: 0 0.2 "
+                        "0.4, crossdevice 0 0.1 0.3)")
     p.add_argument("--seeds", type=int, default=None,
                    help="number of seeds per cell, seeds 0..N-1 (default 3; quick: 3)")
-    p.add_argument("--dataset", default="digits", help="dataset of every run (default: digits)")
+    p.add_argument("--dataset", default=None,
+                   help="dataset of every run (default: the scenario's: mnist5k for "
+                        "crossdevice, digits for the others)")
+    p.add_argument("--clients-per-round", type=int, default=None,
+                   help="clients selected a round (default: the scenario's: siren 10, partial "
+                        "10, sageflow 20, crossdevice 100)")
     p.add_argument("--rounds", type=int, default=None,
                    help="rounds per run (default: the scenario's, 30; quick: 20)")
     p.add_argument("--quick", action="store_true",
-                   help="20 rounds, fractions 0 0.2 0.4 (about a minute on 2 cores); "
-                        "explicit --rounds/--fractions still win")
+                   help="20 rounds, fewer fractions (see --fractions; about a minute on 2 "
+                        "cores, crossdevice about 15); explicit --rounds/--fractions still win")
     p.add_argument("--scenario", default=grid.DEFAULT_SCENARIO, choices=sorted(grid.SCENARIOS),
                    help="siren: Siren's setting, 10 IID clients all selected every round, E=5; "
                         "partial: the README task with an IID split, 20 clients, 10 a round, "
                         "E=5; sageflow: 100 clients, 2-class shards, 20 a round, re-drawn "
-                        "attackers, deadline with carry-over (default: %(default)s)")
+                        "attackers, deadline with carry-over; crossdevice: 10^6 virtual "
+                        "mnist5k devices (Dirichlet(0.5) label mix), 100 a round, E=1, the "
+                        "attackers a fixed share of the population, deadline with carry-over, "
+                        "f = expected attackers + 2 binomial std (default: %(default)s)")
     p.add_argument("--out", default=None, help="output directory (default runs/robustness-ATTACK)")
     p.add_argument("--attack-param", type=parse_kv, action="append", default=[],
                    metavar="KEY=VALUE",
@@ -110,11 +121,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--attack-param: {e}")
     args.rounds = args.rounds or (QUICK["rounds"] if args.quick else None)
     args.seeds = args.seeds or (QUICK["seeds"] if args.quick else 3)
-    args.fractions = args.fractions or (QUICK["fractions"] if args.quick
-                                        else [0.0, 0.2, 0.4, 0.6, 0.8])
+    full, quick = FRACTIONS.get(args.scenario, DEFAULT_FRACTIONS)
+    args.fractions = args.fractions or (quick if args.quick else full)
     if any(not 0 <= f < 1 for f in args.fractions) or args.seeds < 1 or args.workers < 1 \
-            or (args.rounds is not None and args.rounds < 1):
-        p.error("--fractions must be in [0, 1); --seeds, --rounds, --workers >= 1")
+            or (args.rounds is not None and args.rounds < 1) \
+            or (args.clients_per_round is not None and args.clients_per_round < 1):
+        p.error("--fractions must be in [0, 1); --seeds, --rounds, --workers, "
+                "--clients-per-round >= 1")
     args.fractions = sorted(set(args.fractions))
     if args.ledger_url is not None:
         args.ledger, args.workers = True, 1
@@ -182,98 +195,13 @@ def run_all(jobs: list[dict[str, Any]], workers: int, ray_address: str | None = 
                                                 r["seed"])])
 
 
-def _cells(results: list[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
-    out: dict[tuple[str, float], list[dict[str, Any]]] = {}
-    for r in results:
-        out.setdefault((r["defense"], r["malicious_fraction"]), []).append(r)
-    return out
-
-
-def _mean(vals: list[Any]) -> float | None:
-    v = [x for x in vals if x is not None]
-    return float(np.mean(v)) if v else None
-
-
-def cell_text(rs: list[dict[str, Any]]) -> str:
-    ok = [r for r in rs if r["error"] is None and r["final_accuracy"] is not None]
-    if not ok:
-        err = rs[0]["error"] if rs else ""
-        if err.startswith("n/a"):
-            return "n/a (precond)"
-        return "n/a (mid-run)" if err.startswith("ValueError") and "needs" in err else "error"
-    acc = [r["final_accuracy"] for r in ok]
-    txt = f"{np.mean(acc):.3f}±{np.std(acc):.3f}"
-    if all(r["malicious_fraction"] == 0 for r in ok):  # clean: benign false rejection only
-        fr = _mean([r["benign_false_rejection"] for r in ok])
-        return txt + (f" FR{fr:.2f}" if fr else "")
-    p = _mean([r["detection_precision"] for r in ok])
-    rc = _mean([r["detection_recall"] for r in ok])
-    if p is not None or rc is not None:
-        txt += " P" + ("-" if p is None else f"{p:.2f}") + "/R" + ("-" if rc is None
-                                                                   else f"{rc:.2f}")
-    if len(ok) < len(rs):
-        txt += f" ({len(rs) - len(ok)} err)"
-    return txt
-
-
-def table(results: list[dict[str, Any]], defenses: list[str], fractions: list[float]) -> str:
-    cells = _cells(results)
-    width = max([len(cell_text(v)) for v in cells.values()] + [10])
-    head = f"{'defense':<12}" + "".join(f" {'f=' + format(f, 'g'):>{width}}" for f in fractions)
-    lines = [head, "-" * len(head)]
-    for d in defenses:
-        lines.append(f"{d:<12}" + "".join(f" {cell_text(cells.get((d, f), [])):>{width}}"
-                                          for f in fractions))
-    return "\n".join(lines)
-
-
-def plots(results: list[dict[str, Any]], defenses: list[str], fractions: list[float],
-          out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cells = _cells(results)
-    top = max(fractions)
-    # 12+ defenses: 20 distinct colours, and a line style per group of 10 so none look alike
-    cmap = plt.get_cmap("tab20")
-    style = {d: dict(color=cmap(i % 20), linestyle=("-", "--", ":")[(i // 10) % 3])
-             for i, d in enumerate(defenses)}
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for d in defenses:
-        dirs = [r["run_dir"] for r in cells.get((d, top), []) if r["error"] is None]
-        xs, ys = grid.mean_curve(dirs)
-        if xs:
-            ax.plot(xs, ys, label=d, **style[d])
-    ax.set(xlabel="round", ylabel="test accuracy", ylim=(0, 1),
-           title=f"accuracy vs round, malicious fraction {top:g} (mean over seeds)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(out / "accuracy_vs_round.png", dpi=110)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for d in defenses:
-        pts = [(f, _mean([r["final_accuracy"] for r in cells.get((d, f), [])
-                          if r["error"] is None])) for f in fractions]
-        pts = [(f, a) for f, a in pts if a is not None]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), marker="o", label=d, **style[d])
-    ax.set(xlabel="malicious fraction", ylabel="final test accuracy (mean over seeds)",
-           ylim=(0, 1), title="accuracy vs malicious fraction")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(out / "accuracy_vs_fraction.png", dpi=110)
-    plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> int:
     import yaml
 
     args = parse_args(argv)
-    ledger = {"ledger": args.ledger, "ledger_url": args.ledger_url}
+    ledger: dict[str, Any] = {"ledger": args.ledger, "ledger_url": args.ledger_url}
+    if args.clients_per_round is not None:
+        ledger["clients_per_round"] = args.clients_per_round
     if args.committee is not None:
         ledger["committee"] = args.committee
     try:
@@ -304,7 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     plots(results, args.defenses, args.fractions, args.out)
     print(f"attack {args.attack}, scenario {args.scenario}, {base['rounds']} rounds, "
           f"{args.seeds} seed(s); final accuracy mean±std over seeds; P/R: detection "
-          "precision/recall of the malicious updates; FR: benign false-rejection rate")
+          "precision/recall of the malicious updates; FR: benign false-rejection rate; ASR: "
+          "backdoor success; skipN: rounds skipped on the rule's precondition (mean)")
+    if args.scenario in grid.BINOMIAL_F:
+        print(f"f of krum/multikrum/bulyan/trimmedmean: expected attackers of a cohort of "
+              f"{base['clients_per_round']} + {grid.F_MARGIN_SD:g} binomial std")
     print(table(results, args.defenses, args.fractions))
     failed = [r for r in results if r["error"] and not r["error"].startswith("n/a")]
     for r in failed:

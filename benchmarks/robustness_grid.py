@@ -36,7 +36,24 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "sageflow": dict(num_clients=100, partition="shards", classes_per_client=2,
                      clients_per_round=20, local_epochs=5, rounds=30, malicious_mode="redraw",
                      round_policy="deadline_carryover", max_staleness=5, public_fraction=0.02),
+    # cross-device FL: 10^6 virtual devices on mnist5k (each a seeded draw with a
+    # Dirichlet(0.5) label mix and a log-normal size, median 32), 100 a round, E=1; the
+    # attackers are a fixed share of the population, so a cohort holds a binomial number of
+    # them and most clients are seen once; deadline with carry-over of late updates
+    "crossdevice": dict(dataset="mnist5k", num_clients=1_000_000, partition="virtual",
+                        dirichlet_alpha=0.5, clients_per_round=100, local_epochs=1, rounds=30,
+                        malicious_mode="fixed", round_policy="deadline_carryover",
+                        max_staleness=5),
 }
+
+#: scenarios whose f (Byzantine rows a rule tolerates) comes from the expected number of
+#: attackers in a cohort plus a margin, ``F_MARGIN_SD`` binomial standard deviations
+BINOMIAL_F = {"crossdevice"}
+
+#: the margin of ``f`` over the expected attackers of a cohort, in standard deviations of
+#: Binomial(n, fraction): 2 covers ~98% of the cohort draws; a round above it (or with too few
+#: arrivals for the rule) is skipped with verdicts naming the precondition
+F_MARGIN_SD = 2.0
 
 #: the scenario of ``benchmarks/robustness.py`` without ``--scenario``
 DEFAULT_SCENARIO = "siren"
@@ -58,7 +75,7 @@ SAGEFLOW_ENTROPY_THRESHOLD = 1.5
 #: (entropy ~2.28 on digits, ln 10 = 2.30), so any E_th below ln C rejects every update and the
 #: model never moves; 2.35 lets the first rounds through and still filters high-entropy models
 #: later (measured, seed 0, 30 rounds: labelflip 0.4 -> 0.925, signflip 0.4 -> 0.900).
-SAGEFLOW_THRESHOLDS: dict[str, float] = {"partial": 2.35, "siren": 2.35,
+SAGEFLOW_THRESHOLDS: dict[str, float] = {"partial": 2.35, "siren": 2.35, "crossdevice": 2.35,
                                          "sageflow": SAGEFLOW_ENTROPY_THRESHOLD}
 
 #: defenses whose parameter ``f`` (Byzantine clients tolerated) the grid sets, with the
@@ -96,17 +113,18 @@ def round_deadline(flat: dict[str, Any], percentile: float = DEADLINE_PERCENTILE
     return round(float(np.percentile(np.atleast_1d(dur), percentile)), 3)
 
 
-def resolve_scenario(name: str, dataset: str, rounds: int | None,
+def resolve_scenario(name: str, dataset: str | None, rounds: int | None,
                      extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The flat config overrides of scenario ``name`` for ``dataset``: public_fraction sized to
-    ~100 samples (siren, partial), deadline_s from the population (sageflow)."""
+    ~100 samples (siren, partial, crossdevice), deadline_s from the population (sageflow,
+    crossdevice). ``dataset`` None: the scenario's own (mnist5k for crossdevice), else digits."""
     flat = dict(SCENARIOS[name])
-    flat["dataset"] = dataset
+    flat["dataset"] = dataset or flat.get("dataset", "digits")
     if rounds is not None:
         flat["rounds"] = rounds
     flat.update(extra or {})
     if "public_fraction" not in flat:
-        n = train_size(dataset, data_path=flat.get("data_path"),
+        n = train_size(flat["dataset"], data_path=flat.get("data_path"),
                        test_fraction=flat.get("test_fraction", 0.2))
         flat["public_fraction"] = round(min(PUBLIC_SAMPLES / n, 0.5), 4)
     if flat.get("round_policy") in ("deadline", "deadline_carryover") and "deadline_s" not in flat:
@@ -114,10 +132,13 @@ def resolve_scenario(name: str, dataset: str, rounds: int | None,
     return flat
 
 
-def byzantine_f(fraction: float, n: int) -> int:
-    """Clients a robust rule should tolerate: ceil(fraction * n), at least 1 (the rules' own
-    default, also used for the clean baseline)."""
-    return max(1, math.ceil(fraction * n - 1e-9))
+def byzantine_f(fraction: float, n: int, margin_sd: float = 0.0) -> int:
+    """Clients a robust rule should tolerate: ``ceil(fraction * n + margin_sd * sqrt(n *
+    fraction * (1 - fraction)))``, at least 1 (the rules' own default, also used for the clean
+    baseline). ``margin_sd`` 0 (full participation: the cohort holds exactly the share); > 0
+    when a cohort is drawn from a population with that share of attackers."""
+    sd = math.sqrt(n * fraction * (1.0 - fraction))
+    return max(1, math.ceil(fraction * n + margin_sd * sd - 1e-9))
 
 
 def defense_preset(defense: str, fraction: float, n: int, rounds: int,
@@ -126,7 +147,7 @@ def defense_preset(defense: str, fraction: float, n: int, rounds: int,
     """(defense_params, None), or ({}, "n/a (precondition): ...") when no f can hold."""
     params: dict[str, Any] = {}
     if defense in F_DEFENSES:
-        f = byzantine_f(fraction, n)
+        f = byzantine_f(fraction, n, F_MARGIN_SD if scenario in BINOMIAL_F else 0.0)
         text, ok = F_DEFENSES[defense]
         if not ok(n, f):
             return {"f": f}, f"n/a (precondition): {defense} needs {text} (n={n}, f={f})"
@@ -173,6 +194,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     rec.update(final_accuracy=None, last5_accuracy=None, attack_success_rate=None,
                detection_precision=None, detection_recall=None, benign_false_rejection=None,
                server_seconds_per_round=None, rounds=None, stale_total=None,
+               precondition_rounds=None,
                run_seconds=None, ledger_seconds=None,
                defense_params=job["flat"].get("defense_params", {}), error=job.get("error"),
                run_dir=job["flat"]["out"])
@@ -188,7 +210,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         events = read_events(Path(cfg.output.out) / "events.jsonl")
         rec.update({k: s.get(k) for k in ("final_accuracy", "last5_accuracy",
                                           "detection_precision", "detection_recall",
-                                          "benign_false_rejection", "rounds", "stale_total")})
+                                          "benign_false_rejection", "rounds", "stale_total",
+                                          "precondition_rounds")})
         rec["attack_success_rate"] = s.get("attack_success_rate")
         rec["run_seconds"] = s.get("run_seconds")
         rec["ledger_seconds"] = (s.get("ledger") or {}).get("ledger_seconds")
