@@ -15,6 +15,7 @@ from defenses.base import (
     screen_malformed,
     weighted_mean,
 )
+from defenses.bucketing import BUCKETABLE, check_bucket
 from defenses.bulyan import BulyanDefense
 from defenses.centeredclip import CenteredClipDefense
 from defenses.fedavg import FedAvgDefense
@@ -36,15 +37,25 @@ DEFENSES: dict[str, type[Defense]] = {
 
 
 def make_defense(name: str, **params: Any) -> Defense:
-    """Build a registered defense; unknown names or parameters list the valid ones."""
+    """Build a registered defense; unknown names or parameters list the valid ones.
+
+    Every rule of :data:`defenses.bucketing.BUCKETABLE` also takes ``bucket=S`` (average random
+    buckets of S rows before the rule; Karimireddy et al., ICLR 2022).
+    """
     if name not in DEFENSES:
         raise ValueError(f"defense: unknown {name!r}; valid: {sorted(DEFENSES)}")
     cls = DEFENSES[name]
-    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    valid = [p.name for p in inspect.signature(cls.__init__).parameters.values()
+             if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    if name in BUCKETABLE:
+        valid.append("bucket")
     for p in params:
         if p not in valid:
             raise ValueError(f"defense {name!r}: unknown parameter {p!r}; valid: {valid}")
-    return cls(**params)
+    bucket = check_bucket(name, params.pop("bucket", 1))
+    rule = cls(**params)
+    rule.bucket = bucket
+    return rule
 
 
 __all__ = ["DEFENSES", "AggregateResult", "Defense", "DefenseContext", "PreconditionError",

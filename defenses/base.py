@@ -101,6 +101,9 @@ class Defense:
     """Base class: subclasses implement :meth:`aggregate`; parameters are keyword arguments."""
 
     name = "base"
+    #: rows averaged per bucket before the rule (``bucket=S`` on any rule of
+    #: :data:`defenses.bucketing.BUCKETABLE`; 1 = no bucketing)
+    bucket = 1
     #: a linear rule's aggregate is sum_k w_k u_k / sum_k w_k with weights known before training
     #: (``row_weights``); the engine may then pre-aggregate rows on the actors.
     linear = False
@@ -130,9 +133,20 @@ class Defense:
         if why is not None:
             raise PreconditionError(f"defense {self.name!r}: needs {why}")
 
+    def rule_precondition(self, n: int) -> str | None:
+        """:meth:`precondition` of a round with ``n`` rows, counted after bucketing."""
+        from defenses.bucketing import rows_for_rule
+
+        why = self.precondition(rows_for_rule(n, self.bucket))
+        return why if why is None or self.bucket == 1 else f"{why} in buckets of {self.bucket}"
+
     def __call__(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if len(batch) == 0:
             return AggregateResult(torch.zeros_like(ctx.global_flat), ())
+        if self.bucket > 1:
+            from defenses.bucketing import bucketed
+
+            return bucketed(self, batch, ctx, self.bucket)
         return self.aggregate(batch, ctx)
 
     def state_dict(self) -> dict[str, Any]:

@@ -91,7 +91,7 @@ class Simulation:
         self.algorithm = make_algorithm(cfg.algorithm)
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
         cohort = cfg.experiment.clients_per_round
-        if (why := self.defense.precondition(cohort)) is not None:
+        if (why := self.defense.rule_precondition(cohort)) is not None:
             # every full round would be skipped: refuse before anything starts
             raise ValueError(f"defense {self.defense.name!r}: needs {why} with "
                              f"{cohort} clients a round")
