@@ -15,7 +15,9 @@ Parts (``--parts``, comma-separated; default all three):
   samples) of the mnist5k CNN and of the digits MLP on 2 Ray actors, every round trained on the
   actors; per placement the training wall time of rounds 1.. (round 0 calibrates the predictor),
   placements interleaved in repeats on one federation and actor pool per task
-  (:mod:`benchmarks.scheduler_live`). Checks: ga <= 1.02 x greedy on both tasks, <= 0.80 x on cnn.
+  (:mod:`benchmarks.scheduler_live`); ``--placements`` picks them (default greedy, ga and the
+  default placement, lpt, marked ``*``). Checks: ga <= 1.02 x greedy on both tasks, <= 0.80 x on
+  cnn; the default placement <= 1.02 x greedy on both tasks.
 
 The predictor reuses the live runs' chunks and adds a ``ga`` run with the linear predictor
 (``--quick``: the live runs only). Writes ``--json`` (exactly ``{"instances": [...],
@@ -50,7 +52,9 @@ from benchmarks.scheduler_predictor import predictor_checks  # noqa: E402
 from simulator.cli import OneLineParser, parse_kv  # noqa: E402
 
 PARTS = ("instances", "predictor", "live")
-LIVE = {"full": ["greedy", "ga", "lpt"], "quick": ["greedy", "ga"]}
+#: the live part's placements: greedy, ga and the default placement (lpt), whichever the mode
+LIVE = {mode: list(dict.fromkeys(["greedy", "ga", live_mod.default_label()]))
+        for mode in ("full", "quick")}
 PREDICTOR = {"full": ["greedy", "lpt", "ga", "ga_linear"], "quick": ["greedy", "ga"]}
 REPEATS = {"full": 2, "quick": 2}
 GA_SECONDS = {"full": (10.0, 60.0), "quick": (1.0, 10.0)}
@@ -67,7 +71,7 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--quick", action="store_true",
                    help="under 5 minutes: GA 1 s per class and 10 s on the large instance, "
-                        "fewer rounds, greedy and ga only")
+                        "fewer rounds")
     p.add_argument("--parts", default=",".join(PARTS),
                    help=f"comma-separated parts to run (default all): {','.join(PARTS)}")
     p.add_argument("--seed", type=int, default=0)
@@ -75,6 +79,10 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--placement-param", action="append", default=[], type=parse_kv,
                    metavar="KEY=VALUE", help="ga parameter (generations, population, "
                    "etc_generations, chunking) for the ga runs and the regret; repeatable")
+    p.add_argument("--placements", default=None, metavar="LABEL,...",
+                   help="the live part's placements, comma-separated: a placement's name, or "
+                   "NAME_PREDICTOR with another chunk-time predictor (lpt_gbdt, ga_prior); "
+                   f"default {','.join(LIVE['full'])}")
     p.add_argument("--actor-kinds", action="append", default=[], type=parse_kv,
                    metavar="NAME=SPEC", help="a heterogeneous pool instead of 2 CPU actors, "
                    "as FedSentry's --actor-kinds (repeatable)")
@@ -99,6 +107,13 @@ def parse_args(argv: list[str] | None) -> Any:
     a.mode = "quick" if a.quick else "full"
     a.parts = [s.strip() for s in a.parts.split(",") if s.strip()]
     a.tasks = [s.strip() for s in a.tasks.split(",") if s.strip()]
+    a.live = ([s.strip() for s in a.placements.split(",") if s.strip()]
+              if a.placements is not None else LIVE[a.mode])
+    for label in a.live or ["(none)"]:
+        try:
+            live_mod.label_spec(label)
+        except ValueError as e:
+            p.error(f"--placements: {e}")
     for name, given, valid in (("parts", a.parts, PARTS), ("tasks", a.tasks, live_mod.TASKS)):
         bad = [x for x in given if x not in valid] or ([] if given else ["(none)"])
         if bad:
@@ -164,7 +179,7 @@ def run_plan(a: Any) -> list[tuple[str, int]]:
     plan: list[tuple[str, int]] = []
     if "live" in a.parts:
         reps = a.repeats or REPEATS[a.mode]
-        plan = [(lab, r) for r in range(reps) for lab in LIVE[a.mode]]
+        plan = [(lab, r) for r in range(reps) for lab in a.live]
     if "predictor" in a.parts:
         plan += [(lab, 0) for lab in PREDICTOR[a.mode] if lab not in {x for x, _ in plan}]
     return plan
@@ -227,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         if "live" in a.parts or "predictor" in a.parts:
             runs, setups = recorded(a)
             if "live" in a.parts:
-                doc["live"] = live_mod.summarize(runs, LIVE[a.mode])
+                doc["live"] = live_mod.summarize(runs, a.live)
                 print(live_mod.table(doc["live"]))
                 lines += _shown(live_mod.checks(doc["live"]))
             if "predictor" in a.parts:

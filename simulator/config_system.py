@@ -85,11 +85,12 @@ class ClockConfig:
 def placement_of(ex: ExecutionConfig) -> tuple[Any, str]:
     """The configured placement and chunk-time predictor name (``placement_params`` less its
     ``predictor`` key); ConfigError naming ``execution.placement_params`` on a bad one."""
-    from simulator.placement import make_placement
+    from simulator.placement import make_placement, predictor_of
     from simulator.scheduler.chunking import COST_MODELS
 
     params = dict(ex.placement_params)
-    predictor = str(params.pop("predictor", "gbdt"))
+    predictor = predictor_of(ex.placement, params)
+    params.pop("predictor", None)
     if predictor not in COST_MODELS:
         raise ConfigError(f"execution.placement_params: unknown predictor {predictor!r}; "
                           f"valid: {list(COST_MODELS)}")
@@ -134,19 +135,23 @@ class ExecutionConfig:
                                           "num_actors and gpus_per_actor")
     ray_address: str | None = _f(None, "join an existing Ray cluster at this address "
                                        "(default: start a local one)")
-    placement: str = _f("greedy", "how tasks are placed on actors: greedy (LPT on samples, one "
-                                  "chunk per actor), round_robin, or the scheduler's lpt, "
-                                  "minmin, sufferage, ga (predicted costs, sort-and-chunk)",
+    placement: str = _f("lpt", "how tasks are placed on actors: the scheduler's lpt "
+                               "(default; longest predicted task first, each actor's tasks "
+                               "sorted and cut into chunks; bitwise reproducible), minmin, "
+                               "sufferage, ga (predicted costs, sort-and-chunk), or greedy (LPT "
+                               "on samples, one chunk per actor), round_robin",
                         tuple(placement_names()))
     placement_params: dict[str, Any] = _f({}, "placement parameters, KEY=VALUE (repeatable): "
                                               "ga: generations, population, etc_generations; "
                                               "all but greedy/round_robin: chunking; and "
                                               "predictor=gbdt, linear or prior (the chunk-time "
-                                              "model; prior never learns from measured times, "
-                                              "so schedules, and results, are bitwise "
+                                              "model; default prior for lpt, gbdt for the "
+                                              "others; prior never learns from measured "
+                                              "times, so schedules, and results, are bitwise "
                                               "reproducible)")
-    min_actor_mflop: float = _f(20.0, "do not split a round into actor groups of less training "
-                                      "compute than this (MFLOP; 0 = always use every actor)")
+    min_actor_mflop: float = _f(20.0, "greedy and round_robin: do not split a round into actor "
+                                      "groups of less training compute than this (MFLOP; 0 = "
+                                      "always use every actor)")
     vectorize: bool = _f(True, "train an actor's clients as one stacked vmap computation "
                                "(False: one client at a time)")
     preaggregate: bool = _f(True, "for linear rules (fedavg) sum updates on the actors and "

@@ -143,7 +143,7 @@ def test_trainer_chunks_match_one_chunk() -> None:
 
 def test_engine_ga_logs_predictions_and_matches_greedy(tmp_path: Path) -> None:
     base = {"num_actors": 2, "partition": "quantity", "rounds": 3}
-    greedy = run_records(small_config(tmp_path / "g", **base))
+    greedy = run_records(small_config(tmp_path / "g", placement="greedy", **base))
     ga = run_records(small_config(tmp_path / "ga", placement="ga", **base))
     for r in ga:
         p = r.extra["placement"]

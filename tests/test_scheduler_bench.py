@@ -74,6 +74,7 @@ def test_tiny_run_writes_the_json_schema(tmp_path: Path, capsys: pytest.CaptureF
     (["--placement-param", "population=1"], "--placement-param: placement 'ga': needs"),
     (["--actor-kinds", "x=device=tpu"], "actor kind 'x': unknown device 'tpu'; valid: cpu, gpu"),
     (["--ga-seconds", "-1"], "--ga-seconds: must be >= 0"),
+    (["--placements", "greedy,lpt_svr"], "--placements: unknown placement label 'lpt_svr'"),
 ])
 def test_bad_input_exits_2_with_one_line(argv: list[str], message: str,
                                          capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,6 +113,31 @@ def test_summarize_skips_round_0_and_divides_by_greedy() -> None:
     assert scheduler_live.checks(live) == [
         "[ok] cnn: ga/greedy = 0.500 <= 1.02", "[ok] cnn: ga/greedy = 0.500 <= 0.80",
         "[NO] mlp: ga/greedy = 1.030 <= 1.02"]
+
+
+def test_live_part_quotes_the_default_placement_against_greedy() -> None:
+    """The default placement (lpt on the prior) is in the live part by default, checked against
+    greedy and marked in the table."""
+    assert scheduler_live.default_label() == "lpt"
+    assert scheduler.LIVE["full"] == scheduler.LIVE["quick"] == ["greedy", "ga", "lpt"]
+    runs = [Run("cnn", "greedy", 0, [_event(0, [100.0]), _event(1, [4.0])]),
+            Run("cnn", "lpt", 0, [_event(0, [100.0]), _event(1, [1.0])]),
+            Run("cnn", "lpt_gbdt", 0, [_event(0, [100.0]), _event(1, [1.2])])]
+    live = scheduler_live.summarize(runs, ["greedy", "lpt", "lpt_gbdt"])
+    assert scheduler_live.checks(live) == ["[ok] cnn: lpt (default)/greedy = 0.250 <= 1.02"]
+    text = scheduler_live.table(live).splitlines()
+    assert [line.split()[1] for line in text[2:5]] == ["greedy", "lpt*", "lpt_gbdt"]
+    assert text[-1] == "* the default placement (lpt, predictor prior)"
+
+
+def test_live_labels_name_a_placement_and_its_predictor() -> None:
+    assert scheduler_live.label_spec("greedy") == ("greedy", {"predict": True})
+    assert scheduler_live.label_spec("lpt") == ("lpt", {})
+    assert scheduler_live.label_spec("lpt_gbdt") == ("lpt", {"predictor": "gbdt"})
+    assert scheduler_live.label_spec("round_robin") == ("round_robin", {})
+    for bad in ("greedy_prior", "lpt_svr", "heft"):
+        with pytest.raises(ValueError, match=f"unknown placement label '{bad}'"):
+            scheduler_live.label_spec(bad)
 
 
 @pytest.mark.parametrize("rounds, held", [(2, 1), (3, 1), (4, 1), (5, 2), (10, 3), (20, 6)])

@@ -2,10 +2,11 @@
 name (``--placement``, parameters ``--placement-param KEY=VALUE``).
 
 =================  ==================================================================
-``greedy``         today's default: longest task (samples x epochs) first onto the least
-                   loaded actor; one chunk per actor
+``greedy``         the original default: longest task (samples x epochs) first onto the
+                   least loaded actor; one chunk per actor
 ``round_robin``    task j to actor j mod n; one chunk per actor
-``lpt``            longest processing time first on the predicted costs (ETC)
+``lpt``            the default: longest processing time first on the predicted costs (ETC),
+                   by the fixed prior unless ``predictor=`` says otherwise (deterministic)
 ``minmin``         Min-Min on the predicted costs (Braun et al., JPDC 2001)
 ``sufferage``      Sufferage on the predicted costs (Maheswaran et al., 1999)
 ``ga``             genetic search whose fitness is the predicted sort-and-chunk makespan,
@@ -15,7 +16,10 @@ name (``--placement``, parameters ``--placement-param KEY=VALUE``).
 The cost-based placements (all but the first two) sort and cut each actor's tasks into stacked
 chunks (:mod:`simulator.scheduler.chunking`) unless ``chunking=false``; every placement's
 schedule gets a predicted makespan, logged beside the measured one
-(:class:`simulator.placement.runtime.Scheduler`). Adding a placement is one new file in this
+(:class:`simulator.placement.runtime.Scheduler`). The chunk cost model is ``predictor=`` or the
+placement's :attr:`~simulator.placement.base.Placement.default_predictor` (:func:`predictor_of`):
+the learned ``gbdt`` for all but ``lpt``, whose fixed ``prior`` keeps runs bitwise
+reproducible. Adding a placement is one new file in this
 folder with a ``@register("name")`` frozen dataclass; no engine, trainer or pool file changes.
 """
 
@@ -29,7 +33,7 @@ from typing import Any, TypeVar
 from simulator.placement.base import PlaceContext, Placed, Placement, Problem
 
 __all__ = ["PLACEMENTS", "PlaceContext", "Placed", "Placement", "Problem", "make_placement",
-           "placement_names", "placement_parameters", "register"]
+           "placement_names", "placement_parameters", "predictor_of", "register"]
 
 PLACEMENTS: dict[str, type[Placement]] = {}
 P = TypeVar("P", bound=type[Placement])
@@ -67,6 +71,15 @@ def placement_parameters(name: str) -> dict[str, Any]:
     if name not in PLACEMENTS:
         raise ValueError(f"unknown placement {name!r}; valid: {placement_names()}")
     return {f.name: f.default for f in dataclasses.fields(PLACEMENTS[name])}
+
+
+def predictor_of(name: str, params: dict[str, Any]) -> str:
+    """The chunk cost model of placement ``name`` under ``params``: their ``predictor``, else
+    the placement's default (``gbdt`` for an unknown name, which fails elsewhere)."""
+    if "predictor" in params:
+        return str(params["predictor"])
+    cls = PLACEMENTS.get(name)
+    return cls.default_predictor if cls is not None else "gbdt"
 
 
 def make_placement(name: str, **params: Any) -> Placement:

@@ -143,6 +143,10 @@ class Placement:
     name: ClassVar[str] = ""
     #: whether the chunk cost model is consulted (the legacy placements only log it)
     uses_cost: ClassVar[bool] = True
+    #: the chunk cost model when ``--placement-param predictor=`` is not given: ``gbdt``
+    #: learns from measured chunk times; ``prior`` never learns, so the schedules, and the
+    #: results, depend on the seed only (bitwise reproducible)
+    default_predictor: ClassVar[str] = "gbdt"
     chunking: bool = True
 
     def assign(self, prob: Problem, ctx: PlaceContext) -> np.ndarray:
