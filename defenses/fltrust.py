@@ -47,14 +47,13 @@ def fltrust(batch: UpdateBatch, g0: torch.Tensor, eps: float = 1e-12) -> Aggrega
     cos = (u @ g0) / (norms * n0).clamp_min(eps)
     trust = torch.relu(cos)
     total = float(trust.sum())
-    scaled = u * (n0 / norms.clamp_min(eps)).unsqueeze(1)
     if total <= 0:
         delta = torch.zeros(u.shape[1], dtype=torch.float32)
         weights = torch.zeros_like(trust)
     else:
         weights = trust / total
-        # weight of a row in the final sum, counting its rescaling (reported as the share)
-        delta = (weights @ scaled).to(torch.float32)
+        # the rescaling folded into the coefficients: no [K, P] rescaled copy of the rows
+        delta = ((weights * (n0 / norms.clamp_min(eps))) @ u).to(torch.float32)
     verdicts = tuple(
         Verdict(int(c), bool(t > 0), float(w), float(t), "" if t > 0 else "zero-trust")
         for c, t, w in zip(batch.client_ids, trust.tolist(), weights.tolist(), strict=True))

@@ -14,6 +14,13 @@ import numpy as np
 import torch
 
 from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.distances import (
+    GramDistances,
+    exact_sq_dists,
+    gram_sq_dists,
+    krum_bounds,
+    use_exact,
+)
 
 
 def check_count(rule: str, param: str, value: Any, low: int) -> int:
@@ -23,17 +30,18 @@ def check_count(rule: str, param: str, value: Any, low: int) -> int:
     return int(value)
 
 
-def pairwise_sq_dists(x: torch.Tensor) -> np.ndarray:
-    """``[K, K]`` squared Euclidean distances in float64.
+def check_flag(rule: str, param: str, value: Any) -> bool:
+    """A bool parameter; anything else raises ValueError naming it."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"defense {rule!r}: {param} {value!r} invalid; valid: true or false")
+    return bool(value)
 
-    Each pair is summed from its coordinate differences (``cdist`` without the Gram-matrix
-    shortcut, which cancels badly for close rows and depends on row placement), and the upper
-    triangle is mirrored so the matrix is exactly symmetric.
-    """
-    x = x.double()
-    d = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist").square()
-    upper = torch.triu(d, diagonal=1)
-    return (upper + upper.T).numpy()
+
+def pairwise_sq_dists(x: torch.Tensor) -> np.ndarray:
+    """``[K, K]`` squared Euclidean distances in float64 by the exact path
+    (:func:`defenses.distances.exact_sq_dists`: each pair summed from its coordinate
+    differences, upper triangle mirrored so the matrix is exactly symmetric)."""
+    return exact_sq_dists(x)
 
 
 def krum_scores(d2: np.ndarray, neighbours: int) -> np.ndarray:
@@ -48,6 +56,79 @@ def rank_rows(scores: np.ndarray, client_ids: np.ndarray) -> np.ndarray:
     return np.lexsort((np.asarray(client_ids), scores))
 
 
+#: reported scores are re-scored exactly when their bound exceeds this share of the score
+SCORE_RTOL = 1e-7
+
+
+def exact_scores_of(gd: GramDistances, rows: np.ndarray, alive: np.ndarray,
+                    neighbours: int) -> np.ndarray:
+    """The exact path's Krum scores of ``rows`` among the rows marked ``alive`` (bit for bit
+    :func:`krum_scores` of the exact matrix restricted to ``alive``). A row is scored from
+    its duplicate group's first row: bit-identical rows have identical exact distances."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == 0:
+        return np.zeros(0)
+    full = gd.exact_rows(gd.group[rows])
+    vals = np.stack([full[t][alive & (np.arange(len(alive)) != r)]
+                     for t, r in enumerate(rows)])
+    return np.sort(vals, axis=1)[:, :neighbours].sum(axis=1)
+
+
+def fast_krum_scores(gd: GramDistances, neighbours: int) -> tuple[np.ndarray, np.ndarray]:
+    """Krum scores from the Gram distances and a bound on their distance to the exact path's;
+    rows whose bound exceeds ``SCORE_RTOL`` of the score are re-scored exactly (bound 0)."""
+    n = len(gd.d2)
+    others = np.sort(gd.d2[~np.eye(n, dtype=bool)].reshape(n, n - 1), axis=1)
+    scores = others[:, :neighbours].sum(axis=1)
+    bound = krum_bounds(gd, np.arange(n), scores, others[:, neighbours - 1], neighbours)
+    loose = np.flatnonzero(bound > SCORE_RTOL * np.maximum(scores - bound, 0.0))
+    scores[loose] = exact_scores_of(gd, loose, np.ones(n, dtype=bool), neighbours)
+    bound[loose] = 0.0
+    return scores, bound
+
+
+def select_lowest(gd: GramDistances, scores: np.ndarray, bound: np.ndarray,
+                  client_ids: np.ndarray, neighbours: int, m: int) -> np.ndarray:
+    """The ``m`` rows of lowest exact-path score (ties: client id), in rank order.
+
+    ``scores`` are within ``bound`` of the exact path's. The first ``m`` by fast score are
+    candidates; a candidate whose upper end is below every other row's lower end is in, a row
+    whose lower end is above every candidate's upper end is out, and the rest (the rows within
+    the bound of the boundary, ties included) are re-scored exactly, so the selected set is the
+    exact path's. Bit-identical rows have equal exact scores: when the undecided rows are all
+    copies of one row with equal fast scores, the client id decides without re-scoring.
+    ``scores``/``bound`` are updated in place for re-scored rows.
+    """
+    n = len(scores)
+    order = rank_rows(scores, client_ids)
+    if m >= n:
+        return order
+    cand, rest = order[:m], order[m:]
+    lo, hi = scores - bound, scores + bound
+    unsure = np.concatenate([cand[hi[cand] >= lo[rest].min()], rest[lo[rest] <= hi[cand].max()]])
+    one_copy = (len(np.unique(gd.group[unsure])) <= 1
+                and len(np.unique(scores[unsure])) <= 1)
+    todo = unsure[bound[unsure] > 0]
+    if len(todo) and not one_copy:
+        scores[todo] = exact_scores_of(gd, todo, np.ones(n, dtype=bool), neighbours)
+        bound[todo] = 0.0
+        order = rank_rows(scores, client_ids)
+    return order[:m]
+
+
+def krum_select(x: torch.Tensor, client_ids: np.ndarray, neighbours: int, m: int,
+                exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(chosen rows in rank order, Krum scores)``: the exact path (``exact=True``) or the
+    Gram path with exact re-scoring near the selection boundary (same selection); small
+    batches (:func:`~defenses.distances.use_exact`) take the exact path."""
+    if use_exact(x.shape[0], x.shape[1], exact):
+        scores = krum_scores(pairwise_sq_dists(x), neighbours)
+        return rank_rows(scores, client_ids)[:m], scores
+    gd = gram_sq_dists(x)
+    scores, bound = fast_krum_scores(gd, neighbours)
+    return select_lowest(gd, scores, bound, client_ids, neighbours, m), scores
+
+
 class MultiKrumDefense(Defense):
     """Multi-Krum: average the ``m`` rows with the lowest Krum scores.
 
@@ -57,6 +138,10 @@ class MultiKrumDefense(Defense):
         Number of Byzantine clients tolerated (default 1). Requires ``n > 2f + 2``.
     m : int or None
         Rows selected; ``None`` means ``n - f``. Requires ``1 <= m <= n - f``.
+    exact : bool
+        Score with the exact distance path only (default False: Gram-matrix distances, with
+        exact re-scoring of the rows near the selection boundary; same selection, see
+        :func:`select_lowest`; batches with ``n^2 d <= 2^24`` take the exact path anyway).
 
     Notes
     -----
@@ -68,9 +153,10 @@ class MultiKrumDefense(Defense):
 
     name = "multikrum"
 
-    def __init__(self, f: int = 1, m: int | None = None) -> None:
+    def __init__(self, f: int = 1, m: int | None = None, exact: bool = False) -> None:
         self.f = check_count(self.name, "f", f, 0)
         self.m = None if m is None else check_count(self.name, "m", m, 1)
+        self.exact = check_flag(self.name, "exact", exact)
 
     def selection_size(self, n: int) -> int:
         return n - self.f if self.m is None else self.m
@@ -87,9 +173,9 @@ class MultiKrumDefense(Defense):
         n = len(batch)
         self.check_rows(n)
         m = self.selection_size(n)
-        scores = krum_scores(pairwise_sq_dists(batch.updates), n - self.f - 2)
-        chosen = rank_rows(scores, batch.client_ids)[:m]   # summed in rank order
-        delta = batch.updates[torch.from_numpy(chosen)].double().mean(dim=0)
+        chosen, scores = krum_select(batch.updates, batch.client_ids, n - self.f - 2, m,
+                                     self.exact)           # summed in rank order
+        delta = mean_of_rows(batch.updates, chosen)
         keep = np.zeros(n, dtype=bool)
         keep[chosen] = True
         verdicts = tuple(
@@ -99,6 +185,25 @@ class MultiKrumDefense(Defense):
         return AggregateResult(delta.to(batch.updates.dtype), verdicts)
 
 
+#: above this many entries, the selected rows are averaged a column block at a time
+MEAN_BLOCK = 1 << 22
+
+
+def mean_of_rows(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+    """Float64 mean of ``x[rows]`` summed in the order of ``rows``.
+
+    Small selections average the gathered rows at once; large ones a block of columns at a
+    time, so no float64 copy of all the selected rows is made (the sum over rows of each
+    column is the same reduction either way).
+    """
+    idx = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+    if len(idx) * x.shape[1] <= MEAN_BLOCK:
+        return x[idx].double().mean(dim=0)
+    cols = max(1, MEAN_BLOCK // len(idx))
+    return torch.cat([x[idx, c:c + cols].double().mean(dim=0)
+                      for c in range(0, x.shape[1], cols)])
+
+
 class KrumDefense(MultiKrumDefense):
     """Krum: the single row with the lowest Krum score (Multi-Krum with ``m = 1``).
 
@@ -106,9 +211,11 @@ class KrumDefense(MultiKrumDefense):
     ----------
     f : int
         Number of Byzantine clients tolerated (default 1). Requires ``n > 2f + 2``.
+    exact : bool
+        Exact distance path only (default False; see :class:`MultiKrumDefense`).
     """
 
     name = "krum"
 
-    def __init__(self, f: int = 1) -> None:
-        super().__init__(f=f, m=1)
+    def __init__(self, f: int = 1, exact: bool = False) -> None:
+        super().__init__(f=f, m=1, exact=exact)

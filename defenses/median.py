@@ -8,9 +8,11 @@ Optimal Statistical Rates". ICML 2018.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.distances import compute_device
 
 
 def coordinate_verdicts(batch: UpdateBatch, delta: torch.Tensor) -> tuple[Verdict, ...]:
@@ -23,9 +25,22 @@ def coordinate_verdicts(batch: UpdateBatch, delta: torch.Tensor) -> tuple[Verdic
                  for c, s in zip(batch.client_ids, dist, strict=True))
 
 
+def sort_columns(x: torch.Tensor) -> torch.Tensor:
+    """``[K, P]`` float64: each column of ``x`` in increasing order.
+
+    On a GPU (:func:`~defenses.distances.compute_device`) torch sorts there and the result
+    stays there; on the CPU numpy sorts the float32 values (several times faster than torch's
+    sort along dim 0) and the result is converted: the same values as sorting in float64."""
+    dev = compute_device()
+    if dev.type == "cuda":
+        return torch.sort(x.to(dev, torch.float64), dim=0).values
+    return torch.from_numpy(np.sort(x.detach().cpu().numpy(), axis=0)).double()
+
+
 def sorted_rows(batch: UpdateBatch) -> torch.Tensor:
-    """Each coordinate's values in increasing order (``[K, P]`` float64); row order is gone."""
-    return torch.sort(batch.updates.double(), dim=0).values
+    """Each coordinate's values in increasing order (``[K, P]`` float64, on
+    :func:`~defenses.distances.compute_device`); row order is gone."""
+    return sort_columns(batch.updates)
 
 
 def median_of_sorted(s: torch.Tensor) -> torch.Tensor:
@@ -47,5 +62,5 @@ class MedianDefense(Defense):
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if len(batch) < 1:
             raise ValueError(f"defense {self.name!r}: needs n >= 1 (n={len(batch)})")
-        delta = median_of_sorted(sorted_rows(batch)).to(batch.updates.dtype)
+        delta = median_of_sorted(sorted_rows(batch)).cpu().to(batch.updates.dtype)
         return AggregateResult(delta, coordinate_verdicts(batch, delta))

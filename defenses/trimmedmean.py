@@ -71,5 +71,5 @@ class TrimmedMeanDefense(Defense):
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         n = len(batch)
         k = self.trim(n)
-        delta = sorted_rows(batch)[k:n - k].mean(dim=0).to(batch.updates.dtype)
+        delta = sorted_rows(batch)[k:n - k].mean(dim=0).cpu().to(batch.updates.dtype)
         return AggregateResult(delta, coordinate_verdicts(batch, delta))

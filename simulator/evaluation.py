@@ -41,6 +41,19 @@ class ServerEval:
         f = self.fed
         return evaluate(f.model, f.layout, flat, torch.from_numpy(x), torch.from_numpy(y))[0]
 
+    @torch.no_grad()
+    def correct_on(self, flat: torch.Tensor, x: np.ndarray, y: np.ndarray,
+                   batch: int = 2048) -> np.ndarray:
+        """Which samples a model classifies correctly (``[n]`` bools; Siren's paired alarm
+        test on a client's holdout)."""
+        f = self.fed
+        f.layout.load(f.model, flat)
+        f.model.eval()
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        out = [(f.model(xt[i:i + batch]).argmax(1) == yt[i:i + batch]).numpy()
+               for i in range(0, len(yt), batch)]
+        return np.concatenate(out) if out else np.zeros(0, bool)
+
     def server_update(self, rnd: int, global_flat: torch.Tensor) -> torch.Tensor:
         """The global model trained on the public set (one client's worth of local work) by
         plain SGD on the cross-entropy: the server is not a client of the algorithm (it has no

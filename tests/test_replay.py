@@ -80,7 +80,7 @@ DEFENSE_CASES: dict[str, tuple[dict[str, Any], Callable[[Capture], bool]]] = {
     "fltrust": ({**PUBLIC, "attack": "labelflip", "momentum": 0.5, "weight_decay": 1e-3},
                 rejects),
     # strikes, bans (T = 4: one rejected row bans) and the roll-back to the previous global
-    "siren": ({**PUBLIC, "seed": 2, "defense_params": {"rounds_total": 4}},
+    "siren": ({**PUBLIC, "seed": 2, "defense_params": {"rounds_total": 4, "variant": "paper"}},
               lambda c: {"banned", "rollback"} <= reasons(c)),
     # entropy filter and staleness weights of stale rows (bases from the history)
     "sageflow": ({**PUBLIC, **STALE, "defense_params": {"entropy_threshold": 2.28}},

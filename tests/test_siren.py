@@ -37,6 +37,13 @@ def fixed_scorer(acc: list[float], expect: list[list[float]] | None = None,
     return stub_scorer(acc, [1.0] * len(acc), [1.0] * len(acc), expect, seen)
 
 
+def paper(**params: Any) -> SirenDefense:
+    """The paper's Siren (``variant="paper"``): its tests keep their assertions."""
+    d = make_defense("siren", variant="paper", **params)
+    assert isinstance(d, SirenDefense)
+    return d
+
+
 def outcome(res: Any) -> list[tuple[bool, str]]:
     return [(v.kept, v.reason) for v in res.verdicts]
 
@@ -51,7 +58,7 @@ def test_no_alarm_plain_equal_weight_mean() -> None:
     acc = [0.9, 0.2, 0.5, 0.1]
     ctx = ctx_of(fixed_scorer(acc, expect=models), 0, {0: [1.0, -1.0]})
     for alarms in (None, [0, 0, 0, 0]):                      # no signal = no alarms
-        res = make_defense("siren")(batch_of(rows, alarms, samples=[1, 5, 20, 3]), ctx)
+        res = paper()(batch_of(rows, alarms, samples=[1, 5, 20, 3]), ctx)
         assert res.delta.tolist() == [0.0, 1.0]               # (1 + 0 + 2 - 3) / 4, 4 / 4
         assert outcome(res) == [KEPT] * 4
         assert [v.weight for v in res.verdicts] == [0.25] * 4
@@ -62,7 +69,7 @@ def test_one_alarm_screens_everyone() -> None:
     # best = row 4 (0.95, u=[1, 1]); threshold 0.9 * 0.95 = 0.855
     rows = [[1.0, 0.0], [1.0, 1.0], [2.0, 2.0], [-1.0, -0.5], [1.0, 1.0], [1.0, -1.0]]
     acc = [0.9, 0.85, 0.7, 0.88, 0.95, 0.9]
-    res = make_defense("siren")(batch_of(rows, [1, 0, 0, 0, 0, 0]), ctx_of(fixed_scorer(acc)))
+    res = paper()(batch_of(rows, [1, 0, 0, 0, 0, 0]), ctx_of(fixed_scorer(acc)))
     assert outcome(res) == [
         KEPT,                              # the alarmer itself is normal: kept
         (False, "abnormal-accuracy"),      # 0.85 < 0.855
@@ -80,7 +87,7 @@ def test_alarms_with_an_abnormal_alarmer_drop_non_alarmers() -> None:
     # pointing away; non-alarmers 4, 5 are dropped whatever their accuracy
     rows = [[1.0, 1.0], [1.0, 1.0], [2.0, 1.0], [-1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]
     acc = [0.9, 0.5, 0.88, 0.89, 0.95, 0.2]
-    res = make_defense("siren")(batch_of(rows, [1, 1, 1, 1, 0, 0]), ctx_of(fixed_scorer(acc)))
+    res = paper()(batch_of(rows, [1, 1, 1, 1, 0, 0]), ctx_of(fixed_scorer(acc)))
     assert outcome(res) == [KEPT, (False, "abnormal-accuracy"), KEPT,
                             (False, "abnormal-cosine"), (False, "non-alarmer-dropped"),
                             (False, "non-alarmer-dropped")]
@@ -93,7 +100,7 @@ def test_alarms_confirmed_by_weak_non_alarmers() -> None:
     # were right, every non-alarmer is dropped (even though 0.8 vs 0.5 alone would be fine)
     rows = [[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [3.0, 3.0]]
     acc = [0.9, 0.85, 0.5, 0.8]
-    res = make_defense("siren")(batch_of(rows, [1, 1, 0, 0]), ctx_of(fixed_scorer(acc)))
+    res = paper()(batch_of(rows, [1, 1, 0, 0]), ctx_of(fixed_scorer(acc)))
     assert outcome(res) == [KEPT, KEPT, (False, "non-alarmer-dropped"),
                             (False, "non-alarmer-dropped")]
     assert res.delta.tolist() == [1.0, 0.5]
@@ -105,7 +112,7 @@ def test_false_alarms_drop_alarmers_and_abnormal_non_alarmers() -> None:
     # [1, 1], threshold 0.81): row 4 inaccurate, row 5 pointing away
     rows = [[-1.0, 0.0], [-1.0, -0.2], [1.0, 1.0], [1.0, 0.5], [1.0, 1.0], [-1.0, 0.0]]
     acc = [0.6, 0.58, 0.9, 0.85, 0.7, 0.88]
-    res = make_defense("siren")(batch_of(rows, [1, 1, 0, 0, 0, 0]), ctx_of(fixed_scorer(acc)))
+    res = paper()(batch_of(rows, [1, 1, 0, 0, 0, 0]), ctx_of(fixed_scorer(acc)))
     assert outcome(res) == [(False, "alarmer-dropped"), (False, "alarmer-dropped"), KEPT, KEPT,
                             (False, "abnormal-accuracy"), (False, "abnormal-cosine")]
     assert res.delta.tolist() == [1.0, 0.75]
@@ -114,7 +121,7 @@ def test_false_alarms_drop_alarmers_and_abnormal_non_alarmers() -> None:
 
 def test_everyone_alarms_and_is_normal() -> None:
     rows = [[1.0, 0.0], [1.0, 1.0], [0.5, 2.0]]
-    res = make_defense("siren")(batch_of(rows, [1, 1, 1]),
+    res = paper()(batch_of(rows, [1, 1, 1]),
                                 ctx_of(fixed_scorer([0.9, 0.85, 0.82])))
     assert outcome(res) == [KEPT] * 3
     assert res.delta.tolist() == pytest.approx([2.5 / 3, 1.0])
@@ -152,15 +159,15 @@ def test_scores_full_models_of_stale_rows() -> None:
     seen: list[torch.Tensor] = []
     ctx = ctx_of(fixed_scorer([0.5] * 4, expect=models, seen=seen), 2,
                  {1: [0.5, 0.5], 2: [1.0, -1.0]})
-    res = make_defense("siren")(batch_of(rows, None, taus=[2, 1, 2, 2]), ctx)
+    res = paper()(batch_of(rows, None, taus=[2, 1, 2, 2]), ctx)
     assert len(seen) == 1 and res.delta.tolist() == [1.0, 1.0]
     # no base_model in the context: fresh rows fall back to the global model
     ctx = DefenseContext(0, torch.tensor([1.0, -1.0]),
                          score_models=fixed_scorer([0.5, 0.5], expect=models[:1] + [[1.0, 0.0]]))
-    assert make_defense("siren")(batch_of(rows[:2]), ctx).delta.tolist() == [0.5, 0.5]
+    assert paper()(batch_of(rows[:2]), ctx).delta.tolist() == [0.5, 0.5]
     ctx = DefenseContext(1, torch.zeros(2), score_models=fixed_scorer([0.5, 0.5]))
     with pytest.raises(ValueError, match="'siren': stale rows need ctx.base_model"):
-        make_defense("siren")(batch_of(rows[:2], taus=[1, 0]), ctx)
+        paper()(batch_of(rows[:2], taus=[1, 0]), ctx)
 
 
 def test_needs_root_set() -> None:
@@ -173,7 +180,7 @@ def test_alarm_signal_length_checked() -> None:
     b = UpdateBatch(torch.ones(3, 2), np.arange(3), np.ones(3, np.int64), np.zeros(3, np.int64),
                     {"alarm": np.array([1, 0])})
     with pytest.raises(ValueError, match="'siren': signal 'alarm' has 2 entries for 3 rows"):
-        make_defense("siren")(b, ctx_of(fixed_scorer([0.5] * 3)))
+        paper()(b, ctx_of(fixed_scorer([0.5] * 3)))
 
 
 # ---------------------------------------------------------------- strikes, bans, roll-back
@@ -206,7 +213,7 @@ def round_with(d: SirenDefense, bad_acc: float, bad_alarm: int = 1, rnd: int = 0
 
 
 def test_strikes_ban_at_threshold_and_persist() -> None:
-    d = make_defense("siren", rounds_total=10, rollback=False)   # int(0.45 * 10) = 4 strikes
+    d = paper(rounds_total=10, rollback=False)   # int(0.45 * 10) = 4 strikes
     assert isinstance(d, SirenDefense) and d.ban_threshold == 4
     for k in range(1, 4):
         assert outcome(round_with(d, 0.1))[3] == (False, "abnormal-accuracy")
@@ -224,14 +231,14 @@ def test_strikes_ban_at_threshold_and_persist() -> None:
 
 
 def test_strikes_forgiven_by_half() -> None:
-    d = make_defense("siren", rounds_total=10, rollback=False)
+    d = paper(rounds_total=10, rollback=False)
     want = [(0.1, 1.0), (0.9, 0.5), (0.9, 0.0), (0.9, 0.0), (0.1, 1.0), (0.1, 2.0), (0.9, 1.5),
             (0.1, 2.5), (0.1, 3.5), (0.9, 3.0), (0.1, 4.0)]
     for i, (acc, strikes) in enumerate(want):
         round_with(d, acc)
         assert d.state_dict()["strikes"][7] == strikes, i
         assert d.state_dict()["banned"] == ([7] if strikes >= 4 else [])
-    d = make_defense("siren", rounds_total=10, reward=0.0, rollback=False)
+    d = paper(rounds_total=10, reward=0.0, rollback=False)
     for acc in (0.1, 0.9, 0.9):
         round_with(d, acc)
     assert d.state_dict()["strikes"][7] == 1.0
@@ -249,7 +256,7 @@ def test_rollback_once_per_episode() -> None:
     # b2 - g3 + mean (g3 = 0); the next detecting round does not; a clean round closes the
     # episode
     bases = {2: [10.0, 20.0], 3: [0.0, 0.0], 4: [0.0, 0.0], 5: [0.0, 0.0], 6: [0.0, 0.0]}
-    d = make_defense("siren")
+    d = paper()
     mean = [4 / 3, 4 / 3]
 
     def go(rnd: int, bad_acc: float) -> Any:
@@ -274,19 +281,19 @@ def test_rollback_once_per_episode() -> None:
 def test_rollback_unavailable_or_off() -> None:
     sc = lookup_scorer(0.1)
     mean = [4 / 3, 4 / 3]
-    d = make_defense("siren")
+    d = paper()
     assert d(bad_batch(0), ctx_of(sc, 0)).delta.tolist() == pytest.approx(mean)  # no t - 1
     assert d.state_dict()["in_episode"] is True
-    d = make_defense("siren")
+    d = paper()
     ctx = ctx_of(sc, 4, {4: [0.0, 0.0]})                                # round 3 pruned
     assert d(bad_batch(4), ctx).delta.tolist() == pytest.approx(mean)
-    d = make_defense("siren", rollback=False)
+    d = paper(rollback=False)
     ctx = ctx_of(sc, 4, {3: [7.0, 7.0], 4: [0.0, 0.0]})
     res = d(bad_batch(4), ctx)
     assert res.delta.tolist() == pytest.approx(mean)
     assert all(v.reason != "rollback" for v in res.verdicts)
     # bans alone are no detection: no roll-back, and the episode closes
-    d = make_defense("siren", rounds_total=2)                           # one strike bans
+    d = paper(rounds_total=2)                           # one strike bans
     d(bad_batch(3), ctx_of(sc, 3, {2: [0.0, 0.0], 3: [0.0, 0.0]}))
     assert d.state_dict()["banned"] == [7]
     res = d(bad_batch(4), ctx_of(sc, 4, {3: [7.0, 7.0], 4: [0.0, 0.0]}))
@@ -295,7 +302,7 @@ def test_rollback_unavailable_or_off() -> None:
 
 def test_nothing_kept() -> None:
     # a single alarmer screened alone is always normal; with all rows banned nothing is kept
-    d = make_defense("siren", rounds_total=1, rollback=False)
+    d = paper(rounds_total=1, rollback=False)
     b = batch_of([[1.0, 0.0], [-1.0, 0.0]], [1, 0], ids=[4, 5])
     d(b, ctx_of(fixed_scorer([0.9, 0.1])))                     # 5 rejected -> banned
     d.load_state_dict({"strikes": {4: 1.0, 5: 1.0}, "banned": [4, 5], "in_episode": False})
@@ -309,14 +316,14 @@ def test_nothing_kept() -> None:
 
 
 def test_state_dict_roundtrip() -> None:
-    d = make_defense("siren", rounds_total=10)
+    d = paper(rounds_total=10)
     for acc in (0.1, 0.1, 0.9, 0.1):
         round_with(d, acc, rnd=1)
     st = d.state_dict()
     assert st == {"strikes": {1: 0.0, 2: 0.0, 3: 0.0, 7: 2.5}, "banned": [],
                   "in_episode": True}
     assert all(type(k) is int and type(v) is float for k, v in st["strikes"].items())
-    twin = make_defense("siren", rounds_total=10)
+    twin = paper(rounds_total=10)
     twin.load_state_dict(st)
     assert twin.state_dict() == st
     for acc in (0.1, 0.1, 0.9):
@@ -347,7 +354,7 @@ def test_row_order_does_not_matter(alarms: list[int]) -> None:
     bases = {r: torch.tensor(g.normal(size=p) * 0.3, dtype=torch.float32) for r in (3, 4, 5)}
     ctx = DefenseContext(5, bases[5], score_models=content_scorer, base_model=bases.__getitem__)
     perm = np.random.default_rng(1).permutation(n)
-    d1, d2 = make_defense("siren", cs=0.3), make_defense("siren", cs=0.3)
+    d1, d2 = paper(cs=0.3), paper(cs=0.3)
     for _ in range(2):                                        # second round: with strikes
         a, c = d1(b, ctx), d2(b.subset(perm), ctx)
         torch.testing.assert_close(a.delta, c.delta, rtol=1e-6, atol=1e-7)
@@ -373,7 +380,7 @@ def test_identical_rows_return_that_row() -> None:
                         np.zeros(n, np.int64), {"alarm": np.array(alarms, bool)})
         ctx = DefenseContext(0, torch.zeros(4), score_models=content_scorer,
                              base_model=lambda r: torch.zeros(4))
-        torch.testing.assert_close(make_defense("siren")(b, ctx).delta, u, rtol=1e-6,
+        torch.testing.assert_close(paper()(b, ctx).delta, u, rtol=1e-6,
                                    atol=1e-7)
 
 
@@ -388,8 +395,8 @@ def test_identical_rows_return_that_row() -> None:
     ({"ban_fraction": 1.5}, r"'siren': ban_fraction 1.5 invalid"),
     ({"reward": -0.5}, r"'siren': reward -0.5 invalid; valid: finite float >= 0"),
     ({"reward": float("inf")}, r"'siren': reward inf invalid"),
-    ({"rollback": 1}, r"'siren': rollback 1 invalid; valid: True or False"),
-    ({"cc": 0.04}, r"'siren': unknown parameter 'cc'"),
+    ({"rollback": 1}, r"'siren': rollback 1 invalid; valid: True, False or None"),
+    ({"c_c": 0.04}, r"'siren': unknown parameter 'c_c'"),
 ])
 def test_invalid_parameters(params: dict[str, Any], pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
@@ -407,11 +414,12 @@ def test_registered() -> None:
 # ---------------------------------------------------------------- end to end
 
 
-def test_simulation_smoke(tmp_path: Path) -> None:
+@pytest.mark.parametrize("variant", ["paper", "calibrated"])
+def test_simulation_smoke(tmp_path: Path, variant: str) -> None:
     from tests.conftest import run_records, small_config
 
     cfg = small_config(tmp_path, defense="siren", public_fraction=0.06, rounds=3,
-                       defense_params={"rounds_total": 3})
+                       defense_params={"rounds_total": 3, "variant": variant})
     recs = run_records(cfg)
     assert len(recs) == 3
     for rec in recs:
@@ -420,7 +428,8 @@ def test_simulation_smoke(tmp_path: Path) -> None:
                           else v["reason"] == "banned" for v in vs)
         kept = [v for v in vs if v["kept"]]
         assert sum(v["weight"] for v in kept) == pytest.approx(1.0)
-        if not rec.extra.get("alarms"):             # no alarm: equal-weight mean of every row
+        if not rec.extra.get("alarms"):             # no alarm: the mean of every row
             assert len(kept) == len(vs)
-            assert all(v["weight"] == pytest.approx(1 / len(vs)) for v in vs)
+            if variant == "paper":                  # equal weights
+                assert all(v["weight"] == pytest.approx(1 / len(vs)) for v in vs)
     assert isinstance(recs[-1].accuracy, float) and math.isfinite(recs[-1].accuracy)

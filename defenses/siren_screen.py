@@ -1,0 +1,119 @@
+"""Siren's root-set screening: the paper's rule and a rule robust to the root set's noise.
+
+Both functions judge a set of rows by the root-set accuracy of their full models (and the
+direction of their updates) and return ``({row: reason} of the abnormal rows, reference)``.
+
+:func:`screen` is the paper's (Guo et al., SoCC 2021; ``server_detect`` of the official code):
+the reference is the *best* accuracy of the set and a row fails below ``(1 - C_s)`` times it or
+when its update points away from the best row's (``cos <= 0``).
+
+:func:`screen_robust` is ours (notes: ``/work/shared/notes/methods-ktpfl-fedma-fedala-fedvb-
+siren.md``, §6, causes 4 and 5). The best of ``K`` noisy scores sits above the typical honest
+score by about 1.5 root-set standard errors at ``K = 10`` (at accuracy 0.9 a 100-sample root set
+has a standard error of 3 points), so a bar tied to it rejects honest rows that are merely
+unlucky; and one noisy best update is a poor direction to compare with. Our reference is the
+rows that raised no alarm: their median accuracy and their mean update. Under Siren's threat
+model (attackers alarm) these are the honest rows, even when attackers are a majority of the
+round; attackers who do not alarm sit in a reference that an honest majority still dominates.
+The margin below the median is the largest of the paper's relative one, ``z`` standard errors
+of a difference of two root-set accuracies (wider on a small root set) and ``z`` robust standard
+deviations of the reference accuracies (wider when honest models legitimately differ, as
+single-device models of a non-IID population do: there the root-set accuracy of one device's
+model says little, and the direction test does the work).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+#: verdict reasons of rows that fail the screening
+ABNORMAL_ACCURACY = "abnormal-accuracy"
+ABNORMAL_COSINE = "abnormal-cosine"
+
+
+def screen(rows: np.ndarray, acc: np.ndarray, updates: torch.Tensor, client_ids: np.ndarray,
+           cs: float) -> tuple[dict[int, str], float]:
+    """Siren's screening of the rows ``rows``: ``({row: reason} of abnormal rows, best acc)``.
+
+    The best row ``b`` has the highest finite root-set accuracy (ties: smallest client id).
+    Row ``k`` is abnormal when ``acc_k < (1 - cs) * acc_b`` (``"abnormal-accuracy"``; a
+    non-finite accuracy counts as abnormal) or, failing that, when ``cos(u_k, u_b) <= 0``
+    (``"abnormal-cosine"``; decided by the sign of the float64 dot product, so a zero update
+    is abnormal); ``b`` itself is never abnormal by cosine. An empty set, or one without a
+    finite accuracy, has best ``-inf`` (every row of the latter is abnormal).
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    finite = [int(r) for r in rows if math.isfinite(acc[r])]
+    if not finite:
+        return {int(r): ABNORMAL_ACCURACY for r in rows}, -math.inf
+    b = min(finite, key=lambda r: (-acc[r], int(client_ids[r])))
+    best = float(acc[b])
+    ub = updates[b].double()
+    out: dict[int, str] = {}
+    for r in (int(r) for r in rows):
+        if not math.isfinite(acc[r]) or acc[r] < (1.0 - cs) * best:
+            out[r] = ABNORMAL_ACCURACY
+        elif r != b and float(updates[r].double() @ ub) <= 0.0:
+            out[r] = ABNORMAL_COSINE
+    return out, best
+
+
+def difference_se(acc: float, n_root: int) -> float:
+    """Standard error of the difference of two root-set accuracies near ``acc``:
+    ``sqrt(2 acc (1 - acc) / n_root)`` (two independent binomial estimates on ``n_root``
+    samples; models scored on the same root set err together, so this is an upper bound)."""
+    p = min(max(float(acc), 0.0), 1.0)
+    return math.sqrt(2.0 * p * (1.0 - p) / n_root)
+
+
+def robust_margin(ref: float, acc: np.ndarray, n_root: int, cs: float, z: float) -> float:
+    """How far below ``ref`` an accuracy may be: ``max(cs * ref, z * se, z * s)`` with ``se``
+    :func:`difference_se` at ``ref`` and ``s = 1.4826 * MAD(acc)`` the honest spread of the
+    reference accuracies ``acc`` (normal-consistent median absolute deviation; 0 for fewer
+    than 2 values)."""
+    a = np.asarray(acc, np.float64)
+    spread = 1.4826 * float(np.median(np.abs(a - np.median(a)))) if len(a) > 1 else 0.0
+    return max(cs * ref, z * difference_se(ref, n_root), z * spread)
+
+
+def screen_robust(rows: np.ndarray, acc: np.ndarray, updates: torch.Tensor,
+                  client_ids: np.ndarray, alarm: np.ndarray, n_root: int, cs: float, z: float
+                  ) -> tuple[dict[int, str], float]:
+    """Screening against the non-alarmers' median and mean update (ours; module docstring).
+
+    The *reference rows* are the rows of ``rows`` with a finite accuracy that raised no alarm
+    (all rows with a finite accuracy when every one alarmed): the rows nobody has reason to
+    suspect define what a normal model looks like, and every row, alarmer or not, is judged
+    against them on its own scores. With ``ref`` their median accuracy (``np.median``: the mean
+    of the two middle values of an even count):
+
+    - row ``k`` is abnormal by accuracy when ``acc_k < ref - robust_margin(ref, ...)`` (of the
+      reference accuracies) or its accuracy is not finite;
+    - otherwise it is abnormal by direction when its update has a non-positive float64 dot
+      product with the mean update of the reference rows (no direction test when that mean is
+      zero; the mean is summed in client-id order, so it does not depend on row order).
+
+    Returns ``({row: reason}, ref)``; an empty set, or one without a finite accuracy, has
+    reference ``-inf`` (every row of the latter is abnormal).
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    finite = np.array([int(r) for r in rows if math.isfinite(acc[r])], dtype=np.int64)
+    if not len(finite):
+        return {int(r): ABNORMAL_ACCURACY for r in rows}, -math.inf
+    quiet = finite[~np.asarray(alarm, bool)[finite]]
+    refs = quiet if len(quiet) else finite
+    ref = float(np.median(acc[refs]))
+    bar = ref - robust_margin(ref, acc[refs], n_root, cs, z)
+    refs = refs[np.lexsort((refs, client_ids[refs]))]
+    u_ref = updates[torch.from_numpy(refs)].double().mean(0)
+    check_cos = bool(torch.any(u_ref != 0))
+    out: dict[int, str] = {}
+    for r in (int(r) for r in rows):
+        if not math.isfinite(acc[r]) or acc[r] < bar:
+            out[r] = ABNORMAL_ACCURACY
+        elif check_cos and float(updates[r].double() @ u_ref) <= 0.0:
+            out[r] = ABNORMAL_COSINE
+    return out, ref
