@@ -53,7 +53,7 @@ DEFAULT_FRACTIONS = ([0.0, 0.2, 0.4, 0.6, 0.8], QUICK["fractions"])
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from attacks import ATTACKS, make_attack
-    from defenses import DEFENSES
+    from defenses import DEFENSES, make_defense
 
     p = OneLineParser(description="Accuracy and detection of every defense against one attack, "
                                   "over malicious fractions and seeds (one FedSentry run per "
@@ -91,6 +91,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--attack-param", type=parse_kv, action="append", default=[],
                    metavar="KEY=VALUE",
                    help="attack parameter (repeatable), e.g. --attack-param scale=10")
+    p.add_argument("--defense-param", type=parse_kv, action="append", default=[],
+                   metavar="DEFENSE.KEY=VALUE",
+                   help="a defense parameter over the scenario's preset (repeatable), e.g. "
+                        "--defense-param siren.variant=paper (Siren's paper rules), "
+                        "--defense-param median.bucket=2")
     p.add_argument("--set", type=parse_kv, action="append", default=[], metavar="KEY=VALUE",
                    dest="overrides", help="extra flat config override for every run "
                                           "(repeatable), e.g. --set num_clients=8")
@@ -119,6 +124,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         make_attack(args.attack, **dict(args.attack_param))
     except ValueError as e:
         p.error(f"--attack-param: {e}")
+    args.defense_params = {}
+    for key, value in args.defense_param:
+        name, dot, param = key.partition(".")
+        if not dot or not param or name not in DEFENSES:
+            p.error(f"--defense-param {key}={value}: expected DEFENSE.KEY=VALUE with DEFENSE "
+                    f"in {sorted(DEFENSES)}")
+        args.defense_params.setdefault(name, {})[param] = value
+    for name, params in args.defense_params.items():
+        try:
+            make_defense(name, **params)
+        except ValueError as e:
+            p.error(f"--defense-param: {e}")
     args.rounds = args.rounds or (QUICK["rounds"] if args.quick else None)
     args.seeds = args.seeds or (QUICK["seeds"] if args.quick else 3)
     full, quick = FRACTIONS.get(args.scenario, DEFAULT_FRACTIONS)
@@ -144,6 +161,7 @@ def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, 
         for frac in args.fractions:
             attack = args.attack if frac > 0 else "none"
             params, na = grid.defense_preset(d, frac, n, rounds, set(DEFENSES), args.scenario)
+            params = {**params, **args.defense_params.get(d, {})}
             for s in range(args.seeds):
                 out = args.out / "runs" / f"{attack}-{d}-f{frac:g}-s{s}"
                 flat = {**base, "seed": s, "defense": d, "defense_params": params,

@@ -177,3 +177,20 @@ def test_crossdevice_grid_runs_with_per_round_preconditions(
     assert recs["krum"]["precondition_rounds"] == len(skipped) >= 1   # round 0: ~70% arrive
     for e in skipped:
         assert all(not v["kept"] and v["reason"] == e["precondition"] for v in e["verdicts"])
+
+
+def test_defense_param_overrides_the_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    args = robustness.parse_args(["--attack", "labelflip", "--defenses", "siren", "krum",
+                                  "--defense-param", "siren.variant=paper",
+                                  "--defense-param", "krum.bucket=2"])
+    assert args.defense_params == {"siren": {"variant": "paper"}, "krum": {"bucket": 2}}
+    base = robustness_grid.resolve_scenario("siren", "digits", 3)
+    jobs = {(j["defense"], j["malicious_fraction"]): j for j in robustness.make_jobs(args, base)}
+    assert jobs[("siren", 0.2)]["flat"]["defense_params"] == {"rounds_total": 3,
+                                                              "variant": "paper"}
+    assert jobs[("krum", 0.2)]["flat"]["defense_params"] == {"f": 2, "bucket": 2}
+    for bad, why in ((["--defense-param", "variant=paper"], "expected DEFENSE.KEY=VALUE"),
+                     (["--defense-param", "siren.variant=nope"], "--defense-param: defense")):
+        with pytest.raises(SystemExit) as e:
+            robustness.parse_args(["--attack", "labelflip", *bad])
+        assert e.value.code == 2 and why in capsys.readouterr().err
