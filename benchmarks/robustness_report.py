@@ -49,7 +49,7 @@ def cell_text(rs: list[dict[str, Any]]) -> str:
         txt += f" ASR{asr:.2f}"
     skipped = _mean([r.get("precondition_rounds") for r in ok])
     if skipped:   # rounds whose draw broke the rule's precondition (skipped, verdicts say so)
-        txt += f" skip{skipped:g}"
+        txt += f" skip{skipped:.2g}"
     if len(ok) < len(rs):
         txt += f" ({len(rs) - len(ok)} err)"
     return txt
