@@ -17,8 +17,9 @@ the margin alarm, screening against the best root-set score, group decisions, eq
 bans held by this object. ``variant="calibrated"`` (default) is ours: a McNemar alarm, screening
 against the non-alarmers' median and mean update with a margin that widens on a small root set
 or a spread-out cohort, every row judged on its own evidence, sample weights, strikes in the
-client-state store. Why (the method notes, ``shared/notes/methods-ktpfl-fedma-fedala-fedvb-siren.md``
-§6): with ~144 samples a client a 10% holdout is ~14 samples, one sample is 7 points against
+client-state store. Why (the method notes,
+``shared/notes/methods-ktpfl-fedma-fedala-fedvb-siren.md`` §6): with ~144 samples a client a
+10% holdout is ~14 samples, one sample is 7 points against
 the 4-point alarm margin; the best of 10 noisy root-set scores sits ~1.5 standard errors above
 the typical one; one failing alarmer drops every non-alarmer. Measured (``benchmarks/
 robustness.py --attack labelflip``, siren scenario, 3 seeds): the paper variant rejects 0.30 of

@@ -7,7 +7,7 @@ direction of their updates) and return ``({row: reason} of the abnormal rows, re
 the reference is the *best* accuracy of the set and a row fails below ``(1 - C_s)`` times it or
 when its update points away from the best row's (``cos <= 0``).
 
-:func:`screen_robust` is ours (notes: ``/work/shared/notes/methods-ktpfl-fedma-fedala-fedvb-
+:func:`screen_robust` is ours (the method notes, ``shared/notes/methods-ktpfl-fedma-fedala-fedvb-
 siren.md``, §6, causes 4 and 5). The best of ``K`` noisy scores sits above the typical honest
 score by about 1.5 root-set standard errors at ``K = 10`` (at accuracy 0.9 a 100-sample root set
 has a standard error of 3 points), so a bar tied to it rejects honest rows that are merely
