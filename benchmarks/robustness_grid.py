@@ -152,6 +152,10 @@ def defense_preset(defense: str, fraction: float, n: int, rounds: int,
         if not ok(n, f):
             return {"f": f}, f"n/a (precondition): {defense} needs {text} (n={n}, f={f})"
         params["f"] = f
+    if defense == "multikrum" and scenario in BINOMIAL_F:
+        # device sizes span 4-512 samples: average the selected rows as FedAvg does (measured,
+        # crossdevice signflip, 3 seeds: clean 0.825 -> 0.849, 0.1: 0.767 -> 0.808)
+        params["weighting"] = "samples"
     if defense == "sageflow":
         params["entropy_threshold"] = SAGEFLOW_THRESHOLDS.get(scenario,
                                                              SAGEFLOW_ENTROPY_THRESHOLD)

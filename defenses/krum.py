@@ -142,21 +142,30 @@ class MultiKrumDefense(Defense):
         Score with the exact distance path only (default False: Gram-matrix distances, with
         exact re-scoring of the rows near the selection boundary; same selection, see
         :func:`select_lowest`; batches with ``n^2 d <= 2^24`` take the exact path anyway).
+    weighting : {"uniform", "samples"}
+        How the selected rows are averaged: uniformly, as the paper does (default), or by
+        their sample counts, as FedAvg does (ours: on clients whose sizes differ by 100x, the
+        uniform mean alone costs accuracy against FedAvg on clean runs).
 
     Notes
     -----
     The Krum score of row i is the sum of squared distances to its ``n - f - 2`` nearest other
-    rows. Selected rows are averaged uniformly (weight ``1/m``); the others get
+    rows. Selected rows are averaged with ``weighting`` (uniform: weight ``1/m``); the others get
     ``kept=False, reason="krum-excluded"``. Every verdict's ``score`` is the Krum score; ties are
     broken by client id so the result does not depend on row order.
     """
 
     name = "multikrum"
 
-    def __init__(self, f: int = 1, m: int | None = None, exact: bool = False) -> None:
+    def __init__(self, f: int = 1, m: int | None = None, exact: bool = False,
+                 weighting: str = "uniform") -> None:
         self.f = check_count(self.name, "f", f, 0)
         self.m = None if m is None else check_count(self.name, "m", m, 1)
         self.exact = check_flag(self.name, "exact", exact)
+        if weighting not in ("uniform", "samples"):
+            raise ValueError(f"defense {self.name!r}: weighting {weighting!r} invalid; valid: "
+                             "['samples', 'uniform']")
+        self.weighting = weighting
 
     def selection_size(self, n: int) -> int:
         return n - self.f if self.m is None else self.m
@@ -175,13 +184,21 @@ class MultiKrumDefense(Defense):
         m = self.selection_size(n)
         chosen, scores = krum_select(batch.updates, batch.client_ids, n - self.f - 2, m,
                                      self.exact)           # summed in rank order
-        delta = mean_of_rows(batch.updates, chosen)
+        weight = np.zeros(n)
+        if self.weighting == "samples" and batch.num_samples[chosen].sum() > 0:
+            w = batch.num_samples[chosen].astype(np.float64)
+            weight[chosen] = w / w.sum()
+            delta = torch.from_numpy(weight[chosen]) @ batch.updates[
+                torch.from_numpy(chosen)].double()
+        else:
+            weight[chosen] = 1.0 / m
+            delta = mean_of_rows(batch.updates, chosen)
         keep = np.zeros(n, dtype=bool)
         keep[chosen] = True
         verdicts = tuple(
-            Verdict(int(c), True, 1.0 / m, float(s)) if k
+            Verdict(int(c), True, float(wt), float(s)) if k
             else Verdict(int(c), False, 0.0, float(s), "krum-excluded")
-            for c, s, k in zip(batch.client_ids, scores, keep, strict=True))
+            for c, s, k, wt in zip(batch.client_ids, scores, keep, weight, strict=True))
         return AggregateResult(delta.to(batch.updates.dtype), verdicts)
 
 

@@ -272,3 +272,16 @@ def test_registry_names_match_classes() -> None:
     assert {"krum", "multikrum", "median", "trimmedmean", "geomed", "normclip", "centeredclip",
             "bulyan"} <= set(DEFENSES)
     assert all(cls.name == name for name, cls in DEFENSES.items())
+
+
+def test_multikrum_sample_weighting() -> None:
+    # scores (1 nearest neighbour): 1, 1, 81 -> rows 0 and 1 kept; samples 1 and 3:
+    # weighted (0*1 + 1*3) / 4 = 0.75, uniform 0.5
+    b = UpdateBatch(torch.tensor([[0.0], [1.0], [10.0]]), np.arange(3), np.array([1, 3, 1]),
+                    np.zeros(3, np.int64))
+    res = make_defense("multikrum", f=0, m=2, weighting="samples")(b, CTX)
+    assert res.delta.item() == 0.75
+    assert [v.weight for v in res.verdicts] == [0.25, 0.75, 0.0]
+    assert make_defense("multikrum", f=0, m=2)(b, CTX).delta.item() == 0.5
+    with pytest.raises(ValueError, match=r"weighting 'mean' invalid; valid: \['samples'"):
+        make_defense("multikrum", weighting="mean")

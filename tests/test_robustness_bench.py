@@ -137,6 +137,10 @@ def test_crossdevice_f_is_the_expected_share_plus_two_binomial_std() -> None:
     reg = {"krum", "bulyan"}
     assert robustness_grid.defense_preset("krum", 0.3, 100, 30, reg, "crossdevice") == \
         ({"f": 40}, None)
+    assert robustness_grid.defense_preset("multikrum", 0.1, 100, 30, reg, "crossdevice") == \
+        ({"f": 16, "weighting": "samples"}, None)
+    assert robustness_grid.defense_preset("multikrum", 0.1, 10, 30, reg, "siren") == \
+        ({"f": 1}, None)
     params, na = robustness_grid.defense_preset("bulyan", 0.2, 100, 30, reg, "crossdevice")
     assert params == {"f": 28} and na == ("n/a (precondition): bulyan needs n >= 4f + 3 "
                                           "(n=100, f=28)")
