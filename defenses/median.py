@@ -49,8 +49,32 @@ def median_of_sorted(s: torch.Tensor) -> torch.Tensor:
     return (s[(n - 1) // 2] + s[n // 2]) / 2
 
 
+def weighted_median(x: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
+    """Per-coordinate weighted median of ``x`` (``[K, P]``) with integer ``weights`` (``[K]``,
+    > 0): the smallest value whose cumulative weight reaches half the total; where it reaches
+    exactly half, the mean of that value and the next (all weights 1: the ordinary median)."""
+    v = x.detach().cpu().numpy()
+    order = np.argsort(v, axis=0, kind="stable")
+    xs = np.take_along_axis(v, order, axis=0).astype(np.float64)
+    cw = np.cumsum(np.asarray(weights, dtype=np.int64)[order], axis=0)
+    total = int(cw[-1, 0])
+    k = (2 * cw < total).sum(axis=0)                  # first row reaching half the weight
+    cols = np.arange(v.shape[1])
+    lo = xs[k, cols]
+    tie = 2 * cw[k, cols] == total
+    hi = xs[np.minimum(k + 1, len(v) - 1), cols]
+    return torch.from_numpy(np.where(tie, (lo + hi) / 2, lo))
+
+
 class MedianDefense(Defense):
-    """Coordinate-wise median of the updates (unweighted; sample counts are ignored).
+    """Coordinate-wise median of the updates.
+
+    Parameters
+    ----------
+    weighting : {"uniform", "samples"}
+        Each row counts once, as in the paper (default), or as many times as it has samples
+        (a weighted median; ours: device sizes that span 100x otherwise pull the median toward
+        the many small clients).
 
     Every row is kept (``kept=True``, weight ``1/n``, reason ``"coordinate-wise"``) because the
     rule discards values coordinate by coordinate, not clients; the verdict score is the row's
@@ -59,8 +83,17 @@ class MedianDefense(Defense):
 
     name = "median"
 
+    def __init__(self, weighting: str = "uniform") -> None:
+        if weighting not in ("uniform", "samples"):
+            raise ValueError(f"defense {self.name!r}: weighting {weighting!r} invalid; valid: "
+                             "['samples', 'uniform']")
+        self.weighting = weighting
+
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if len(batch) < 1:
             raise ValueError(f"defense {self.name!r}: needs n >= 1 (n={len(batch)})")
-        delta = median_of_sorted(sorted_rows(batch)).cpu().to(batch.updates.dtype)
+        if self.weighting == "samples" and (batch.num_samples > 0).all():
+            delta = weighted_median(batch.updates, batch.num_samples).to(batch.updates.dtype)
+        else:
+            delta = median_of_sorted(sorted_rows(batch)).cpu().to(batch.updates.dtype)
         return AggregateResult(delta, coordinate_verdicts(batch, delta))

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import torch
+
 from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch
 from defenses.krum import check_count
 from defenses.median import coordinate_verdicts, sorted_rows
@@ -25,6 +28,9 @@ class TrimmedMeanDefense(Defense):
     beta : float or None
         Fraction trimmed on each side, ``0 <= beta < 0.5``: ``k = floor(beta * n)``. Give ``f``
         or ``beta``, not both.
+    weighting : {"uniform", "samples"}
+        The values left are averaged uniformly, as in the paper (default), or by their rows'
+        sample counts (ours, for device sizes that span 100x).
 
     Notes
     -----
@@ -34,7 +40,12 @@ class TrimmedMeanDefense(Defense):
 
     name = "trimmedmean"
 
-    def __init__(self, f: int | None = None, beta: float | None = None) -> None:
+    def __init__(self, f: int | None = None, beta: float | None = None,
+                 weighting: str = "uniform") -> None:
+        if weighting not in ("uniform", "samples"):
+            raise ValueError(f"defense {self.name!r}: weighting {weighting!r} invalid; valid: "
+                             "['samples', 'uniform']")
+        self.weighting = weighting
         if f is not None and beta is not None:
             raise ValueError(f"defense {self.name!r}: give f or beta, not both (f={f!r}, "
                              f"beta={beta!r})")
@@ -71,5 +82,20 @@ class TrimmedMeanDefense(Defense):
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         n = len(batch)
         k = self.trim(n)
-        delta = sorted_rows(batch)[k:n - k].mean(dim=0).cpu().to(batch.updates.dtype)
+        if self.weighting == "samples" and (batch.num_samples > 0).all():
+            delta = weighted_trimmed_mean(batch.updates, batch.num_samples, k)
+        else:
+            delta = sorted_rows(batch)[k:n - k].mean(dim=0).cpu()
+        delta = delta.to(batch.updates.dtype)
         return AggregateResult(delta, coordinate_verdicts(batch, delta))
+
+
+def weighted_trimmed_mean(x: torch.Tensor, weights: np.ndarray, k: int) -> torch.Tensor:
+    """Per coordinate, drop the ``k`` smallest and ``k`` largest values of ``x`` (``[K, P]``)
+    and average the rest with their rows' ``weights`` (float64)."""
+    v = x.detach().cpu().numpy()
+    n = len(v)
+    order = np.argsort(v, axis=0, kind="stable")[k:n - k]
+    w = np.asarray(weights, dtype=np.float64)[order]
+    vals = np.take_along_axis(v, order, axis=0).astype(np.float64)
+    return torch.from_numpy((w * vals).sum(axis=0) / w.sum(axis=0))

@@ -66,7 +66,8 @@ def test_precondition_counts_buckets() -> None:
     ("median", {"bucket": 0}, r"'median': bucket 0 invalid; valid: integer >= 1"),
     ("median", {"bucket": 1.5}, r"'median': bucket 1.5 invalid"),
     ("fltrust", {"bucket": 2}, r"'fltrust': unknown parameter 'bucket'"),
-    ("median", {"buckets": 2}, r"'median': unknown parameter 'buckets'; valid: \['bucket'\]"),
+    ("median", {"buckets": 2},
+     r"'median': unknown parameter 'buckets'; valid: \['weighting', 'bucket'\]"),
 ])
 def test_bad_bucket_parameters(name: str, params: dict[str, object], pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):

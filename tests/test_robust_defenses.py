@@ -285,3 +285,25 @@ def test_multikrum_sample_weighting() -> None:
     assert make_defense("multikrum", f=0, m=2)(b, CTX).delta.item() == 0.5
     with pytest.raises(ValueError, match=r"weighting 'mean' invalid; valid: \['samples'"):
         make_defense("multikrum", weighting="mean")
+
+
+@pytest.mark.parametrize(("rows", "samples", "expected"), [
+    ([0.0, 1.0, 10.0], [1, 3, 1], 1.0),     # cumulative 1, 4, 5: half (2.5) reached at 1
+    ([0.0, 1.0, 10.0], [3, 1, 1], 0.0),     # cumulative 3: reached at 0
+    ([0.0, 2.0, 4.0], [2, 1, 1], 1.0),      # cumulative 2 = exactly half: mean of 0 and 2
+    ([5.0, 1.0, 3.0, 7.0], [1, 1, 1, 1], 4.0),   # equal weights: the ordinary median
+])
+def test_weighted_median(rows: list[float], samples: list[int], expected: float) -> None:
+    b = UpdateBatch(torch.tensor([[r] for r in rows]), np.arange(len(rows)),
+                    np.array(samples), np.zeros(len(rows), np.int64))
+    assert make_defense("median", weighting="samples")(b, CTX).delta.item() == expected
+
+
+def test_weighted_trimmed_mean() -> None:
+    # f=1 drops 0 and 10 (per coordinate); 1 (3 samples) and 2 (1 sample): (3 + 2) / 4 = 1.25;
+    # second coordinate: values 4, 3, 2, 1 -> keep 3 (3 samples) and 2 (1): (9 + 2) / 4 = 2.75
+    b = UpdateBatch(torch.tensor([[0.0, 4.0], [1.0, 3.0], [2.0, 2.0], [10.0, 1.0]]),
+                    np.arange(4), np.array([1, 3, 1, 1]), np.zeros(4, np.int64))
+    res = make_defense("trimmedmean", f=1, weighting="samples")(b, CTX)
+    assert res.delta.tolist() == [1.25, 2.75]
+    assert make_defense("trimmedmean", f=1)(b, CTX).delta.tolist() == [1.5, 2.5]
