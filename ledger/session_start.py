@@ -101,17 +101,28 @@ def committed_events(contract: Any, from_round: int = 0) -> dict[int, Any]:
     return {int(lg["args"]["round"]): lg for lg in logs if int(lg["args"]["round"]) >= from_round}
 
 
-def entry_of_event(log: Any) -> dict[str, Any]:
-    """The ``rounds.jsonl`` entry of a committed round, from its ``Committed`` event."""
+def entry_of_event(log: Any, ledger: Path | None = None) -> dict[str, Any]:
+    """The ``rounds.jsonl`` entry of a committed round, from its ``Committed`` event; the
+    counts of submissions and admissions come from the round's pack in ``ledger`` (written
+    before the commitment), so the line is the one the recorder would have written."""
     from ledger.commitment import g2_compress_eip2537 as g2_compress
+    from ledger.pack import Pack, PackError
 
     a = log["args"]
     sig = bytes(a["signature"])
+    submissions = admitted = None
+    if ledger is not None:
+        try:
+            pack = Pack.read(ledger, bytes(a["pack_id"]))
+            submissions = sum(1 for _ in pack.clients("update"))
+            admitted = len(json.loads(bytes(pack.raw("admitted")))["admitted"])
+        except (PackError, KeyError, ValueError):
+            pass   # the audit reports a missing or corrupt pack
     return {"round": int(a["round"]), "pack": hx(a["pack_id"]),
             "global_hash": hx(a["global_hash"]), "submissions_root": hx(a["submissions_root"]),
             "verdicts_hash": hx(a["verdicts_hash"]), "admitted_root": hx(a["admitted_root"]),
             "signers": int(a["signers"]), "signature": g2_compress(sig).hex() if sig else None,
-            "submissions": None, "admitted": None, "tx": hx(log["transactionHash"]),
+            "submissions": submissions, "admitted": admitted, "tx": hx(log["transactionHash"]),
             "block": int(log["blockNumber"])}
 
 
@@ -132,7 +143,7 @@ def open_index(ledger: Path, contract: Any) -> dict[int, dict[str, Any]]:
         events = committed_events(contract, len(entries))
         with open(path, "ab") as f:
             for rnd in missing:
-                e = entry_of_event(events[rnd])
+                e = entry_of_event(events[rnd], ledger)
                 f.write((json.dumps(e, separators=(",", ":")) + "\n").encode())
                 entries[rnd] = e
     return entries

@@ -68,3 +68,19 @@ def test_sigkill_during_a_ledger_run_then_resume(tmp_path: Path, reference: Path
         strip_wall(read_events(reference / "events.jsonl"))
     assert (out / "ledger/rounds.jsonl").read_bytes() == \
         (reference / "ledger/rounds.jsonl").read_bytes()
+
+
+def test_recorder_killed_between_commit_and_index_line(tmp_path: Path, reference: Path) -> None:
+    """The recorder dies mid-write of the third ``rounds.jsonl`` line, after round 2's
+    commitment is on chain: the resumed run rebuilds that line from the chain event and the
+    round's pack, byte for byte the line the recorder would have written (counts included)."""
+    out = tmp_path / "killed"
+    proc = run_cli(*RUN, "--out", str(out), failpoint="rounds.jsonl:3")
+    assert proc.returncode != 0 and "--resume" in proc.stderr
+    assert not (out / "ledger/rounds.jsonl").read_bytes().endswith(b"\n")   # torn line
+    proc = run_cli("--resume", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rep = audit_run(out)
+    assert rep.clean and rep.rounds == ROUNDS, rep.text()
+    assert (out / "ledger/rounds.jsonl").read_bytes() == \
+        (reference / "ledger/rounds.jsonl").read_bytes()
