@@ -33,14 +33,18 @@ class CenteredClipDefense(Defense):
     -----
     ``clip_tau(z) = z * min(1, tau / ||z||)``. The center starts at zero and becomes each round's
     aggregate (the server's momentum); it is kept on the object and saved by ``state_dict``.
-    Rows are weighted uniformly; every row is kept with weight ``1/n`` (nominal: the aggregate
-    also carries the center), score = distance to the round's starting center, reason
+    Rows are weighted by ``weighting``; every row is kept with weight ``1/n`` (nominal: the
+    aggregate also carries the center), score = distance to the round's starting center, reason
     ``"clipped"`` when the row was clipped in the last iteration.
     """
 
     name = "centeredclip"
 
-    def __init__(self, tau: float = 1.0, n_iter: int = 3) -> None:
+    def __init__(self, tau: float = 1.0, n_iter: int = 3, weighting: str = "uniform") -> None:
+        if weighting not in ("uniform", "samples"):
+            raise ValueError(f"defense {self.name!r}: weighting {weighting!r} invalid; valid: "
+                             "['samples', 'uniform']")
+        self.weighting = weighting
         self.tau = check_positive(self.name, "tau", tau)
         self.n_iter = check_count(self.name, "n_iter", n_iter, 1)
         self.center: torch.Tensor | None = None
@@ -55,12 +59,15 @@ class CenteredClipDefense(Defense):
         v = torch.zeros(p, dtype=torch.float64) if self.center is None else self.center.clone()
         start = (x - v).norm(dim=1)
         clipped = torch.zeros(n, dtype=torch.bool)
+        samples = batch.num_samples[order].astype(np.float64)
+        w = (torch.from_numpy(samples / samples.sum())
+             if self.weighting == "samples" and samples.sum() > 0 else None)
         for _ in range(self.n_iter):
             z = x - v
             norm = z.norm(dim=1)
             clipped = norm > self.tau
             scale = (self.tau / norm.clamp_min(1e-300)).clamp_max(1.0)
-            v = v + (scale[:, None] * z).mean(dim=0)
+            v = v + ((scale[:, None] * z).mean(dim=0) if w is None else (w * scale) @ z)
         self.center = v.clone()
         dist, clip = np.empty(n), np.empty(n, dtype=bool)
         dist[order], clip[order] = start.numpy(), clipped.numpy()

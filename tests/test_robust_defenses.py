@@ -307,3 +307,13 @@ def test_weighted_trimmed_mean() -> None:
     res = make_defense("trimmedmean", f=1, weighting="samples")(b, CTX)
     assert res.delta.tolist() == [1.25, 2.75]
     assert make_defense("trimmedmean", f=1)(b, CTX).delta.tolist() == [1.5, 2.5]
+
+
+def test_centeredclip_sample_weighting() -> None:
+    # center 0, tau 10 (nothing clipped), one iteration: v = sum_k w_k u_k
+    # samples 1, 3: (1*2 + 3*6) / 4 = 5; uniform (2 + 6) / 2 = 4
+    b = UpdateBatch(torch.tensor([[2.0], [6.0]]), np.arange(2), np.array([1, 3]),
+                    np.zeros(2, np.int64))
+    got = make_defense("centeredclip", tau=10.0, n_iter=1, weighting="samples")(b, CTX)
+    assert got.delta.item() == 5.0
+    assert make_defense("centeredclip", tau=10.0, n_iter=1)(b, CTX).delta.item() == 4.0
