@@ -11,7 +11,7 @@ is exposed through ``state_dict`` / ``load_state_dict`` for checkpoints.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,6 +154,19 @@ class Defense:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state
+
+
+def check_choice(rule: str, param: str, value: Any, valid: Sequence[str]) -> str:
+    """``value`` if it is one of ``valid``; else ValueError listing the valid values."""
+    if not isinstance(value, str) or value not in valid:
+        raise ValueError(f"defense {rule!r}: {param} {value!r} invalid; valid: {list(valid)}")
+    return value
+
+
+def check_weighting(rule: str, value: Any) -> str:
+    """A rule's ``weighting``: ``"uniform"`` (each row once, as the papers do) or
+    ``"samples"`` (rows weighted by their sample counts, as FedAvg does)."""
+    return check_choice(rule, "weighting", value, ("samples", "uniform"))
 
 
 def weighted_mean(updates: torch.Tensor, weights: np.ndarray) -> torch.Tensor:

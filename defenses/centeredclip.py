@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import (
+    AggregateResult,
+    Defense,
+    DefenseContext,
+    UpdateBatch,
+    Verdict,
+    check_weighting,
+)
 from defenses.geomed import check_positive
 from defenses.krum import check_count
 
@@ -41,10 +48,7 @@ class CenteredClipDefense(Defense):
     name = "centeredclip"
 
     def __init__(self, tau: float = 1.0, n_iter: int = 3, weighting: str = "uniform") -> None:
-        if weighting not in ("uniform", "samples"):
-            raise ValueError(f"defense {self.name!r}: weighting {weighting!r} invalid; valid: "
-                             "['samples', 'uniform']")
-        self.weighting = weighting
+        self.weighting = check_weighting(self.name, weighting)
         self.tau = check_positive(self.name, "tau", tau)
         self.n_iter = check_count(self.name, "n_iter", n_iter, 1)
         self.center: torch.Tensor | None = None

@@ -10,6 +10,7 @@ from defenses.base import (
     DefenseContext,
     UpdateBatch,
     Verdict,
+    check_weighting,
     weighted_mean,
 )
 
@@ -21,10 +22,7 @@ class FedAvgDefense(Defense):
     linear = True
 
     def __init__(self, weighting: str = "samples") -> None:
-        if weighting not in ("samples", "uniform"):
-            raise ValueError(f"defense 'fedavg': weighting {weighting!r} invalid; valid: "
-                             "['samples', 'uniform']")
-        self.weighting = weighting
+        self.weighting = check_weighting(self.name, weighting)
 
     def row_weights(self, num_samples: np.ndarray) -> np.ndarray:
         n = np.asarray(num_samples, dtype=np.float64)

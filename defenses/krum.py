@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import (
+    AggregateResult,
+    Defense,
+    DefenseContext,
+    UpdateBatch,
+    Verdict,
+    check_weighting,
+)
 from defenses.distances import (
     GramDistances,
     exact_sq_dists,
@@ -162,10 +169,7 @@ class MultiKrumDefense(Defense):
         self.f = check_count(self.name, "f", f, 0)
         self.m = None if m is None else check_count(self.name, "m", m, 1)
         self.exact = check_flag(self.name, "exact", exact)
-        if weighting not in ("uniform", "samples"):
-            raise ValueError(f"defense {self.name!r}: weighting {weighting!r} invalid; valid: "
-                             "['samples', 'uniform']")
-        self.weighting = weighting
+        self.weighting = check_weighting(self.name, weighting)
 
     def selection_size(self, n: int) -> int:
         return n - self.f if self.m is None else self.m

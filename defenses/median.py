@@ -11,7 +11,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import (
+    AggregateResult,
+    Defense,
+    DefenseContext,
+    UpdateBatch,
+    Verdict,
+    check_weighting,
+)
 from defenses.distances import compute_device
 
 
@@ -84,10 +91,7 @@ class MedianDefense(Defense):
     name = "median"
 
     def __init__(self, weighting: str = "uniform") -> None:
-        if weighting not in ("uniform", "samples"):
-            raise ValueError(f"defense {self.name!r}: weighting {weighting!r} invalid; valid: "
-                             "['samples', 'uniform']")
-        self.weighting = weighting
+        self.weighting = check_weighting(self.name, weighting)
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if len(batch) < 1:

@@ -43,6 +43,7 @@ from defenses.base import (
     DefenseContext,
     UpdateBatch,
     Verdict,
+    check_choice,
     full_models,
 )
 from defenses.geomed import check_positive, check_unit
@@ -50,7 +51,6 @@ from defenses.krum import check_count
 from defenses.siren_rules import (
     ALARMER_DROPPED,
     NON_ALARMER_DROPPED,
-    check_choice,
     kept_mean,
     kept_weights,
     next_strikes,

@@ -18,8 +18,7 @@ carries across rounds for clients that do return.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -32,13 +31,6 @@ ALARMER_DROPPED = "alarmer-dropped"
 
 #: a screening of some rows: ``rows -> ({row: reason} of abnormal rows, reference accuracy)``
 Screen = Callable[[np.ndarray], tuple[dict[int, str], float]]
-
-
-def check_choice(rule: str, param: str, value: Any, valid: Sequence[str]) -> str:
-    """``value`` if it is one of ``valid``; else ValueError listing the valid values."""
-    if not isinstance(value, str) or value not in valid:
-        raise ValueError(f"defense {rule!r}: {param} {value!r} invalid; valid: {list(valid)}")
-    return value
 
 
 def next_strikes(strikes: float, rejected: int, reward: float) -> float:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch
+from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, check_weighting
 from defenses.krum import check_count
 from defenses.median import coordinate_verdicts, sorted_rows
 
@@ -42,10 +42,7 @@ class TrimmedMeanDefense(Defense):
 
     def __init__(self, f: int | None = None, beta: float | None = None,
                  weighting: str = "uniform") -> None:
-        if weighting not in ("uniform", "samples"):
-            raise ValueError(f"defense {self.name!r}: weighting {weighting!r} invalid; valid: "
-                             "['samples', 'uniform']")
-        self.weighting = weighting
+        self.weighting = check_weighting(self.name, weighting)
         if f is not None and beta is not None:
             raise ValueError(f"defense {self.name!r}: give f or beta, not both (f={f!r}, "
                              f"beta={beta!r})")
