@@ -15,7 +15,7 @@ A kind is declared as ``NAME=SPEC`` (``--actor-kinds``, repeatable) where SPEC i
 :func:`parse_actor_kinds` turns the mapping into :class:`ActorKind` objects (sorted by name);
 :func:`check_schedulable` says, from the alive nodes' resources alone (``ray.nodes()``), whether
 the cluster can start every actor, before any starts (an actor that cannot be placed would wait
-forever). Both raise :class:`~simulator.config_fields.ConfigError` with one line naming the kind.
+forever). Both raise :class:`~simulator.config.fields.ConfigError` with one line naming the kind.
 :func:`planned_nodes` gives each actor the node a packing puts it on, so that the pool does not
 depend on Ray's one-actor-at-a-time placement, which can fragment the nodes.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.packing import packing
-from simulator.config_fields import ConfigError
+from simulator.config.fields import ConfigError
 
 DEVICES = ("cpu", "gpu")
 KEYS = ("device", "count", "threads", "gpus", "resource")

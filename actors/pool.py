@@ -26,9 +26,9 @@ from actors.merge import expand as expand  # re-exported
 from actors.merge import merge_results
 from actors.startup import started, wait_for_free
 from actors.trainer import ClientTrainer, ClientTransform, TrainRequest, TrainTask
-from simulator.config import ConfigError
+from simulator.config.sections import ConfigError
 from simulator.data.clients import ClientData
-from simulator.models import ModelSpec
+from simulator.training.models import ModelSpec
 
 log = logging.getLogger("fedsentry.actors")
 

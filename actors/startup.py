@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from simulator.config import ConfigError
+from simulator.config.sections import ConfigError
 
 #: seconds a new pool waits for the resources its actors need to be free (a pool shut down
 #: just before releases its actors' CPUs asynchronously) before refusing to start

@@ -24,8 +24,8 @@ import torch
 
 from defenses.base import finite_rows
 from simulator.data.clients import ClientData
-from simulator.models import ModelSpec
-from simulator.training import FlatLayout, LocalSpec, TrainOutput, train_clients
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, TrainOutput, train_clients
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,9 @@ if str(ROOT) not in sys.path:
 from benchmarks.fused import interleaved  # noqa: E402
 from benchmarks.throughput import EPOCHS, TASKS, Task, task_config  # noqa: E402
 from simulator.algorithms import ALGORITHMS  # noqa: E402
-from simulator.config import Config, ConfigError  # noqa: E402
-from simulator.engine import Simulation  # noqa: E402
-from simulator.setup import build_federation  # noqa: E402
+from simulator.config.sections import Config, ConfigError  # noqa: E402
+from simulator.round.engine import Simulation  # noqa: E402
+from simulator.run.federation import build_federation  # noqa: E402
 
 #: the algorithms the issue's bar names
 BAR_ALGORITHMS = ("moon", "fedfm", "fedfa")

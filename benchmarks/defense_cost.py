@@ -58,8 +58,8 @@ DISTANCE_RULES = ("krum", "multikrum", "bulyan")
 
 def model_sizes() -> dict[str, int]:
     """Flat sizes of the MLP and the CNN for mnist5k (1x28x28 inputs, 10 classes)."""
-    from simulator.flat import FlatLayout
-    from simulator.models import MODELS
+    from simulator.training.flat import FlatLayout
+    from simulator.training.models import MODELS
 
     return {m: FlatLayout(MODELS[m]((1, 28, 28), 10)).size for m in ("mlp", "cnn")}
 

@@ -25,17 +25,17 @@ import numpy as np
 import torch
 
 from actors.trainer import client_arrays
-from simulator.config import Config
-from simulator.rounds import _SELECT, client_seeds, stream
-from simulator.selection import select_clients
-from simulator.setup import Federation
-from simulator.training import FlatLayout, LocalSpec, train_clients
+from simulator.config.sections import Config
+from simulator.population.selection import select_clients
+from simulator.rng import Stream, client_seeds, stream
+from simulator.run.federation import Federation
+from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
 
 
 def chosen_clients(cfg: Config, fed: Federation, rnd: int) -> np.ndarray:
     """The clients a FedSentry run of ``cfg`` selects in round ``rnd`` (every device online)."""
     return select_clients(fed.population, 0.0, cfg.experiment.clients_per_round,
-                          np.zeros(0, np.int64), stream(cfg.experiment.seed, rnd, _SELECT),
+                          np.zeros(0, np.int64), stream(cfg.experiment.seed, rnd, Stream.SELECT),
                           seed=cfg.experiment.seed, period_s=3600.0)
 
 

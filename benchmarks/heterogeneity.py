@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     jobs, index = core.make_jobs(cases, args.quick, args.seeds, args.out)
     try:
-        from simulator.config import build_config
+        from simulator.config.sections import build_config
 
         for j in jobs:  # fail fast on a case whose config cannot be built
             build_config(flat=j["flat"])

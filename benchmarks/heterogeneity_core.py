@@ -119,8 +119,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     rec: dict[str, Any] = {"key": job["key"], "run_dir": job["flat"]["out"], "error": None,
                            **dict.fromkeys(SUMMARY_KEYS)}
     try:
-        from simulator.config import build_config
-        from simulator.run import run_experiment
+        from simulator.config.sections import build_config
+        from simulator.run.experiment import run_experiment
 
         cfg = build_config(flat=job["flat"])
         s = run_experiment(cfg, progress=False)

@@ -106,8 +106,8 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     """Each seed without and with the ledger, interleaved; the task's figures."""
     from tqdm import tqdm
 
-    from simulator.config import build_config
-    from simulator.run import run_experiment
+    from simulator.config.sections import build_config
+    from simulator.run.experiment import run_experiment
 
     flat = task_config(task, args)
     seeds = args.seeds or (2 if args.quick else TASKS[task]["seeds"])

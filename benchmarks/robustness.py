@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base = grid.resolve_scenario(args.scenario, args.dataset, args.rounds,
                                      {**dict(args.overrides), **ledger})
-        from simulator.config import build_config
+        from simulator.config.sections import build_config
 
         build_config(flat={**base, "backend": "local"})  # fail fast on a bad override
     except ValueError as e:

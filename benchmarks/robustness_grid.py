@@ -106,9 +106,9 @@ def train_size(dataset: str, data_path: str | None = None, test_fraction: float 
 def round_deadline(flat: dict[str, Any], percentile: float = DEADLINE_PERCENTILE) -> float:
     """``percentile`` of every client's full-round duration (compute + transfer, E epochs)
     in the population that ``flat`` generates with seed 0."""
-    from simulator.clock import compute_seconds, transfer_seconds
-    from simulator.config import build_config
-    from simulator.setup import build_federation
+    from simulator.config.sections import build_config
+    from simulator.population.clock import compute_seconds, transfer_seconds
+    from simulator.run.federation import build_federation
 
     cfg = build_config(flat={**flat, "seed": 0, "backend": "local"})
     fed = build_federation(cfg)
@@ -210,9 +210,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     if rec["error"]:
         return rec
     try:
-        from simulator.config import build_config
-        from simulator.output import read_events
-        from simulator.run import run_experiment
+        from simulator.config.sections import build_config
+        from simulator.run.experiment import run_experiment
+        from simulator.run.output import read_events
 
         cfg = build_config(flat=job["flat"])
         s = run_experiment(cfg, progress=False)

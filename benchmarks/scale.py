@@ -66,8 +66,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One run (in this process); returns its figures."""
     import resource
 
-    from simulator.config import build_config
-    from simulator.run import run_experiment
+    from simulator.config.sections import build_config
+    from simulator.run.experiment import run_experiment
 
     cfg = build_config(flat=spec["flat"])
     clock = RoundClock()

@@ -141,7 +141,7 @@ def parse_args(argv: list[str] | None) -> Any:
                      ("num_clients", a.num_clients)):
         if arg is not None:
             a.extra[key] = arg
-    from simulator.config import ConfigError, build_config
+    from simulator.config.sections import ConfigError, build_config
 
     for task in a.tasks:   # a bad field or actor kind fails here, before any part starts
         try:
@@ -226,7 +226,7 @@ def _shown(lines: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the parts; print their tables and checks; write the outputs. Returns the exit code."""
     a = parse_args(argv)
-    from simulator.config import ConfigError
+    from simulator.config.sections import ConfigError
 
     t0 = time.perf_counter()
     doc: dict[str, Any] = {"instances": [], "predictor": {}, "live": []}

@@ -48,7 +48,7 @@ def label_spec(label: str) -> tuple[str, dict[str, Any]]:
 
 def default_label() -> str:
     """The label of FedSentry's default placement (its name)."""
-    from simulator.config_system import ExecutionConfig
+    from simulator.config.system import ExecutionConfig
 
     return ExecutionConfig().placement
 
@@ -93,8 +93,8 @@ def task_config(task: str, rounds: int, seed: int, extra: dict[str, Any]) -> dic
 
 def run_once(flat: dict[str, Any], fed: Any, pool: Any, out: Path | None) -> Run:
     """One simulation on the shared federation and pool; its events (without verdicts)."""
-    from simulator.config import build_config
-    from simulator.engine import Simulation
+    from simulator.config.sections import build_config
+    from simulator.round.engine import Simulation
 
     cfg = build_config(flat=flat)
     sim = Simulation(cfg, federation=fed, executor=pool)
@@ -123,9 +123,9 @@ def record(task: str, plan: list[tuple[str, int]], rounds: int, seed: int,
     ``extra``: config fields for every run (``--set``, backend, actor kinds); ``params``: the
     ``ga`` parameters (``--placement-param``), merged into the ``ga`` labels'.
     """
-    from simulator.budget import check_budget
-    from simulator.config import build_config
-    from simulator.setup import build_federation, make_executor
+    from simulator.config.sections import build_config
+    from simulator.run.budget import check_budget
+    from simulator.run.federation import build_federation, make_executor
 
     base = task_config(task, rounds, seed, extra)
     cfg0 = build_config(flat=dict(base, out=str(out or "runs/scheduler")))

@@ -41,8 +41,8 @@ SAGEFLOW_ROUNDS = 300     # the virtual-time budget, in such rounds (waiting con
 def _sageflow_trace(a: argparse.Namespace, seed: int, flat: dict[str, Any], path: Path) -> None:
     """A device trace whose devices take (d + 0.5) rounds, d uniform in {0, 1, 2} per device:
     compute ms/sample set from each device's data size, transfers negligible."""
-    from simulator.config import build_config
-    from simulator.setup import build_federation
+    from simulator.config.sections import build_config
+    from simulator.run.federation import build_federation
 
     fed = build_federation(build_config(flat=dict(flat, num_clients=100)))
     sizes = fed.clients.sizes(np.arange(100)).astype(np.float64)

@@ -89,7 +89,7 @@ def deadline_for(fed: Any, cfg: Any, quantile: float) -> float:
     """The ``quantile`` of the devices' update durations (compute + transfer, as the engine's
     plan computes them), from 4,000 devices drawn with a fixed seed: the deadline that leaves
     ``1 - quantile`` stragglers."""
-    from simulator.clock import transfer_seconds_unchecked
+    from simulator.population.clock import transfer_seconds_unchecked
 
     pop = fed.population
     ids = np.random.default_rng(cfg.experiment.seed).choice(len(pop), min(4000, len(pop)),
@@ -129,7 +129,7 @@ def policy_settings(policy: str, k: int, deadline_s: float,
 def quartile_accuracy(sim: Any, n: int = 200) -> dict[str, float]:
     """Accuracy of the final model on the training data of ``n`` devices drawn from the slowest
     and from the fastest quartile of compute speed (ms per sample)."""
-    from simulator.rounds import stream
+    from simulator.rng import stream
 
     ms = sim.fed.population.compute_ms_per_sample
     lo, hi = np.quantile(ms, [0.25, 0.75])
@@ -151,8 +151,8 @@ def run_cell(flat: dict[str, Any], out: Path, fed: Any = None, quartiles: bool =
 
     ``global_loss``: also the final global model's training loss over every client's data (the
     FedProx paper's "training loss"; small populations only)."""
-    from simulator.config import build_config
-    from simulator.engine import Simulation
+    from simulator.config.sections import build_config
+    from simulator.round.engine import Simulation
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = build_config(flat=dict(flat, out=str(out)))
@@ -181,7 +181,7 @@ def global_train_loss(sim: Any) -> float:
     """Mean cross-entropy of the global model over all clients' training samples."""
     import torch
 
-    from simulator.flat import evaluate
+    from simulator.training.flat import evaluate
 
     f = sim.fed
     parts = f.arrays(sim.train_clients, np.arange(f.num_clients))
@@ -218,9 +218,9 @@ def study(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def _federation(a: argparse.Namespace, seed: int, settings: dict[str, Any], old: Any
                 ) -> tuple[Any, Any]:
     """The data, devices and (on Ray) actor pool that every run of ``seed`` shares."""
-    from simulator.budget import check_budget
-    from simulator.config import build_config
-    from simulator.setup import build_federation, make_executor
+    from simulator.config.sections import build_config
+    from simulator.run.budget import check_budget
+    from simulator.run.federation import build_federation, make_executor
 
     if old is not None:
         old.shutdown()
@@ -255,8 +255,8 @@ def _cell(a: argparse.Namespace, seed: int, frac: float, policy: str, fed: Any, 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    from simulator.config import ConfigError
-    from simulator.devices import TraceError
+    from simulator.config.sections import ConfigError
+    from simulator.population.devices import TraceError
 
     t0 = time.perf_counter()
     try:

@@ -44,10 +44,10 @@ from benchmarks.fused import (  # noqa: E402
     ceiling,
     interleaved,
 )
-from simulator.config import Config, build_config  # noqa: E402
-from simulator.engine import Simulation  # noqa: E402
-from simulator.models import ModelSpec  # noqa: E402
-from simulator.setup import Federation, build_federation  # noqa: E402
+from simulator.config.sections import Config, build_config  # noqa: E402
+from simulator.round.engine import Simulation  # noqa: E402
+from simulator.run.federation import Federation, build_federation  # noqa: E402
+from simulator.training.models import ModelSpec  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,10 @@ class Defense:
     #: a linear rule's aggregate is sum_k w_k u_k / sum_k w_k with weights known before training
     #: (``row_weights``); the engine may then pre-aggregate rows on the actors.
     linear = False
+    #: the class of the rule's client side (what runs on the clients before and after training,
+    #: e.g. Siren's alarm), built by the engine with ``client_side()``; None: the rule is
+    #: server-only
+    client_side: type | None = None
 
     def row_weights(self, num_samples: np.ndarray) -> np.ndarray:
         """Unnormalized weights of a linear rule; only called when ``linear`` is True."""

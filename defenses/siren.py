@@ -48,6 +48,7 @@ from defenses.base import (
 )
 from defenses.geomed import check_positive, check_unit
 from defenses.krum import check_count
+from defenses.siren_client import SirenClient
 from defenses.siren_rules import (
     ALARMER_DROPPED,
     NON_ALARMER_DROPPED,
@@ -175,6 +176,7 @@ class SirenDefense(Defense):
     population rule (they live in the client-state store, table ``siren_strikes``).
     """
 
+    client_side = SirenClient
     name = "siren"
 
     def __init__(self, cs: float = 0.1, rounds_total: int = 100, ban_fraction: float = 0.45,

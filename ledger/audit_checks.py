@@ -24,7 +24,7 @@ from ledger.commitment import commit_message, g1_eip2537, g2_compress_eip2537
 from ledger.committee import Attestation, verify_attestations, verify_registration
 from ledger.errors import FORMAT
 from ledger.records import DEV_KEY, hx, unhx
-from simulator.appendlog import CorruptLogError, read_jsonl
+from simulator.run.appendlog import CorruptLogError, read_jsonl
 
 Finding = tuple[int | None, int | None, str, Any, Any]
 #: rounds whose committee signatures are verified as one batch
@@ -57,7 +57,7 @@ class RunAudit:
             self.entries = read_jsonl(self.dir / "rounds.jsonl")
         except (OSError, CorruptLogError) as exc:
             raise AuditInputError(f"{run_dir}: ledger/rounds.jsonl unreadable: {exc}") from None
-        from simulator.config import ConfigError, build_config
+        from simulator.config.sections import ConfigError, build_config
 
         try:
             self.cfg = build_config(self.manifest["config"])

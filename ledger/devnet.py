@@ -12,8 +12,8 @@ transactions see the same ``TIMESTAMP``/``PREVRANDAO`` as the sealed block.
 manifest plus the genesis hash) and appends each new canonical block to
 ``blocks.rlp`` as a record ``uint32 big-endian length || rlp(block)``;
 ``head.json`` is rewritten with the exported head on each flush. Blocks are appended one
-record at a time (:class:`simulator.appendlog.AppendLog`): a kill mid-write leaves a truncated
-last record, which a resume drops (:func:`simulator.appendlog.drop_torn_tail`).
+record at a time (:class:`simulator.run.appendlog.AppendLog`): a kill mid-write leaves a truncated
+last record, which a resume drops (:func:`simulator.run.appendlog.drop_torn_tail`).
 :func:`import_chain` rebuilds the genesis and imports every block with
 py-evm's full validation, stopping at the first bad block.
 """
@@ -39,7 +39,7 @@ from ledger.pyevm import (  # noqa: F401 - re-exported: the devnet's public name
     make_embedded_chain,
 )
 from ledger.store import write_json_atomic
-from simulator.appendlog import AppendLog
+from simulator.run.appendlog import AppendLog
 
 GENESIS_FILE, BLOCKS_FILE, HEAD_FILE = "genesis.json", "blocks.rlp", "head.json"
 # Header fields fixed by the devnet rule or by the parent; py-evm re-derives the rest

@@ -166,7 +166,7 @@ def _attach(name: str) -> Any:
 def _serve(conn: Connection) -> None:
     from ledger.round_build import RoundRows
     from ledger.session import LedgerError, LedgerRoundError, Session
-    from simulator.config import build_config
+    from simulator.config.sections import build_config
 
     views, session, failed = _Views(), None, False
     while True:

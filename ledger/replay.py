@@ -1,13 +1,13 @@
 """Re-deriving a round's global model from its recorded updates (FLChain's verification step).
 
 The edge committee (while a run records) and the audit (afterwards) both rebuild the run's
-server side from its saved config (:meth:`simulator.server_side.ServerSide.of`): the same
+server side from its saved config (:meth:`simulator.round.server.ServerSide.of`): the same
 federation (server public/root set, test set, model layout), the same defense with its state
 (Siren credits, Sageflow's gamma schedule, centered clipping's momentum) and the same algorithm
 with its server state, and feed it the recorded update batches round after round. Nothing
 client-side is built (no client-state store, executor, client evaluation or scheduler). The
-aggregation is the engine's own code (:func:`simulator.aggregate.aggregate` and
-:func:`simulator.aggregate.server_step`), so on the same platform and torch version the result
+aggregation is the engine's own code (:func:`simulator.round.aggregate.aggregate` and
+:func:`simulator.round.aggregate.server_step`), so on the same platform and torch version the result
 is bit-identical to the run's global model. Across platforms float reductions may differ in the
 last bits; the audit then compares within :data:`TOLERANCE` and says so.
 """
@@ -21,7 +21,7 @@ import torch
 from defenses import UpdateBatch
 
 if TYPE_CHECKING:
-    from simulator.config import Config
+    from simulator.config.sections import Config
 
 #: max |recomputed - recorded| (relative to max(1, |recorded|)) accepted as equal when the
 #: recomputed global model is not bit-identical (other CPU, other BLAS)
@@ -43,8 +43,8 @@ class Replayer:
     """
 
     def __init__(self, cfg: Config) -> None:
-        from simulator.server_side import ServerSide
-        from simulator.setup import build_federation
+        from simulator.round.server import ServerSide
+        from simulator.run.federation import build_federation
 
         self.side = ServerSide.of(cfg, build_federation(cfg))
 
@@ -72,7 +72,7 @@ class Replayer:
         (Tensor, list of Verdict)
             The new global model and the defense's verdicts.
         """
-        from simulator.aggregate import aggregate, server_step
+        from simulator.round.aggregate import aggregate, server_step
 
         s = self.side
         s.history = dict(history)

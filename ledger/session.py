@@ -50,7 +50,7 @@ from ledger.session_start import (
     open_resumed_chain,
 )
 from ledger.store import write_json_atomic
-from simulator.appendlog import AppendLog
+from simulator.run.appendlog import AppendLog
 
 __all__ = ["FORMAT", "LedgerError", "LedgerRoundError", "Session"]
 

@@ -3,7 +3,8 @@ connection, and the resume path (the chain re-imported or reconnected, the index
 rounds made to agree with it).
 
 A kill -9 can land anywhere, so a resume first drops a torn last record of the append-only files
-(``chain/blocks.rlp``, ``rounds.jsonl``; :func:`simulator.appendlog.drop_torn_tail`), then treats
+(``chain/blocks.rlp``, ``rounds.jsonl``; :func:`simulator.run.appendlog.drop_torn_tail`), then
+treats
 the chain as the authority: a round the chain committed but ``rounds.jsonl`` does not list (the
 run stopped between the two) is indexed from its ``Committed`` event.
 """
@@ -20,7 +21,7 @@ from ledger.chain import Chain
 from ledger.committee import Committee, verify_registration
 from ledger.errors import FORMAT, LedgerError, LedgerRoundError, ledger_dir
 from ledger.records import DEV_KEY, canonical_json, hx, sha256
-from simulator.appendlog import drop_torn_tail, read_jsonl
+from simulator.run.appendlog import drop_torn_tail, read_jsonl
 
 __all__ = ["COMMIT_GAS", "FORMAT", "LedgerError", "LedgerRoundError", "check_format",
            "channel_id", "committee_of", "connect", "fresh_manifest", "ledger_dir",

@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Any, get_type_hints
 
-from simulator.config import SECTIONS, ConfigError, _type_name, field_index, load_config
+from simulator.config.sections import SECTIONS, ConfigError, _type_name, field_index, load_config
 
 
 def parse_kv(text: str) -> tuple[str, Any]:
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             flat[k] = dict(flat[k])
     from ledger.errors import LedgerError, LedgerRoundError
     from simulator.data import DataError
-    from simulator.devices import TraceError
-    from simulator.run import resume_config, run_experiment
+    from simulator.population.devices import TraceError
+    from simulator.run.experiment import resume_config, run_experiment
 
     try:
         if flat.get("resume"):

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simulator.appendlog import FAILPOINT_ENV
+from simulator.run.appendlog import FAILPOINT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 # wall-clock measurements differ between any two runs (as in test_engine.py)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from simulator.config import Config, build_config
+from simulator.config.sections import Config, build_config
 
 # A run small enough for a unit test: digits (8x8), 10 clients, 4 per round, 1 local epoch.
 SMALL: dict[str, Any] = {
@@ -29,7 +29,7 @@ def small_config(out_dir: Path | None = None, **overrides: Any) -> Config:
 
 def run_records(cfg: Config) -> list[Any]:
     """Run a whole simulation of ``cfg`` and return its round records (the executor is closed)."""
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     sim = Simulation(cfg)
     try:

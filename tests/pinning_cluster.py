@@ -35,7 +35,7 @@ def main(out: Path) -> int:
     from actors.kinds import parse_actor_kinds
     from actors.pool import RayPool
     from simulator.data.clients import PartitionData
-    from simulator.models import ModelSpec
+    from simulator.training.models import ModelSpec
 
     actors.startup.START_WAIT_S = 30.0
     args = {"object_store_memory": 80 * 2**20, "include_dashboard": False}

@@ -18,10 +18,10 @@ from actors.kinds import ActorKind, parse_actor_kinds
 from actors.merge import chunk_timings, expand, merge_results
 from actors.pool import LocalExecutor, RayPool, regroup
 from actors.trainer import TrainRequest, TrainTask
-from simulator.config import ConfigError, build_config, load_config
+from simulator.config.sections import ConfigError, build_config, load_config
 from simulator.data.clients import PartitionData
-from simulator.models import ModelSpec
-from simulator.training import FlatLayout, LocalSpec
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 

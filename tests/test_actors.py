@@ -14,12 +14,12 @@ import pytest
 from actors.pool import LocalExecutor, RayPool, expand, merge_results
 from actors.trainer import ClientTrainer, TrainRequest, TrainTask
 from simulator.algorithms import make_algorithm
-from simulator.config import AlgorithmConfig, Config, build_config
+from simulator.config.sections import AlgorithmConfig, Config, build_config
 from simulator.data.clients import PartitionData
-from simulator.models import ModelSpec
 from simulator.placement.legacy import greedy, place, round_robin
-from simulator.setup import Federation, build_federation
-from simulator.training import FlatLayout, LocalSpec
+from simulator.run.federation import Federation, build_federation
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec
 
 # ------------------------------------------------------------------------------- placement
 
@@ -284,8 +284,8 @@ def test_actor_killed_while_round_runs(pool: RayPool, fed: Federation) -> None:
 
 
 def test_run_experiment_on_ray(ray_session: None, tmp_path: Path) -> None:
-    from simulator.output import read_events
-    from simulator.run import run_experiment
+    from simulator.run.experiment import run_experiment
+    from simulator.run.output import read_events
 
     flat = {"num_clients": 8, "clients_per_round": 4, "rounds": 2, "local_epochs": 1,
             "hidden": 16, "progress": False, "plots": False, "num_actors": 2}
@@ -332,7 +332,7 @@ import numpy as np
 from actors.pool import RayPool
 from actors.ray_setup import ensure_ray
 from simulator.data.clients import PartitionData
-from simulator.models import ModelSpec
+from simulator.training.models import ModelSpec
 
 ensure_ray(num_cpus=2)
 spec = ModelSpec("logreg", (4,), 2)

@@ -10,11 +10,11 @@ import numpy as np
 import torch
 from conftest import run_records
 
-from simulator.adversary import detection
-from simulator.config import Config
-from simulator.engine import Simulation
-from simulator.models import ModelSpec
-from simulator.training import FlatLayout, LocalSpec, train_clients
+from simulator.config.sections import Config
+from simulator.round.adversary import detection
+from simulator.round.engine import Simulation
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
 
 MakeConfig = Callable[..., Config]
 
@@ -99,7 +99,7 @@ def test_redraw_mode_counts_and_detection_fields(make_config: MakeConfig, tmp_pa
 
 def test_labelflip_hurts_fedavg_and_siren_recovers(tmp_path: Path) -> None:
     """Seeded end to end: 40% label flip on Siren's setting (10 IID clients, all selected)."""
-    from simulator.config import build_config
+    from simulator.config.sections import build_config
 
     base = {"backend": "local", "partition": "iid", "num_clients": 10, "clients_per_round": 10,
             "local_epochs": 5, "public_fraction": 0.07, "rounds": 15, "progress": False,
@@ -123,7 +123,7 @@ def test_labelflip_hurts_fedavg_and_siren_recovers(tmp_path: Path) -> None:
 
 
 def test_detection_summary_by_hand() -> None:
-    from simulator.output import summarize
+    from simulator.run.output import summarize
 
     events = [
         {"round": 0, "detection": {"tp": 1, "fp": 1, "fn": 1, "tn": 3},

@@ -19,9 +19,9 @@ from conftest import small_config
 from attacks import ATTACKS
 from defenses import DEFENSES
 from simulator.algorithms import ALGORITHMS
-from simulator.engine import Simulation
-from simulator.output import read_events
-from simulator.run import resume_config, run_experiment
+from simulator.round.engine import Simulation
+from simulator.run.experiment import resume_config, run_experiment
+from simulator.run.output import read_events
 
 #: parameters an algorithm needs to be exercised at all in a 1-3 round run
 PARAMS: dict[str, dict[str, Any]] = {"fedbn": {}}

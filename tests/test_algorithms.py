@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from simulator.algorithms import ALGORITHMS, Algorithm, ServerRound, make_algorithm, register
-from simulator.config import AlgorithmConfig, ConfigError, build_config
-from simulator.models import ModelSpec
-from simulator.step import Finish, Step
-from simulator.training import FlatLayout, LocalSpec, make_schedule, train_clients
+from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, make_schedule, train_clients
+from simulator.training.step import Finish, Step
 
 
 def algo(name: str, **params: Any) -> Algorithm:
@@ -218,7 +218,7 @@ def keepnorm() -> Iterator[None]:
 def test_local_parameters_stay_on_clients(keepnorm: None, tmp_path: Any) -> None:
     """Rows hold only the shared entries; the BatchNorm entries are never aggregated (the global
     ones stay at their initial values) and each client continues from its own."""
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     cfg = build_config(flat={"backend": "local", "num_clients": 4, "clients_per_round": 4,
                              "rounds": 2, "local_epochs": 1, "batch_size": 16, "hidden": 16,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator import appendlog
-from simulator.appendlog import (
+from simulator.run import appendlog
+from simulator.run.appendlog import (
     AppendLog,
     CorruptLogError,
     Failpoint,
@@ -19,7 +19,7 @@ from simulator.appendlog import (
     parse_failpoint,
     read_jsonl,
 )
-from simulator.output import EventLog, read_events, truncate_events
+from simulator.run.output import EventLog, read_events, truncate_events
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO = b'{"round": 0}\n{"round": 1}\n'
@@ -194,7 +194,7 @@ def test_bad_failpoint_fails_at_first_append(tmp_path: Path,
 _CHILD = """
 import sys
 from pathlib import Path
-from simulator.appendlog import AppendLog
+from simulator.run.appendlog import AppendLog
 d = Path(sys.argv[1])
 with AppendLog(d / "other.jsonl") as o, AppendLog(d / "events.jsonl") as a:
     for i in range(5):

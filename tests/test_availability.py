@@ -9,17 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.availability import (
+from simulator.population.availability import (
     Diurnal,
     TraceAvailability,
     lost_to_dropout,
     make_availability,
 )
-from simulator.availability_trace import load_availability_trace
-from simulator.clock import compute_seconds_unchecked
-from simulator.devices import Population, TraceError, generate_population_arrays
-from simulator.online_intervals import IntervalTrace
-from simulator.selection import next_online_time, select_clients
+from simulator.population.availability_trace import load_availability_trace
+from simulator.population.clock import compute_seconds_unchecked
+from simulator.population.devices import Population, TraceError, generate_population_arrays
+from simulator.population.online_intervals import IntervalTrace
+from simulator.population.selection import next_online_time, select_clients
 
 # Period 100. Traced devices 0, 4, 7 (k = 0, 1, 2 in id order):
 #   0: [0, 20) and [50, 100)  -> online across the wrap from 50 to 120

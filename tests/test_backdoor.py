@@ -14,9 +14,9 @@ from conftest import run_records
 from attacks import ATTACKS, AttackContext, make_attack
 from attacks.backdoor import Backdoor, attack_success_rate, patch_size
 from attacks.model_replacement import ModelReplacement
-from simulator.config import Config, ConfigError, build_config
-from simulator.models import ModelSpec
-from simulator.training import FlatLayout, LocalSpec, train_clients
+from simulator.config.sections import Config, ConfigError, build_config
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
 
 
 def ctx(malicious: torch.Tensor, n: int) -> AttackContext:

@@ -1,11 +1,11 @@
-"""Tests for simulator.clock: cost model, round policies and the virtual clock."""
+"""Tests for simulator.population.clock: cost model, round policies and the virtual clock."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from simulator.clock import (
+from simulator.population.clock import (
     POLICIES,
     Arrival,
     Deadline,

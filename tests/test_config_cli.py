@@ -1,4 +1,4 @@
-"""Tests for simulator.config (typed, validated config) and simulator.cli (the CLI)."""
+"""Tests for simulator.config.sections (typed, validated config) and simulator.cli (the CLI)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from simulator.cli import build_parser, main
-from simulator.config import (
+from simulator.config.sections import (
     DATASET_NAMES,
     PARTITION_NAMES,
     POLICY_NAMES,
@@ -26,7 +26,7 @@ from simulator.config import (
     field_index,
     load_config,
 )
-from simulator.output import CSV_FIELDS
+from simulator.run.output import CSV_FIELDS
 
 REPO = Path(__file__).resolve().parents[1]
 

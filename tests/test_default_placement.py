@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config import placement_of
-from simulator.config_system import ExecutionConfig
+from simulator.config.sections import placement_of
+from simulator.config.system import ExecutionConfig
 from tests.conftest import small_config
 
 #: quantity-skewed virtual clients on 2 workers, a model wide enough that the prior cuts each
@@ -22,7 +22,7 @@ SKEWED = {"dataset": "mnist5k", "hidden": 64, "num_actors": 2, "partition": "vir
 
 def _run(out: Path) -> tuple[bytes, list[dict[str, Any]]]:
     """The final global model's bytes and the round events (wall-clock fields dropped)."""
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     sim = Simulation(small_config(out, **SKEWED))
     try:

@@ -130,7 +130,7 @@ def test_round_breaking_a_precondition_is_skipped_with_verdicts() -> None:
     reason, the aggregate zero. With 5 rows the same rule aggregates."""
     from types import SimpleNamespace
 
-    from simulator.aggregate import aggregate
+    from simulator.round.aggregate import aggregate
 
     side = SimpleNamespace(space=SimpleNamespace(size=3), defense=make_defense("krum", f=1),
                            public_x=None, public_y=None, evaluation=None,
@@ -147,8 +147,8 @@ def test_round_breaking_a_precondition_is_skipped_with_verdicts() -> None:
 
 
 def test_configuration_breaking_the_precondition_every_round_is_refused(tmp_path) -> None:
-    from simulator.config import build_config
-    from simulator.engine import Simulation
+    from simulator.config.sections import build_config
+    from simulator.round.engine import Simulation
 
     cfg = build_config(flat=dict(num_clients=8, clients_per_round=4, rounds=1, defense="krum",
                                  defense_params={"f": 1}, backend="local", progress=False,

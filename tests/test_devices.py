@@ -1,4 +1,4 @@
-"""Tests for simulator.devices: profiles, population generator, availability, traces."""
+"""Tests for simulator.population.devices: profiles, population generator, availability, traces."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.devices import (
+from simulator.population.devices import (
     FIELDS,
     DeviceProfile,
     Population,

@@ -15,10 +15,10 @@ import torch.nn.functional as F
 
 from simulator.algorithms import make_algorithm
 from simulator.algorithms.ditto import Ditto
-from simulator.config import AlgorithmConfig, ConfigError, build_config
-from simulator.models import ModelSpec
-from simulator.step import Step
-from simulator.training import FlatLayout, LocalSpec, evaluate, make_schedule, train_clients
+from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, evaluate, make_schedule, train_clients
+from simulator.training.step import Step
 
 
 def ditto(**params: Any) -> Ditto:
@@ -202,7 +202,7 @@ RUN = {"backend": "local", "dataset": "digits", "num_clients": 6, "clients_per_r
 
 
 def test_client_accuracy_comes_from_the_personal_models(tmp_path: Path) -> None:
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     cfg = build_config(flat={**RUN, "rounds": 2, "defense": "median", "out": str(tmp_path)})
     sim = Simulation(cfg)
@@ -230,8 +230,8 @@ def test_client_accuracy_comes_from_the_personal_models(tmp_path: Path) -> None:
 
 
 def test_resume_is_bitwise_identical(tmp_path: Path) -> None:
-    from simulator.output import read_events
-    from simulator.run import resume_config, run_experiment
+    from simulator.run.experiment import resume_config, run_experiment
+    from simulator.run.output import read_events
 
     flat = {**RUN, "rounds": 3, "checkpoint_every": 1}
     crashed = build_config(flat={**flat, "out": str(tmp_path / "crashed")})

@@ -1,4 +1,5 @@
-"""Tests for simulator.engine and simulator.run on the in-process (local) backend."""
+"""Tests for simulator.round.engine and simulator.run.experiment on the in-process (local)
+backend."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import torch
 
 from defenses import AggregateResult, DefenseContext, UpdateBatch
 from simulator.algorithms import make_algorithm
-from simulator.clock import compute_seconds, transfer_seconds
-from simulator.config import Config
-from simulator.engine import _EPOCHS, RoundRecord, Simulation, stream
-from simulator.output import read_events, summarize, truncate_events
-from simulator.run import resume_config, run_experiment
-from simulator.setup import build_federation
+from simulator.config.sections import Config
+from simulator.population.clock import compute_seconds, transfer_seconds
+from simulator.rng import Stream, stream
+from simulator.round.engine import Simulation
+from simulator.round.types import RoundRecord
+from simulator.run.experiment import resume_config, run_experiment
+from simulator.run.federation import build_federation
+from simulator.run.output import read_events, summarize, truncate_events
 
 MakeConfig = Callable[..., Config]
 
@@ -120,7 +123,7 @@ def test_rows_belong_to_their_clients(make_config: MakeConfig) -> None:
     """Each aggregated row is its client's own update: same sample count, and the same vector
     as training that client alone from the round's global model with its round seed."""
     from actors.trainer import ClientTrainer, TrainRequest, TrainTask
-    from simulator.engine import client_seeds
+    from simulator.rng import client_seeds
 
     cfg = make_config(rounds=2)
     recs, sim, rec = run_sim(cfg, record=True)
@@ -288,7 +291,7 @@ def test_fedprox_stragglers(make_config: MakeConfig, drop: bool) -> None:
     n_partial = 0
     for r in recs:
         epochs = algo.client_epochs(len(r.selected), stream(cfg.experiment.seed, r.round,
-                                                            _EPOCHS))
+                                                            Stream.EPOCHS))
         assert sorted(epochs.tolist()).count(3) >= 2   # round(0.5 * 4) = 2 stragglers at most
         partial = sorted(c for c, e in zip(r.selected, epochs, strict=True) if e < 3)
         n_partial += len(partial)
@@ -309,7 +312,7 @@ def test_drop_stragglers_also_drops_carried_partial_work(make_config: MakeConfig
     algo = make_algorithm(cfg.algorithm)
     partial = set()
     for r in recs:
-        e = algo.client_epochs(len(r.selected), stream(cfg.experiment.seed, r.round, _EPOCHS))
+        e = algo.client_epochs(len(r.selected), stream(cfg.experiment.seed, r.round, Stream.EPOCHS))
         partial |= {(c, r.round) for c, ee in zip(r.selected, e, strict=True) if ee < 3}
     used = {(int(c), int(br)) for b in rec.batches
             for c, br in zip(b.client_ids, b.base_rounds, strict=True)}

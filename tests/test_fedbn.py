@@ -11,10 +11,10 @@ import torch
 
 from simulator.algorithms import ALGORITHMS, make_algorithm
 from simulator.algorithms.fedbn import FedBN, batchnorm_layers, batchnorm_names
-from simulator.config import AlgorithmConfig, ConfigError, build_config
-from simulator.flat import FlatLayout
-from simulator.models import ModelSpec
-from simulator.space import ParamSpace
+from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.training.flat import FlatLayout
+from simulator.training.models import ModelSpec
+from simulator.training.space import ParamSpace
 
 FEDBN = make_algorithm(AlgorithmConfig(algorithm="fedbn"))
 
@@ -83,7 +83,7 @@ def test_batchnorm_stays_out_of_the_aggregate_exactly(tmp_path: Path) -> None:
     """Two rounds, 4 clients: every global BatchNorm entry is bitwise its initial value, the
     shared entries move by exactly the sample-weighted mean of the rows, and each client's own
     BatchNorm is in the store (and differs between clients)."""
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     cfg = build_config(flat={"backend": "local", "num_clients": 4, "clients_per_round": 4,
                              "rounds": 2, "local_epochs": 1, "batch_size": 16, "hidden": 16,

@@ -15,10 +15,10 @@ import torch
 
 from simulator.algorithms import ServerRound, make_algorithm
 from simulator.algorithms.fedfa_layer import FFALayer, ffa_layers, layer_gammas, student_t_gamma
-from simulator.config import AlgorithmConfig, ConfigError, build_config
-from simulator.models import BATCH_MASK, STEP_NOISE, STEP_SHARED, ModelSpec
-from simulator.output import read_events
-from simulator.training import FlatLayout, LocalSpec, train_clients
+from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.run.output import read_events
+from simulator.training.models import BATCH_MASK, STEP_NOISE, STEP_SHARED, ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
 
 
 def fedfa(**params: Any) -> Any:
@@ -223,7 +223,7 @@ RUN = {"backend": "local", "dataset": "digits", "model": "cnn", "hidden": 16, "n
 def test_two_rounds_through_the_engine(tmp_path: Path) -> None:
     """The global model's FFA statistics stay (0, 1); the gammas are set after round 0 (one
     per channel of the CNN's two FFA layers, 16 + 32, mean 1 per layer)."""
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     sim = Simulation(build_config(flat={**RUN, "rounds": 2, "out": str(tmp_path)}))
     try:
@@ -247,7 +247,7 @@ def test_two_rounds_through_the_engine(tmp_path: Path) -> None:
 
 
 def test_resume_is_bitwise_identical(tmp_path: Path) -> None:
-    from simulator.run import resume_config, run_experiment
+    from simulator.run.experiment import resume_config, run_experiment
 
     flat = {**RUN, "rounds": 3, "checkpoint_every": 1}
     crashed = build_config(flat={**flat, "out": str(tmp_path / "crashed")})

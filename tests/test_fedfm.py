@@ -19,12 +19,12 @@ from simulator.algorithms.fedfm import (
     contrastive_guiding_loss,
     local_anchors,
 )
-from simulator.config import AlgorithmConfig, ConfigError, build_config
-from simulator.models import ModelSpec
-from simulator.output import read_events
-from simulator.run import resume_config, run_experiment
-from simulator.step import Finish
-from simulator.training import FlatLayout, LocalSpec, train_clients
+from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.run.experiment import resume_config, run_experiment
+from simulator.run.output import read_events
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
+from simulator.training.step import Finish
 
 
 def fedfm(name: str = "fedfm", **params: Any) -> Any:
@@ -166,7 +166,7 @@ def flat(out: Path, **kw: Any) -> dict[str, Any]:
 def test_engine_anchors_are_class_means_of_global_features(tmp_path: Path) -> None:
     """All clients every round, every row kept: after round 0 the anchors are the class means
     of the initial global model's features over the whole training set."""
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     sim = Simulation(build_config(flat=flat(tmp_path / "a", rounds=2)))
     try:

@@ -24,9 +24,9 @@ from simulator.algorithms.fedufo_losses import (
     pick_lowest,
     uniform_loss,
 )
-from simulator.config import AlgorithmConfig, ConfigError, build_config
-from simulator.models import ModelSpec
-from simulator.training import FlatLayout, LocalSpec, train_clients
+from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
 
 
 def ufo(**params: Any) -> FedUFO:
@@ -243,7 +243,7 @@ def test_two_rounds_through_the_engine(tmp_path: Path) -> None:
     """Round 0 trains without peers; its kept posteriors (at most 3) are round 1's peers; the
     discriminator is part of the defended rows; round 1 picks the 2 clients with the lowest
     measured accuracy."""
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     sim = Simulation(build_config(flat=_flat(tmp_path, rounds=2)))
     try:
@@ -264,8 +264,8 @@ def test_two_rounds_through_the_engine(tmp_path: Path) -> None:
 
 
 def test_resume_matches_the_uninterrupted_run(tmp_path: Path) -> None:
-    from simulator.output import read_events
-    from simulator.run import resume_config, run_experiment
+    from simulator.run.experiment import resume_config, run_experiment
+    from simulator.run.output import read_events
 
     crashed = build_config(flat=_flat(tmp_path / "crashed", checkpoint_every=1))
     with pytest.raises(KeyboardInterrupt):

@@ -12,7 +12,7 @@ from conftest import run_records
 
 from defenses import DefenseContext, UpdateBatch, make_defense
 from defenses.fltrust import fltrust
-from simulator.config import Config
+from simulator.config.sections import Config
 
 
 def batch(rows: list[list[float]]) -> UpdateBatch:

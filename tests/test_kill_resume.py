@@ -1,7 +1,7 @@
 """A kill -9 at any moment, even mid-write, leaves a run that ``--resume`` finishes.
 
 Real SIGKILLs: the CLI runs in a subprocess with ``FEDSENTRY_FAILPOINT`` set (see
-:mod:`simulator.appendlog`), dies at an exact byte of ``events.jsonl``, and a second subprocess
+:mod:`simulator.run.appendlog`), dies at an exact byte of ``events.jsonl``, and a second subprocess
 resumes it; its events and summary must equal an uninterrupted run's.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 from cli_helper import run_cli, strip_wall
 
-from simulator.output import read_events
+from simulator.run.output import read_events
 
 ROUNDS = 6
 RUN = ["--backend", "local", "--dataset", "digits", "--num-clients", "8",

@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _record(out: Path, seed: int) -> Path:
-    from simulator.config import build_config
-    from simulator.run import run_experiment
+    from simulator.config.sections import build_config
+    from simulator.run.experiment import run_experiment
 
     cfg = build_config(flat=dict(
         dataset="digits", num_clients=8, clients_per_round=6, rounds=ROUNDS, local_epochs=1,

@@ -42,8 +42,8 @@ def test_tiny_study_writes_the_json_the_issue_asks_for(
 def test_tamper_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                       capsys: pytest.CaptureFixture[str]) -> None:
     from ledger import tamper
-    from simulator.config import build_config
-    from simulator.run import run_experiment
+    from simulator.config.sections import build_config
+    from simulator.run.experiment import run_experiment
 
     run = tmp_path / "run"
     run_experiment(build_config(flat=dict(

@@ -1,7 +1,7 @@
 """kill -9 during a ``--ledger`` run, then ``--resume``: the finished run audits clean and its
 events equal an uninterrupted run's (ledger v2).
 
-Real SIGKILLs of the CLI driver (``FEDSENTRY_FAILPOINT``, :mod:`simulator.appendlog`): in the
+Real SIGKILLs of the CLI driver (``FEDSENTRY_FAILPOINT``, :mod:`simulator.run.appendlog`): in the
 middle of writing an event (a torn last line) and between two rounds. The recorder process dies
 with its driver (``PR_SET_PDEATHSIG``); the resumed run's recorder re-imports the chain export,
 drops torn records, and checks every round it recomputes against the ledger.
@@ -15,7 +15,7 @@ import pytest
 from cli_helper import run_cli, strip_wall
 
 from ledger.audit import audit_run
-from simulator.output import read_events
+from simulator.run.output import read_events
 
 ROUNDS = 5
 RUN = ["--backend", "local", "--dataset", "digits", "--num-clients", "8",

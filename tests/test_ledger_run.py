@@ -15,10 +15,10 @@ from ledger.audit import audit_run
 from ledger.audit import main as audit_main
 from ledger.errors import LedgerError, LedgerRoundError
 from ledger.host import RecorderHost
-from simulator.appendlog import FAILPOINT_ENV
 from simulator.cli import main as sim_main
-from simulator.output import read_events
-from simulator.run import resume_config, run_experiment
+from simulator.run.appendlog import FAILPOINT_ENV
+from simulator.run.experiment import resume_config, run_experiment
+from simulator.run.output import read_events
 
 ROUNDS = 4
 
@@ -156,7 +156,7 @@ def anvil() -> AnvilNode:
 def test_robustness_task_on_anvil_verifies_on_chain_and_audits_clean(
         anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     import benchmarks.robustness_grid as grid
-    from simulator.config import build_config
+    from simulator.config.sections import build_config
 
     out = tmp_path / "rpc"
     flat = grid.resolve_scenario(grid.DEFAULT_SCENARIO, "digits", 3, {})

@@ -1,4 +1,5 @@
-"""Tests for simulator.models and simulator.training (schedule, vmap vs sequential, SGD)."""
+"""Tests for simulator.training.models and simulator.training.stacked (schedule, vmap vs
+sequential, SGD)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import torch.nn.functional as F
 
 from simulator.algorithms import make_algorithm
 from simulator.algorithms.fedprox import proximal_term
-from simulator.config import AlgorithmConfig, ConfigError, build_config
-from simulator.models import ModelSpec
-from simulator.training import FlatLayout, LocalSpec, evaluate, make_schedule, train_clients
+from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, evaluate, make_schedule, train_clients
 
 # ---------------------------------------------------------------------------------- models
 
@@ -74,7 +75,7 @@ def test_cnn_needs_image_input() -> None:
 
 
 def test_cnn_on_tabular_dataset_is_config_error() -> None:
-    from simulator.setup import build_federation
+    from simulator.run.federation import build_federation
 
     cfg = build_config(flat={"dataset": "synthetic", "model": "cnn", "num_clients": 5,
                              "partition": "iid"})

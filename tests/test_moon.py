@@ -13,11 +13,11 @@ import torch
 
 from simulator.algorithms import make_algorithm
 from simulator.algorithms.moon import model_contrastive_loss, unflatten_like
-from simulator.config import AlgorithmConfig, ConfigError, build_config
-from simulator.models import ModelSpec
-from simulator.output import read_events
-from simulator.run import resume_config, run_experiment
-from simulator.training import FlatLayout, LocalSpec, train_clients
+from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.run.experiment import resume_config, run_experiment
+from simulator.run.output import read_events
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
 
 
 def moon(**params: Any) -> Any:
@@ -128,7 +128,7 @@ def flat(out: Path, **kw: Any) -> dict[str, Any]:
 
 
 def test_engine_rounds_store_previous_model(tmp_path: Path) -> None:
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     sim = Simulation(build_config(flat=flat(tmp_path / "a", rounds=2, defense="median")))
     try:

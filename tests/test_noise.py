@@ -1,4 +1,4 @@
-"""Per-client noise streams (simulator/noise.py): standard normals, one stream per client,
+"""Per-client noise streams (simulator/training/noise.py): standard normals, one stream per client,
 prefix-stable, independent of which clients share the call."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from simulator.noise import client_noise
+from simulator.training.noise import client_noise
 
 CPU = torch.device("cpu")
 

@@ -9,7 +9,7 @@ import pytest
 
 from actors.kinds import check_schedulable, parse_actor_kinds
 from actors.packing import packable, packing
-from simulator.config_fields import ConfigError
+from simulator.config.fields import ConfigError
 
 
 def cpus(*sizes: float) -> list[dict[str, float]]:

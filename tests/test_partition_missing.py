@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.config import ConfigError, build_config
+from simulator.config.sections import ConfigError, build_config
 from simulator.data import partition
 
 

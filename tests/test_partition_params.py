@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from simulator.cli import main
-from simulator.config import ConfigError, DataConfig, build_config
+from simulator.config.sections import ConfigError, DataConfig, build_config
 from simulator.data.scheme_params import (
     SHORTHAND,
     parameters_help,
     resolve_partition_params,
     scheme_parameters,
 )
-from simulator.setup import build_federation
+from simulator.run.federation import build_federation
 
 
 def test_each_schemes_parameters_and_defaults() -> None:
@@ -112,7 +112,7 @@ def test_memory_estimate_uses_the_resolved_virtual_size_max() -> None:
     """The per-round estimate sizes a virtual client by its largest size: set by the map or by
     the shorthand field, the same value gives the same estimate, and a larger one a larger
     round."""
-    from simulator.budget import estimate
+    from simulator.run.budget import estimate
 
     flat = {"partition": "virtual", "num_clients": 10_000, "backend": "local"}
     by_map = estimate(build_config(flat={**flat, "partition_params": {"size_max": 64}}))

@@ -12,13 +12,13 @@ import pytest
 
 from actors.pool import LocalExecutor
 from actors.trainer import TrainRequest, TrainTask
-from simulator.config import ConfigError, build_config
+from simulator.config.sections import ConfigError, build_config
 from simulator.placement import PlaceContext, make_placement, placement_names
 from simulator.placement.runtime import Scheduler
+from simulator.run.federation import build_federation
 from simulator.scheduler.chunk_ga import actor_loads, chunk_genetic
 from simulator.scheduler.chunking import ChunkCost, sort_and_chunk, task_steps
-from simulator.setup import build_federation
-from simulator.training import LocalSpec
+from simulator.training.stacked import LocalSpec
 from tests.conftest import run_records, small_config
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from simulator.config import Config, ConfigError, build_config
-from simulator.engine import Simulation
+from simulator.config.sections import Config, ConfigError, build_config
 from simulator.policies import Arrival, make_policy
 from simulator.policies.fedbuff import staleness_weight
+from simulator.round.engine import Simulation
 
 MakeConfig = Callable[..., Config]
 
@@ -95,7 +95,7 @@ def test_config_validates_policy_parameters_up_front() -> None:
         build_config(flat={"round_policy": "fedbuff", "policy_params": {"kk": 2}})
     c = build_config(flat={"round_policy": "deadline", "deadline_s": 7.0,
                            "policy_params": {"deadline_s": 9.0}})
-    from simulator.config import policy_of
+    from simulator.config.sections import policy_of
 
     assert policy_of(c.clock).deadline_s == 9.0                  # the map overrides the field
 
@@ -189,7 +189,7 @@ def test_simulations_sharing_a_federation_start_from_its_initial_model(
         make_config: MakeConfig) -> None:
     """The straggler study runs every policy on one federation: a run must not start from the
     model an earlier run left in the federation's template module."""
-    from simulator.setup import build_federation
+    from simulator.run.federation import build_federation
 
     cfg = make_config("shared", rounds=2)
     fed = build_federation(cfg)

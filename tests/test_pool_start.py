@@ -14,10 +14,10 @@ from actors import startup
 from actors.kinds import ActorKind, total_demand
 from actors.pool import RayPool
 from actors.startup import wait_for_free
-from simulator.config import ConfigError
+from simulator.config.sections import ConfigError
 from simulator.data.clients import PartitionData
-from simulator.models import ModelSpec
-from simulator.training import LocalSpec
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import LocalSpec
 
 SPEC = ModelSpec("mlp", (4,), 2, hidden=4)
 X = np.arange(16, dtype=np.float32).reshape(4, 4) / 16

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from simulator.budget import check_budget, estimate
-from simulator.config import ConfigError, build_config
-from simulator.devices import generate_population_arrays
-from simulator.engine import Simulation
-from simulator.selection import FULL_PASS_MAX, select_clients
+from simulator.config.sections import ConfigError, build_config
+from simulator.population.devices import generate_population_arrays
+from simulator.population.selection import FULL_PASS_MAX, select_clients
+from simulator.round.engine import Simulation
+from simulator.run.budget import check_budget, estimate
 
 SMALL = {"backend": "local", "dataset": "digits", "hidden": 16, "local_epochs": 1,
          "batch_size": 16, "progress": False, "plots": False}
@@ -159,7 +159,7 @@ def test_trace_longer_than_the_population_uses_its_first_devices(tmp_path: Path)
 
 
 def test_gpu_share_zero_forces_cpu_actors() -> None:
-    from simulator.setup import actor_gpu_share
+    from simulator.run.federation import actor_gpu_share
 
     assert actor_gpu_share(None, cluster_gpus=4.0) == 0.25
     assert actor_gpu_share(0.0, cluster_gpus=4.0) == 0.0
@@ -195,7 +195,7 @@ def test_client_accuracy_by_hand(tmp_path: Path) -> None:
 
 
 def test_virtual_client_accuracy_comes_from_the_test_set(tmp_path: Path) -> None:
-    from simulator.run import run_experiment
+    from simulator.run.experiment import run_experiment
 
     cfg = config(tmp_path, num_clients=10**6, partition="virtual", clients_per_round=10,
                  rounds=2, client_test_fraction=0.5, eval_clients=30)
@@ -215,9 +215,9 @@ def test_feddyn_resume_at_1e5_devices_is_bitwise_identical(tmp_path: Path) -> No
     """FedDyn over 10^5 virtual devices with a store budget small enough to spill: a run
     killed after round 2 and resumed ends with the same events, the same global model and the
     same per-client state, bit for bit, as one never interrupted."""
-    from simulator.output import read_events
-    from simulator.run import resume_config, run_experiment
-    from simulator.state import ClientStore
+    from simulator.run.experiment import resume_config, run_experiment
+    from simulator.run.output import read_events
+    from simulator.state.store import ClientStore
 
     over = {"num_clients": 100_000, "partition": "virtual", "clients_per_round": 100,
             "rounds": 5, "algorithm": "feddyn", "algorithm_params": {"alpha": 0.1},

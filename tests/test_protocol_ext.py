@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 from simulator.algorithms import ALGORITHMS, Algorithm, register
-from simulator.config import AlgorithmConfig, build_config
-from simulator.models import STEP_NOISE, ModelSpec
-from simulator.step import Finish, Step
-from simulator.training import FlatLayout, LocalSpec, client_noise, train_clients
+from simulator.config.sections import AlgorithmConfig, build_config
+from simulator.training.models import STEP_NOISE, ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, client_noise, train_clients
+from simulator.training.step import Finish, Step
 
 
 class Pull(Algorithm):
@@ -161,7 +161,7 @@ class Lowest(Algorithm):
 
 
 def test_algorithm_chooses_the_clients(tmp_path: Any) -> None:
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     register(Lowest)
     try:

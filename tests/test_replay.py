@@ -21,7 +21,7 @@ from conftest import small_config
 from defenses import DEFENSES, UpdateBatch
 from ledger.replay import Replayer
 from simulator.algorithms import ALGORITHMS
-from simulator.engine import Simulation
+from simulator.round.engine import Simulation
 
 #: 10 clients, 8 a round, 2 of them sign-flipping: every robust rule has rows to reject
 BASE: dict[str, Any] = {"num_clients": 10, "clients_per_round": 8, "rounds": 4, "hidden": 8,
@@ -173,9 +173,9 @@ def test_replayer_builds_no_simulation(tmp_path: Path, monkeypatch: pytest.Monke
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("Replayer built a client-side part")
 
-    import simulator.evaluation as evaluation
-    import simulator.setup as setup
-    import simulator.state as state
+    import simulator.run.federation as setup
+    import simulator.state.store as state
+    import simulator.training.evaluation as evaluation
 
     monkeypatch.setattr(Simulation, "__init__", refuse)
     monkeypatch.setattr(setup, "make_executor", refuse)

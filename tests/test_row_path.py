@@ -7,7 +7,7 @@ import torch
 
 from actors.merge import merge_results
 from defenses import UpdateBatch
-from simulator.collect import _stack
+from simulator.round.collect import _stack
 
 
 def test_rows_of_one_matrix_are_gathered_or_sliced() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from actors.kinds import ActorKind, check_schedulable, parse_actor_kinds
-from simulator.config import ConfigError
+from simulator.config.sections import ConfigError
 
 # a 4-CPU node, a 2-CPU node with one GPU and the label 'fast', and a dead 64-CPU node
 NODES: list[dict[str, Any]] = [

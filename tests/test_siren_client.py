@@ -11,8 +11,8 @@ import torch
 
 from defenses.siren_client import SirenClient, mcnemar_p
 from simulator.data.clients import PartitionData
-from simulator.models import ModelSpec
-from simulator.training import FlatLayout, LocalSpec, train_clients
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
 
 
 def test_split_holds_out_ten_percent_and_keeps_one_row() -> None:
@@ -133,7 +133,7 @@ def test_training_from_an_own_start_model() -> None:
 
 
 def test_per_sample_correctness_matches_accuracy(tmp_path: Path) -> None:
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
     from tests.conftest import small_config
 
     sim = Simulation(small_config(tmp_path, defense="siren", public_fraction=0.06))

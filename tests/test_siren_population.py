@@ -17,7 +17,7 @@ from defenses import DefenseContext, UpdateBatch, make_defense
 from defenses.siren import SirenDefense
 from defenses.siren_reputation import STRIKES, strikes_of, update_strikes
 from defenses.siren_screen import difference_se, robust_margin, screen, screen_robust
-from simulator.state import ClientStore
+from simulator.state.store import ClientStore
 
 KEPT = (True, "")
 
@@ -255,9 +255,9 @@ def test_strikes_in_the_store_by_hand(tmp_path: Path) -> None:
 
 
 def test_bans_through_the_engine_survive_a_resume(tmp_path: Path) -> None:
-    from simulator.config import build_config
-    from simulator.output import read_events
-    from simulator.run import resume_config, run_experiment
+    from simulator.config.sections import build_config
+    from simulator.run.experiment import resume_config, run_experiment
+    from simulator.run.output import read_events
     from tests.conftest import SMALL
 
     # T = 2: one strike bans (threshold max(1, floor(0.9)) = 1). Seed 3: label flippers 3 and 5

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import state_files, state_spill
-from simulator.state import ClientStore, StoreError
+from simulator.state import files as state_files
+from simulator.state import spill as state_spill
+from simulator.state.store import ClientStore, StoreError
 
 ROW = 16  # bytes of one (4,) float32 row
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import stragglers
-from simulator.config import Config
+from simulator.config.sections import Config
 
 MakeConfig = Callable[..., Config]
 TINY = ["--population", "60", "--clients-per-round", "6", "--seeds", "1", "--rounds", "6",
@@ -90,7 +90,7 @@ def test_dropout_loses_the_updates_of_devices_going_offline(tmp_path: Path,
     trace.write_text("device_id,start_s,end_s\n"
                      + "".join(f"{i},0,1000\n" for i in range(5))
                      + "".join(f"{i},0,0.001\n" for i in range(5, 10)))
-    from simulator.engine import Simulation
+    from simulator.round.engine import Simulation
 
     cfg = make_config("drop", num_clients=10, clients_per_round=10, rounds=1,
                       availability_trace=str(trace), dropout=True)
@@ -121,7 +121,7 @@ def test_speed_label_skew_slows_the_devices_of_the_lower_classes(make_config: Ma
                                                                   ) -> None:
     import numpy as np
 
-    from simulator.setup import build_federation
+    from simulator.run.federation import build_federation
 
     fed = build_federation(make_config("skew", num_clients=40, partition="virtual"))
     pop = stragglers.skew_speeds(fed, 1.0)

@@ -20,8 +20,8 @@ from cluster_helper import helper_run
 
 from actors.pool import LocalExecutor, RayPool
 from simulator.data.clients import PartitionData
-from simulator.models import ModelSpec
-from simulator.training import LocalSpec
+from simulator.training.models import ModelSpec
+from simulator.training.stacked import LocalSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 HELPER = ROOT / "tests" / "two_node_study.py"
@@ -144,7 +144,7 @@ def test_local_executor_has_no_actor_nodes() -> None:
 
 
 def test_summary_has_no_actor_nodes_without_actors(make_config: Any) -> None:
-    from simulator.run import run_experiment
+    from simulator.run.experiment import run_experiment
 
     s = run_experiment(make_config(rounds=1))  # local backend: no actors
     assert "actor_nodes" not in s and "actor_node_ids" not in s

@@ -5,7 +5,8 @@ A case is added by dropping one file into this package that defines a module-lev
 settings and are not cases. A case declares
 
 * ``name`` and ``claim``: its ``--case`` name and the seed's claim in one line;
-* ``base``: flat config overrides (``simulator.config.build_config(flat=...)``) shared by every
+* ``base``: flat config overrides (``simulator.config.sections.build_config(flat=...)``) shared by
+every
   arm: dataset, partition, model, local training;
 * ``arms``: arm name -> flat overrides of that arm (algorithm, its parameters, stragglers, ...);
 * ``comparisons``: which arm is compared with which baseline arm, on which metric

@@ -53,8 +53,8 @@ def silhouette(run_dir: Path) -> float:
     import torch
     from sklearn.metrics import silhouette_score
 
-    from simulator.config import load_config
-    from simulator.setup import build_federation
+    from simulator.config.sections import load_config
+    from simulator.run.federation import build_federation
 
     fed = build_federation(load_config(run_dir / "config.yaml"))
     st = torch.load(run_dir / "checkpoint.pt", weights_only=False)

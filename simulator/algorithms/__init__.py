@@ -11,7 +11,7 @@ import pkgutil
 from typing import Any
 
 from simulator.algorithms.base import Algorithm, Optimizer, Param, ServerRound
-from simulator.config import AlgorithmConfig, ConfigError
+from simulator.config.sections import AlgorithmConfig, ConfigError
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 

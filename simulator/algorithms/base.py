@@ -5,7 +5,8 @@ An algorithm is a class registered by name (:func:`simulator.algorithms.register
 * **its parameters** (:attr:`Algorithm.params`): typed, validated, given on the command line as
   ``--algorithm-param KEY=VALUE``; an unknown name lists the valid ones;
 * **its client step**, written for ONE client: :meth:`Algorithm.client_loss` gets a
-  :class:`~simulator.step.Step` (the client's parameters, its batch, the model's features and
+  :class:`~simulator.training.step.Step` (the client's parameters, its batch, the model's features
+  and
   logits, the masked cross-entropy, the global model, the client's own tensors from the
   client-state store and the tensors the server sent) and returns the local objective. The
   trainer runs it vmapped over a chunk of clients or one client at a time (the reference); it must
@@ -23,7 +24,8 @@ An algorithm is a class registered by name (:func:`simulator.algorithms.register
   the client (:meth:`Algorithm.local_parameters`, e.g. FedBN's BatchNorm).
 
 State lives outside the algorithm object: per-client tensors in the run's
-:class:`~simulator.state.ClientStore`, server tensors in the ``server`` dict the engine keeps and
+:class:`~simulator.state.store.ClientStore`, server tensors in the ``server`` dict the engine keeps
+and
 checkpoints. The object itself holds only its validated parameters, so it can travel to actors.
 """
 
@@ -37,7 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from simulator.config import AlgorithmConfig, ConfigError
+from simulator.config.sections import AlgorithmConfig, ConfigError
 
 #: shapes a client-state table can declare: the trainable parameters, or the whole flat model
 STATE_SHAPES = ("params", "model")
@@ -171,7 +173,8 @@ class Algorithm:
     # -- the client side (runs where clients train) ------------------------------------------
     def noise_size(self, model: Any, batch_size: int) -> int:
         """Standard-normal draws per local step that the client's forward needs (read by the
-        model's layers from :data:`simulator.models.STEP_NOISE`). They come from each client's
+        model's layers from :data:`simulator.training.models.STEP_NOISE`). They come from each
+        client's
         own seeded stream, so the vectorized and sequential paths see the same draws.
         Default: 0."""
         return 0
@@ -188,11 +191,12 @@ class Algorithm:
 
     def client_loss(self, s: Any) -> torch.Tensor:
         """The local objective of one client on its current batch (``s``: a
-        :class:`simulator.step.Step`). Default: the masked mean cross-entropy."""
+        :class:`simulator.training.step.Step`). Default: the masked mean cross-entropy."""
         return s.ce
 
     def client_finish(self, f: Any) -> dict[str, torch.Tensor]:
-        """Per-client tensors after local training (``f``: a :class:`simulator.step.Finish`):
+        """Per-client tensors after local training (``f``: a
+        :class:`simulator.training.step.Finish`):
         new store rows (keys of :attr:`client_state`) and extras for the server."""
         return {}
 

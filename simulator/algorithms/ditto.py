@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm, non_negative
-from simulator.step import Step
+from simulator.training.step import Step
 
 #: the client-state table holding each client's personal model
 TABLE = "personal"

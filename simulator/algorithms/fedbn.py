@@ -14,7 +14,8 @@ BatchNorm entries are found by what the layer holds, not by a name pattern: ever
 layer (torch's ``_NormBase`` with running statistics), and all its entries (``weight``,
 ``bias``, ``running_mean``, ``running_var``) stay local. :func:`batchnorm_names` finds the same
 entries on a module by type (``isinstance(_BatchNorm)``); the tests check that both agree on
-every model of :mod:`simulator.models`. A model without BatchNorm (``--norm none``) fails at
+every model of :mod:`simulator.training.models`. A model without BatchNorm (``--norm none``) fails
+at
 setup with a one-line ConfigError: FedBN would be FedAvg.
 
 Departures from the paper:
@@ -40,7 +41,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm
-from simulator.config import ConfigError
+from simulator.config.sections import ConfigError
 
 #: the entries of a BatchNorm layer that the flat model can hold (float parameters and buffers)
 BN_ENTRIES = ("weight", "bias", "running_mean", "running_var")

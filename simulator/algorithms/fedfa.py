@@ -55,7 +55,8 @@ into the next global model, which is how every client starts each round from (0,
 gammas are computed from the extras, not the rows.
 
 The padded rows of a client's partial last batch stay out of the FFA statistics: the trainer
-publishes the batch mask (:data:`simulator.models.BATCH_MASK`) whenever the model has BatchNorm
+publishes the batch mask (:data:`simulator.training.models.BATCH_MASK`) whenever the model has
+BatchNorm
 or the algorithm draws noise.
 """
 
@@ -68,8 +69,8 @@ import torch
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm, Param, ServerRound, positive
 from simulator.algorithms.fedfa_layer import VARIANTS, insert_ffa, layer_gammas, noise_per_step
-from simulator.config import ConfigError
-from simulator.step import Finish
+from simulator.config.sections import ConfigError
+from simulator.training.step import Finish
 
 #: extras and server tensors: momentum statistics up, gammas down
 STATS = ("ffa_mu", "ffa_sigma")

@@ -3,8 +3,9 @@ server's Student-t modulation (Zhou & Konukoglu, "FedFA: Federated Feature Augme
 ICLR 2023, Eq. 2-9 and Algorithm 2). The algorithm itself is :mod:`simulator.algorithms.fedfa`.
 
 The layer reads one client's noise draws of the current local step from
-:data:`simulator.models.STEP_NOISE` and the server's gammas from
-:data:`simulator.models.STEP_SHARED`; outside training (evaluation, the client's finish, the
+:data:`simulator.training.models.STEP_NOISE` and the server's gammas from
+:data:`simulator.training.models.STEP_SHARED`; outside training (evaluation, the client's finish,
+the
 server) both are None and the layer is the identity. Noise layout of one step (``K`` FFA layers,
 ``C_k`` channels, batch ``B``): the ``K`` activation coins first, then per layer ``B * C_k``
 draws for ``eps_mu`` and, for a conv stage, ``B * C_k`` for ``eps_sigma``. A coin ``z`` fires
@@ -28,7 +29,7 @@ from statistics import NormalDist
 import torch
 from torch import nn
 
-from simulator.models import BATCH_MASK, STEP_NOISE, STEP_SHARED
+from simulator.training.models import BATCH_MASK, STEP_NOISE, STEP_SHARED
 
 #: numerical floor inside the square roots (the paper writes none; the public code uses 1e-6)
 EPS = 1e-6

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm, Param, ServerRound, non_negative, positive
-from simulator.step import Finish, Step
+from simulator.training.step import Finish, Step
 
 
 def contrastive_guiding_loss(features: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor,

@@ -12,7 +12,7 @@ import torch
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm, non_negative
-from simulator.step import Step
+from simulator.training.step import Step
 
 
 def proximal_term(flat: torch.Tensor, global_flat: torch.Tensor, mu: float) -> torch.Tensor:

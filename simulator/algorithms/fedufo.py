@@ -84,8 +84,8 @@ from simulator.algorithms.fedufo_losses import (
     split_as,
     uniform_loss,
 )
-from simulator.config import ConfigError
-from simulator.step import Finish, Step
+from simulator.config.sections import ConfigError
+from simulator.training.step import Finish, Step
 
 READINGS = ("softmax", "mean")
 

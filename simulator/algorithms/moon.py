@@ -52,8 +52,8 @@ from torch import nn
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm, Param, non_negative, positive
-from simulator.config import ConfigError
-from simulator.step import Finish, Step
+from simulator.config.sections import ConfigError
+from simulator.training.step import Finish, Step
 
 
 def model_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor,

@@ -25,7 +25,7 @@ import torch
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm, ServerRound
-from simulator.step import Finish, Step
+from simulator.training.step import Finish, Step
 
 
 @register

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.special import ndtri
 
-from simulator.hashing import mix64
+from simulator.rng import mix64
 
 if TYPE_CHECKING:  # defined in .partitioned, re-exported lazily (see __getattr__ below)
     from .partitioned import NaturalData, PartitionData

@@ -1,0 +1,102 @@
+"""Field machinery of :mod:`simulator.config.sections`: declaring, validating and coercing fields.
+
+:func:`_f` declares a field with its help text (and valid choices) in ``metadata``;
+:func:`_check_choice` and :func:`_positive` validate values in ``__post_init__``;
+:func:`_type_name` and :func:`_coerce` turn YAML or command-line values into a field's type;
+:func:`parse_size` reads sizes such as ``"64MB"``.  Errors are :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from dataclasses import field, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the field and the valid choices."""
+
+
+def _f(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    meta = {"help": help, "choices": choices}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _check_choice(section: str, obj: Any) -> None:
+    for f in fields(obj):
+        ch = f.metadata.get("choices")
+        val = getattr(obj, f.name)
+        if ch and val not in ch:
+            raise ConfigError(f"{section}.{f.name}: unknown value {val!r}; valid: {list(ch)}")
+
+
+def _positive(section: str, obj: Any, names: tuple[str, ...], strict: bool = True) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if v is None:
+            continue
+        if not math.isfinite(v):
+            raise ConfigError(f"{section}.{n}: must be a finite number, got {v!r}")
+        if (strict and v <= 0) or (not strict and v < 0):
+            rel = "> 0" if strict else ">= 0"
+            raise ConfigError(f"{section}.{n}: must be {rel}, got {v!r}")
+
+
+def parse_size(text: str | int | float) -> int:
+    """Bytes of a size such as ``"64MB"``, ``"1.5GB"``, ``"512KiB"`` or a plain number of bytes
+    (decimal units are powers of 1000, ``KiB/MiB/GiB`` powers of 1024)."""
+    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        value, unit = float(text), ""
+    else:
+        s = str(text).strip().upper().replace(" ", "")
+        num = s.rstrip("KMGTIB")
+        value, unit = (float(num) if num else float("nan")), s[len(num):]
+    if unit not in units or not math.isfinite(value) or value < 0:
+        raise ValueError(f"not a size: {text!r} (examples: 64MB, 1.5GB, 512KiB)")
+    return int(value * units[unit])
+
+
+def _type_name(typ: Any) -> str:
+    """'int', 'float', 'str', 'bool', 'dict', optionally followed by ' | None'."""
+    args = [a for a in typing.get_args(typ) if a is not type(None)]
+    base = args[0] if args and typing.get_origin(typ) in (types.UnionType, typing.Union) else typ
+    name = getattr(typing.get_origin(base) or base, "__name__", str(base))
+    return name + (" | None" if type(None) in typing.get_args(typ) else "")
+
+
+def _coerce(sec: str, name: str, typ: Any, value: Any) -> Any:
+    t = _type_name(typ)
+    try:
+        if value is None:
+            if "None" in t:
+                return None
+            raise ConfigError(f"{sec}.{name}: must not be empty")
+        if t.startswith("dict"):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{sec}.{name}: expected a mapping, got {value!r}")
+            return dict(value)
+        if t.startswith("bool"):
+            if isinstance(value, str):
+                low = value.lower()
+                if low not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                return low in ("true", "1", "yes")
+            return bool(value)
+        if t.startswith("int"):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if t.startswith("float"):
+            return float(value)
+        return str(value)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError):
+        kind = t.split(" ")[0].split("|")[0]
+        raise ConfigError(f"{sec}.{name}: expected {kind}, got {value!r}") from None

@@ -1,0 +1,291 @@
+"""The round loop (DESIGN.md, "One round, as data flows").
+
+A round reads as plan -> train -> collect -> aggregate -> record:
+
+1. **plan** (:mod:`simulator.round.plan`): clients, malicious ones, local work, arrival times on the
+   virtual clock and the round policy's decision, aggregation weights of a linear rule;
+2. **train** and 3. **collect** (:mod:`simulator.round.collect`): actors (or the driver, for a
+round too
+   small to pay for a Ray call) run the algorithm's client step; new client state goes to the
+   store, rows and named extras come back, a model attack rewrites the malicious rows;
+4. **aggregate**: one screening of malformed rows, the defense's aggregate and verdicts (or the
+   actors' partial sums of a linear rule), then the algorithm's server update;
+5. **record** (:mod:`simulator.round.record`): evaluation and the round record; side effects
+   (ledger, checkpoints, logs) hang on the callbacks that :meth:`Simulation.run` calls.
+
+:class:`Simulation` owns no global state: everything a round needs is derived from the config, the
+round index and the state it carries (global model, virtual clock, in-flight updates, server and
+defense state, the client-state store), which is exactly what a checkpoint stores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from defenses import UpdateBatch, Verdict, make_defense
+from simulator.algorithms import make_algorithm
+from simulator.config.sections import Config, ConfigError, placement_of, policy_of
+from simulator.placement.runtime import Scheduler
+from simulator.policies import RoundPolicy
+from simulator.population.clock import VirtualClock
+from simulator.round.adversary import Adversary
+from simulator.round.aggregate import aggregate, aggregate_round, server_step
+from simulator.round.collect import Collected, collect, train
+from simulator.round.plan import RoundPlan, make_plan
+from simulator.round.record import make_record
+from simulator.round.server import ServerSide
+from simulator.round.types import InFlight, RoundCallback, RoundRecord
+from simulator.run.federation import Federation, build_federation, make_executor
+from simulator.state.store import ClientStore
+from simulator.training.evaluation import ClientEval
+
+log = logging.getLogger("fedsentry")
+
+
+def round_policy(cfg: Config) -> RoundPolicy:
+    """The configured round policy with its parameters (see
+    :func:`simulator.config.sections.policy_of`)."""
+    return policy_of(cfg.clock, cfg.experiment.clients_per_round)
+
+
+class Simulation:
+    """One federated run.
+
+    Parameters
+    ----------
+    cfg : the resolved configuration.
+    callbacks : round callbacks (see :class:`simulator.round.types.RoundCallback`).
+    federation : prebuilt data/devices/model (tests share one); built from ``cfg`` otherwise.
+    executor : where training runs; built from ``cfg.execution`` otherwise.
+    """
+
+    def __init__(self, cfg: Config, callbacks: Sequence[RoundCallback] = (),
+                 federation: Federation | None = None, executor: Any = None) -> None:
+        self.cfg = cfg
+        self.callbacks = list(callbacks)
+        self._hooks: dict[str, list[Any]] = {}
+        # cheap validation first: names and parameters fail before data loads or Ray starts
+        from attacks import make_attack
+
+        self.attack = make_attack(cfg.attack.attack, **cfg.attack.attack_params)
+        self.algorithm = make_algorithm(cfg.algorithm)
+        self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
+        cohort = cfg.experiment.clients_per_round
+        if (why := self.defense.rule_precondition(cohort)) is not None:
+            # every full round would be skipped: refuse before anything starts
+            raise ValueError(f"defense {self.defense.name!r}: needs {why} with "
+                             f"{cohort} clients a round")
+        self.policy = round_policy(cfg)
+        self.fed = federation or build_federation(cfg)
+        side = ServerSide.of(cfg, self.fed, self.algorithm, self.defense)
+        self.space, self.server = side.space, side.evaluation
+        self.spec = self.server.spec  # the clean spec: built before any data attack
+        self.global_flat, self.server_state = side.global_flat, side.server_state
+        spill = Path(cfg.output.out) / "state" / "spill"
+        self.store = ClientStore(cfg.execution.state_memory_bytes, spill)
+        for table, shape in self.algorithm.client_state.items():
+            sizes = {"params": self.fed.layout.num_params, "model": self.fed.layout.size}
+            if isinstance(shape, str) and shape not in sizes:
+                raise ValueError(f"algorithm {self.algorithm.name!r}: client_state table "
+                                 f"{table!r} has shape {shape!r}; valid: 'params', 'model' or "
+                                 f"an int")
+            n = sizes[shape] if isinstance(shape, str) else int(shape)
+            self.store.declare(table, (n,))
+        if self.space.local is not None:
+            self.store.declare("local", (len(self.space.local),))
+        side = self.defense.client_side
+        self.client_side = side() if side is not None else None
+        train_clients = self.fed.clients
+        if self.client_side is not None:  # holdouts leave training before the actors get data
+            train_clients = self.client_side.attach(self)
+        self.train_clients = train_clients
+        self._own_executor = executor is None
+        self.executor = executor or make_executor(cfg, self.fed, train_clients)
+        self._driver: Any = None
+        self.client_eval = ClientEval.of(cfg, self.fed, self.space, self.store,
+                                         self.algorithm)
+        self.adversary = Adversary(self.attack, cfg.attack, self.fed.num_clients,
+                                   cfg.experiment.seed)
+        if self.adversary.is_data_attack:
+            self.spec = dataclasses.replace(self.spec, data_attack=self.adversary.data_attack,
+                                            num_classes=self.fed.dataset.num_classes)
+        self._configured: set[int] = set()
+        self.clock = VirtualClock()
+        self.in_flight: list[InFlight] = []
+        self.history: dict[int, torch.Tensor] = {}  # round -> global model it started from
+        self.next_round = 0
+        self.model_bytes = 4 * self.space.size
+        self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
+        placement, predictor = placement_of(cfg.execution)
+        self.scheduler = Scheduler(placement, predictor, self.flops_per_sample,
+                                   cfg.algorithm.batch_size, cfg.experiment.seed,
+                                   cfg.execution.min_actor_mflop * 1e6 / self.flops_per_sample)
+        self.wall_offset = 0.0
+        self._where = ""
+
+    # -- helpers the round steps use ---------------------------------------------------------
+    def hooks(self, method: str) -> list[Any]:
+        """The client side and the callbacks that define ``method``."""
+        if method not in self._hooks:
+            every = ([self.client_side] if self.client_side is not None else []) + self.callbacks
+            self._hooks[method] = [h for h in every if hasattr(h, method)]
+        return self._hooks[method]
+
+    def linear_round(self) -> bool:
+        """Whether the actors may pre-aggregate the fresh rows (a linear rule whose rows neither
+        a model attack nor a hook needs)."""
+        return (self.defense.linear and self.cfg.execution.preaggregate
+                and not self.adversary.is_model_attack and not self.policy.adjusts_rows
+                and not any(getattr(h, "needs_rows", False) for h in self.hooks("on_round_end")))
+
+    @property
+    def global_flat_shared(self) -> torch.Tensor:
+        """The global model restricted to the shared entries (what rows are relative to)."""
+        return self.space.shared_of(self.global_flat)
+
+    @property
+    def server_side(self) -> ServerSide:
+        """A view of this run's server side (defense, algorithm, global model, history, server
+        state: the live objects) for :mod:`simulator.round.aggregate`'s functions."""
+        f = self.fed
+        return ServerSide(self.defense, self.algorithm, self.space, self.server, f.public_x,
+                          f.public_y, f.num_clients, f.layout, self.cfg.experiment.seed,
+                          self.global_flat, self.server_state, self.history)
+
+    def executor_for(self, plan: RoundPlan) -> tuple[Any, str]:
+        """The driver's own trainer for a round too small to pay for a Ray call, else the
+        configured executor; configures it with the round-invariant settings once."""
+        ex = self.cfg.execution
+        flops = sum(t.num_samples * t.epochs for t in plan.tasks) * self.flops_per_sample
+        inline = ex.backend == "ray" and (
+            ex.inline == "always" or (ex.inline == "auto" and flops < ex.inline_mflop * 1e6))
+        if inline and self._driver is None:
+            from actors.pool import LocalExecutor
+
+            self._driver = LocalExecutor(self.fed.model_spec, self.fed.x_train,
+                                         self.fed.y_train, self.train_clients,
+                                         self.fed.transform)
+        target, where = (self._driver, "driver") if inline else (self.executor, "actors")
+        if where != self._where:
+            log.info("round %d trains in the %s (%.1f MFLOP; --inline %s, threshold %g MFLOP)",
+                     plan.round, where, flops / 1e6, ex.inline, ex.inline_mflop)
+            self._where = where
+        if id(target) not in self._configured:
+            target.configure(self.spec, ex.vectorize, self.space.shared, self.space.local)
+            self._configured.add(id(target))
+        return target, where
+
+    # -- one round -----------------------------------------------------------------------------
+    def run_round(self, rnd: int, wall_start: float) -> RoundRecord:
+        """plan -> train -> collect -> aggregate -> record."""
+        self.history[rnd] = self.global_flat
+        # past global models: the last --max-staleness rounds (Siren's roll-back reads the
+        # previous one) and every round an update in flight was trained from (stale rows are
+        # relative to it: defenses and asynchronous mixing read it)
+        bases = {f.arrival.base_round for f in self.in_flight}
+        low = rnd - self.cfg.clock.max_staleness
+        for old in [r for r in self.history if r < low and r not in bases]:
+            del self.history[old]
+        plan = make_plan(self, rnd)
+        res, where = train(self, plan)
+        col = collect(self, plan, res, where)
+        batch, verdicts, delta = self.aggregate_round(plan, col)
+        carried = {f.arrival.client_id: f.extras for f in col.carried}
+        self.global_flat = self.server_step(rnd, delta, verdicts, [*plan.now, *carried],
+                                            carried | col.extras)
+        self.clock.advance_to(max(plan.outcome.round_end, plan.start))
+        return make_record(self, plan, col, batch, verdicts, wall_start)
+
+    def aggregate_round(self, plan: RoundPlan, col: Collected
+                        ) -> tuple[UpdateBatch | None, list[Verdict], torch.Tensor]:
+        """The defended aggregate (shared entries) and every client's verdict."""
+        return aggregate_round(self, plan, col)
+
+    def aggregate(self, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
+        """Screen malformed rows once, then let the defense aggregate the rest (the ledger's
+        committee and audit replay rounds through the same function)."""
+        return aggregate(self.server_side, rnd, batch)
+
+    def server_step(self, rnd: int, delta: torch.Tensor, verdicts: list[Verdict],
+                    arrived: Sequence[int], extras_of: dict[int, dict[str, np.ndarray]]
+                    ) -> torch.Tensor:
+        """The algorithm's server update (see :func:`simulator.round.aggregate.server_step`)."""
+        return server_step(self.server_side, rnd, delta, verdicts, arrived, extras_of)
+
+    def _base_model(self, rnd: int) -> torch.Tensor:
+        """The global model that round ``rnd``'s clients trained from."""
+        return self.server_side.base_model(rnd)
+
+    # -- whole run -----------------------------------------------------------------------------
+    def run(self, progress: bool = False, on_record: Any = None) -> list[RoundRecord]:
+        """Run the remaining rounds; ``on_record(record)`` is called after each one."""
+        from tqdm import tqdm
+
+        records = []
+        wall_start = time.perf_counter()
+        rng = range(self.next_round, self.cfg.experiment.rounds)
+        bar = tqdm(rng, desc="rounds", unit="round", disable=not progress, leave=False)
+        limit = self.cfg.experiment.max_virtual_hours * 3600.0
+        for rnd in bar:
+            if limit and self.clock.now >= limit:
+                break
+            rec = self.run_round(rnd, wall_start)
+            self.next_round = rnd + 1
+            for cb in self.hooks("on_round_end"):
+                cb.on_round_end(self, rec)
+            if on_record is not None:
+                on_record(rec)
+            records.append(rec)
+            if rec.accuracy is not None:
+                bar.set_postfix(acc=f"{rec.accuracy:.3f}")
+        bar.close()
+        return records
+
+    # -- checkpoint state ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "next_round": self.next_round, "global": self.global_flat.clone(),
+            "now": self.clock.now, "server_state": dict(self.server_state),
+            "defense": self.defense.state_dict(),
+            "in_flight": [(f.arrival, f.row, f.num_samples, f.loss, f.malicious, f.alarm,
+                           f.extras) for f in self.in_flight],
+            "wall_time": self.wall_offset, "history": dict(self.history),
+            "scheduler": self.scheduler.state_dict(),
+        }
+
+    def load_state_dict(self, st: dict[str, Any], store_dir: Path | None = None) -> None:
+        if "server_state" not in st:
+            raise ConfigError("output.resume: the checkpoint was written by a FedSentry before "
+                              "engine v2 and cannot be resumed; run it again")
+        self.next_round = int(st["next_round"])
+        self.global_flat = st["global"].clone()
+        self.clock = VirtualClock()
+        self.clock.advance_to(float(st["now"]))
+        self.server_state = dict(st["server_state"])
+        self.defense.load_state_dict(st["defense"])
+        self.in_flight = [InFlight(*f) for f in st["in_flight"]]
+        self.wall_offset = float(st.get("wall_time", 0.0))
+        self.history = dict(st.get("history", {}))
+        if "scheduler" in st:
+            self.scheduler.load_state_dict(st["scheduler"])
+        if st.get("store") is not None and store_dir is not None:
+            self.store.close()
+            self.store = ClientStore.load(store_dir, self.cfg.execution.state_memory_bytes,
+                                          Path(self.cfg.output.out) / "state" / "spill",
+                                          manifest=st["store"])
+            self.client_eval.store = self.store
+
+    def close(self) -> None:
+        """Shut down the executor if this simulation created it; close the store."""
+        if self._own_executor:
+            self.executor.shutdown()
+        self.store.close()
+

@@ -1,0 +1,183 @@
+"""Step 1 of a round, the plan: who trains, when their updates arrive, how they are aggregated.
+
+Everything here is decided before any training runs: the clients (among devices online and idle
+now), the malicious ones, each client's local work, the virtual clock's arrival times and the
+round policy's verdict on them (arrive now, later, or never), and, for a linear rule whose rows
+nobody needs, each client's aggregation weight, computed once here and used both by the actors'
+partial sums and by the verdicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from actors.trainer import TrainTask
+from defenses import Verdict
+from simulator.population.clock import (
+    Arrival,
+    RoundOutcome,
+    transfer_seconds_unchecked,
+)
+from simulator.population.selection import next_online_time, select_clients
+from simulator.rng import Stream, client_seeds, stream
+
+if TYPE_CHECKING:
+    from simulator.round.engine import Simulation
+
+
+@dataclass
+class RoundPlan:
+    """What a round will do, decided before training.
+
+    Attributes
+    ----------
+    round, start : round index and the virtual time it starts at.
+    selected : sorted ids of the clients selected this round.
+    malicious : the selected clients that are malicious this round.
+    epochs, sizes, seeds : per selected client (aligned with ``selected``).
+    arrivals : when each selected client's update would reach the server.
+    outcome : the round policy's decision over new and carried updates.
+    now, hold : selected clients trained now whose update arrives this round / later.
+    verdicts : rejections decided before training (partial work under ``drop_stragglers``).
+    dropout : selected clients whose device goes offline before their update is uploaded
+        (``--dropout``); they neither train nor arrive.
+    device_seconds, wasted_seconds : compute device-seconds of the updates resolved this round
+        (aggregated, dropped, rejected before training, lost to dropout) and the part of it
+        spent on updates that are discarded.
+    linear : the actors pre-aggregate this round's fresh rows (a linear rule, rows not needed).
+    weights : client -> aggregation weight of a linear rule (fresh rows arriving now).
+    starts : client -> ``[P]`` start model for clients that do not start from the global one.
+    alarms : client -> whether it raised an alarm (Siren's client side).
+    tasks : the training tasks (``now`` and ``hold`` clients, in selection order).
+    """
+
+    round: int
+    start: float
+    selected: np.ndarray
+    malicious: set[int]
+    epochs: np.ndarray
+    sizes: np.ndarray
+    seeds: np.ndarray
+    arrivals: list[Arrival]
+    outcome: RoundOutcome
+    now: set[int]
+    hold: set[int]
+    verdicts: list[Verdict]
+    linear: bool
+    dropout: list[int] = field(default_factory=list)
+    device_seconds: float = 0.0
+    wasted_seconds: float = 0.0
+    weights: dict[int, float] = field(default_factory=dict)
+    starts: dict[int, np.ndarray] = field(default_factory=dict)
+    alarms: dict[int, bool] = field(default_factory=dict)
+    tasks: list[TrainTask] = field(default_factory=list)
+
+    @property
+    def trained(self) -> np.ndarray:
+        """Ids of the clients that train this round, in task order."""
+        return np.array([t.client_id for t in self.tasks], dtype=np.int64)
+
+
+def select(sim: Simulation, rnd: int) -> np.ndarray:
+    """Clients among the devices online now and not busy with an earlier update; when nobody is
+    online the clock first moves to the moment the next device comes online."""
+    seed, avail = sim.cfg.experiment.seed, sim.fed.availability
+    m = sim.policy.cohort(sim.cfg.experiment.clients_per_round, len(sim.in_flight))
+    busy = np.array([f.arrival.client_id for f in sim.in_flight], dtype=np.int64)
+    rng = stream(seed, rnd, Stream.SELECT)
+    chosen = select_clients(avail, sim.clock.now, m, busy, rng)
+    if len(chosen) == 0 and m > 0 and not avail.online(sim.clock.now).any():
+        sim.clock.advance_to(next_online_time(avail, sim.clock.now))
+        chosen = select_clients(avail, sim.clock.now, m, busy, rng)
+    if overrides_choose(sim.algorithm) and len(chosen):
+        online = avail.online(sim.clock.now)
+        online[busy] = False
+        picked = sim.algorithm.choose(np.flatnonzero(online), len(chosen), rng,
+                                      sim.server_state)
+        if picked is not None:
+            chosen = np.sort(np.asarray(picked, dtype=np.int64))
+    return chosen
+
+
+def overrides_choose(algorithm: Any) -> bool:
+    """Whether the algorithm picks the round's clients itself (``Algorithm.chooses``)."""
+    chooses = getattr(algorithm, "chooses", None)
+    return bool(chooses()) if chooses is not None else False
+
+
+def arrivals(sim: Simulation, rnd: int, selected: np.ndarray, epochs: np.ndarray,
+             sizes: np.ndarray, start: float) -> list[Arrival]:
+    """When each selected client's update reaches the server (compute + transfer)."""
+    pop, c = sim.fed.population, sim.cfg.clock
+    # the population's arrays were validated when it was built; sizes and epochs are counts
+    # ms/sample, or the model's training FLOPs over the device's GFLOP/s where it declares one
+    comp = pop.compute_seconds(selected, np.asarray(sizes, np.float64),
+                               np.asarray(epochs, np.float64), np.float64(c.compute_factor),
+                               sim.flops_per_sample)
+    dur = comp + transfer_seconds_unchecked(np.float64(sim.model_bytes), pop.up_kbps[selected],
+                                            pop.down_kbps[selected], pop.latency_ms[selected])
+    return [Arrival(int(k), rnd, start + float(d), float(s))
+            for k, d, s in zip(selected.tolist(), dur.tolist(), comp.tolist(), strict=True)]
+
+
+def make_plan(sim: Simulation, rnd: int) -> RoundPlan:
+    """Plan round ``rnd`` (see :class:`RoundPlan`); calls the hooks' ``on_plan``."""
+    cfg, seed = sim.cfg, sim.cfg.experiment.seed
+    selected = select(sim, rnd)
+    mal = sim.adversary.malicious(selected, stream(seed, rnd, Stream.ATTACK))
+    epochs = sim.algorithm.client_epochs(len(selected), stream(seed, rnd, Stream.EPOCHS))
+    sizes = sim.train_clients.sizes(selected)
+    start = sim.clock.now
+    new = arrivals(sim, rnd, selected, epochs, sizes, start)
+    dropout, lost_s = _dropouts(sim, start, new) if cfg.clock.dropout else ([], 0.0)
+    if dropout:
+        gone = set(dropout)
+        new = [a for a in new if a.client_id not in gone]
+    verdicts: list[Verdict] = []
+    partial_s = 0.0
+    if not sim.algorithm.keep_partial_work():
+        # partial-work clients are rejected before the round closes: the server neither waits
+        # for them nor trains them (the FedAvg baseline of the FedProx paper)
+        partial = set(selected[epochs < cfg.algorithm.local_epochs].tolist())
+        partial &= {a.client_id for a in new}
+        verdicts = [Verdict(int(c), False, 0.0, float("nan"), "partial-work")
+                    for c in sorted(partial)]
+        partial_s = sum(a.compute_s for a in new if a.client_id in partial)
+        new = [a for a in new if a.client_id not in partial]
+    outcome = sim.policy.close_round(rnd, start, new, [f.arrival for f in sim.in_flight])
+    now = {a.client_id for a in outcome.arrived if a.base_round == rnd}
+    hold = {a.client_id for a in outcome.pending if a.base_round == rnd}
+    plan = RoundPlan(rnd, start, selected, mal, epochs, sizes,
+                     client_seeds(seed, rnd, selected), new, outcome, now, hold, verdicts,
+                     sim.linear_round(), dropout)
+    dropped_s = sum(a.compute_s for a in outcome.dropped)
+    plan.wasted_seconds = dropped_s + partial_s + lost_s
+    plan.device_seconds = sum(a.compute_s for a in outcome.arrived) + plan.wasted_seconds
+    if plan.linear:
+        fresh = [i for i, c in enumerate(selected.tolist()) if c in now]
+        w = sim.defense.row_weights(sizes[fresh])
+        plan.weights = {int(selected[i]): float(x) for i, x in zip(fresh, w, strict=True)}
+    for hook in sim.hooks("on_plan"):
+        hook.on_plan(sim, plan)
+    poison = sim.adversary.is_data_attack
+    plan.tasks = [TrainTask(int(c), int(e), int(sd), int(n), poison and int(c) in mal)
+                  for c, e, sd, n in zip(selected.tolist(), epochs.tolist(),
+                                         plan.seeds.tolist(), sizes.tolist(), strict=True)
+                  if c in now or c in hold]
+    return plan
+
+
+def _dropouts(sim: Simulation, start: float, new: list[Arrival]) -> tuple[list[int], float]:
+    """The clients whose device goes offline before their update lands, and the compute
+    device-seconds they spent until then."""
+    if not new:
+        return [], 0.0
+    ids = np.array([a.client_id for a in new], dtype=np.int64)
+    finish = np.array([a.finish_time for a in new], dtype=np.float64)
+    until = sim.fed.availability.online_until(start, ids)
+    lost = finish > until
+    spent = np.minimum(np.array([a.compute_s for a in new], np.float64), until - start)
+    return ids[lost].tolist(), float(spent[lost].sum())

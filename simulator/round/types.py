@@ -1,0 +1,90 @@
+"""Per-round building blocks of the engine: round records, in-flight updates, callbacks and
+checkpoint files (the round's random streams are :mod:`simulator.rng`'s)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+
+from defenses import UpdateBatch
+from simulator.population.clock import Arrival
+
+if TYPE_CHECKING:
+    from simulator.round.engine import Simulation
+
+
+@dataclass
+class RoundRecord:
+    """Everything one round produced; written as one JSONL event."""
+
+    round: int
+    virtual_time: float
+    wall_time: float
+    selected: list[int]
+    participants: list[int]
+    dropped: list[int]
+    stale: list[int]
+    rejected: list[int]
+    verdicts: list[dict[str, Any]]
+    train_loss: float | None
+    accuracy: float | None = None
+    loss: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: the rows the defense aggregated (None when the actors pre-aggregated a linear rule); the
+    #: ledger records them. Not part of the event.
+    rows: UpdateBatch | None = field(default=None, repr=False, compare=False)
+
+    def to_event(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("extra", "rows")}
+        d.update(self.extra)
+        return d
+
+
+class RoundCallback(Protocol):
+    """Side effects (ledger, checkpoints, logging) hang here, never inside aggregation.
+
+    A callback may also define ``on_plan(sim, plan)`` (before training: Siren's alarms and start
+    models), ``on_collect(sim, plan, returned)`` (after training, before model attacks:
+    Siren remembers its clients' local models) and ``needs_rows = True`` (the round must keep
+    every update row instead of letting the actors pre-aggregate them: the ledger)."""
+
+    def on_round_end(self, sim: Simulation, record: RoundRecord) -> None: ...
+
+
+@dataclass
+class InFlight:
+    """An update computed but not yet aggregated (carry-over policy)."""
+
+    arrival: Arrival
+    row: np.ndarray
+    num_samples: int
+    loss: float
+    malicious: bool = False  # the client was malicious in the round it trained
+    alarm: bool = False  # the client raised an alarm (Siren) in the round it trained
+    extras: dict[str, np.ndarray] = field(default_factory=dict)  # the client's named extras
+
+
+
+def save_checkpoint(sim: Simulation, directory: Path, wall_time: float,
+                    **extra: Any) -> Path:
+    """Atomically write ``checkpoint.pt`` (write to a temporary file, then rename).
+
+    The client-state store first writes what changed since its last save into
+    ``state/checkpoint/``; the manifest it returns goes into ``checkpoint.pt``, whose rename is
+    the one commit point (a crash before it leaves the previous checkpoint and its store files
+    intact). ``extra`` entries (the run summary) are saved beside the simulation state.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    st = sim.state_dict()
+    st["store"] = sim.store.save(directory / "state" / "checkpoint")
+    st["wall_time"] = wall_time
+    st.update(extra)
+    tmp = directory / "checkpoint.pt.tmp"
+    torch.save(st, tmp)
+    final = directory / "checkpoint.pt"
+    tmp.replace(final)
+    return final

@@ -1,0 +1,272 @@
+"""Building a run's parts from its config: the federation (the population's devices and client
+data, the server's public and test sets, the model) and the executors (Ray actor pool, and the
+in-process trainer that small rounds use)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from actors.trainer import ClientTransform, client_arrays
+from simulator.config.sections import Config, ConfigError
+from simulator.data import Dataset, load_dataset, partition, split_public
+from simulator.data.clients import ClientData, NaturalData, PartitionData, with_local_test
+from simulator.population.availability import (
+    AVAILABILITY_PERIOD_S,
+    Availability,
+    make_availability,
+)
+from simulator.population.devices import Population, generate_population_arrays, load_trace
+from simulator.training.models import ModelSpec, SplitModel
+from simulator.training.stacked import FlatLayout
+
+log = logging.getLogger("fedsentry")
+
+
+@dataclass
+class Federation:
+    """The devices, the clients' data, the server's public and test sets and the model.
+
+    ``availability`` says when each device is online (diurnal, or a trace of intervals; see
+    :mod:`simulator.population.availability`).
+
+    ``clients`` gives any client's local training data on demand from its id (a real partition,
+    virtual draws or generated devices); nothing here is sized by the population except the
+    device arrays of ``population`` (and a partition's index, bounded by the dataset).
+    """
+
+    dataset: Dataset
+    x_train: np.ndarray            # the pool clients' rows index (empty for generated data)
+    y_train: np.ndarray
+    clients: ClientData
+    transform: ClientTransform | None   # per-client input transform (feature shift)
+    public_x: torch.Tensor | None
+    public_y: torch.Tensor | None
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    population: Population
+    model_spec: ModelSpec
+    model: SplitModel
+    layout: FlatLayout
+    availability: Availability
+    #: each client's local test data (``--client-test-fraction``), and which arrays its rows
+    #: index ("train" or "test"); ``clients`` then holds only the rest of a partition's rows
+    local_test: ClientData | None = None
+    local_test_pool: str = "test"
+    #: the model's initial flat state (seeded): every simulation of this federation starts from
+    #: it, whatever an earlier simulation sharing the federation left in ``model``
+    initial: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.initial is None:
+            self.initial = self.layout.flatten(self.model).clone()
+
+    @property
+    def num_clients(self) -> int:
+        return self.clients.num_clients
+
+    def sizes(self, ids: np.ndarray) -> np.ndarray:
+        """Training-sample counts of clients ``ids`` (vectorized)."""
+        return self.clients.sizes(np.asarray(ids, dtype=np.int64))
+
+    @property
+    def client_sizes(self) -> np.ndarray:
+        """Every client's training-sample count: O(population), for tools and small runs."""
+        return self.sizes(np.arange(self.num_clients))
+
+    @property
+    def client_index(self) -> list[np.ndarray]:
+        """Every client's training rows (partition sources only; O(population))."""
+        if not isinstance(self.clients, PartitionData):
+            raise TypeError("client_index exists only for partitioned data")
+        return self.clients.to_lists()
+
+    def arrays(self, source: ClientData, ids: np.ndarray, pool: str = "train"
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(x, y)`` of each client of ``source`` (its rows of the ``pool`` arrays: "train" or
+        "test"), with the client's input transform applied."""
+        x, y = ((self.x_train, self.y_train) if pool == "train"
+                else (self.test_x.numpy(), self.test_y.numpy()))
+        px, py, index = client_arrays(source, np.asarray(ids, dtype=np.int64), x, y,
+                                      self.transform)
+        px, py = (x, y) if px is None else (px, py)
+        return [(px[i], py[i]) for i in index]
+
+
+def _client_data(cfg: Config, ds: Dataset, rest: np.ndarray) -> ClientData:
+    """The population's client data source (see ``DataConfig.partition``)."""
+    d, seed = cfg.data, cfg.experiment.seed
+    y = ds.y_train
+    if d.partition == "virtual":
+        from simulator.data.virtual import VirtualData
+
+        try:
+            return VirtualData(y, d.num_clients, seed=seed, pool=rest, test_labels=ds.y_test,
+                               **d.partition_kwargs())
+        except ValueError as e:
+            raise ConfigError(f"data.partition_params: partition 'virtual': {e}") from None
+    if d.partition == "natural" and ds.groups is not None:
+        try:
+            nat = NaturalData.from_groups(ds.groups[rest], d.num_clients, seed=seed)
+        except ValueError as e:
+            raise ConfigError(f"data.num_clients: {e}") from None
+        return NaturalData(rest[nat.index_flat], nat.offsets, nat.writers)
+    if len(rest) < d.num_clients:
+        raise ConfigError(f"data.num_clients: cannot give {d.num_clients} clients a sample each "
+                          f"from {len(rest)} samples; for a population larger than the "
+                          "dataset use --partition virtual")
+    groups = ds.groups[rest] if ds.groups is not None else None
+    try:
+        parts = partition(y[rest], d.num_clients, d.partition, seed=seed, groups=groups,
+                          **d.partition_kwargs())
+    except ValueError as e:
+        raise ConfigError(f"data.partition: {e}") from None
+    return PartitionData.from_lists([rest[p] for p in parts])
+
+
+def _load(cfg: Config) -> tuple[Dataset, ClientData | None]:
+    """The dataset, and the client source when the dataset generates its clients."""
+    d, seed = cfg.data, cfg.experiment.seed
+    if d.dataset == "synthetic" and d.partition == "natural":
+        # FedProx synthetic: device k's data is generated from (seed, k) when it is selected
+        from simulator.data.generated import SyntheticDevices, synthetic_test_set
+
+        if d.public_fraction > 0:
+            raise ConfigError("data.public_fraction: generated synthetic devices have no pooled "
+                              "training set to carve a public set from; use 0")
+        dev = SyntheticDevices(d.num_clients, seed=seed, alpha=d.synthetic_alpha,
+                               beta=d.synthetic_beta, test_fraction=d.test_fraction)
+        xt, yt = synthetic_test_set(dev)
+        dim = xt.shape[1]
+        ds = Dataset("synthetic", np.zeros((0, dim), np.float32), np.zeros(0, np.int64),
+                     xt.astype(np.float32), yt.astype(np.int64), 10, (dim,))
+        return ds, dev
+    extra: dict[str, object] = {}
+    if d.dataset == "synthetic":
+        extra = {"alpha": d.synthetic_alpha, "beta": d.synthetic_beta,
+                 "num_devices": max(d.num_clients, 30)}
+    ds = load_dataset(d.dataset, seed=seed, path=d.data_path, test_fraction=d.test_fraction,
+                      **extra)
+    return ds, None
+
+
+def population_of(cfg: Config) -> Population:
+    """The N devices: a trace (its first N devices) or a generated population."""
+    dv, n = cfg.devices, cfg.data.num_clients
+    if dv.device_trace:
+        pop = load_trace(dv.device_trace)
+        if len(pop) < n:
+            raise ConfigError(f"devices.device_trace: {dv.device_trace} has {len(pop)} devices, "
+                              f"fewer than data.num_clients={n}")
+        if len(pop) > n:
+            log.info("device trace has %d devices; the population uses the first %d",
+                     len(pop), n)
+            pop = pop.prefix(n)
+        return pop
+    return generate_population_arrays(
+        n, seed=cfg.experiment.seed, compute_ms_median=dv.compute_ms_median,
+        compute_sigma=dv.compute_sigma, up_kbps_median=dv.up_kbps_median,
+        down_kbps_median=dv.down_kbps_median, bandwidth_sigma=dv.bandwidth_sigma,
+        latency_ms_median=dv.latency_ms_median, availability_low=dv.availability_low,
+        gflops_median=dv.gflops_median, gflops_sigma=dv.gflops_sigma)
+
+
+def availability_of(cfg: Config, pop: Population) -> Availability:
+    """When the devices are online: the ``--availability-trace`` file's intervals, or the diurnal
+    model (seeded by the experiment, period :data:`AVAILABILITY_PERIOD_S`).  A bad trace raises
+    TraceError (``FILE:LINE: ...``)."""
+    dv = cfg.devices
+    return make_availability(pop, seed=cfg.experiment.seed, period_s=AVAILABILITY_PERIOD_S,
+                             trace=dv.availability_trace or None,
+                             trace_period_s=dv.availability_period_s)
+
+
+def build_federation(cfg: Config) -> Federation:
+    """Load, split and place everything a run needs; deterministic in ``cfg.experiment.seed``.
+
+    Cost is O(dataset) plus O(N) vectorized numpy for the device arrays: no Python loop over the
+    population (a real partition is bounded by the dataset's rows)."""
+    d, seed = cfg.data, cfg.experiment.seed
+    pop = population_of(cfg)
+    avail = availability_of(cfg, pop)    # a bad trace fails before the dataset loads
+    ds, generated = _load(cfg)
+    public_idx, rest = split_public(ds.y_train, d.public_fraction, seed=seed)
+    clients = generated if generated is not None else _client_data(cfg, ds, rest)
+    m = cfg.model
+    if m.model == "cnn" and len(ds.input_shape) != 3:
+        raise ConfigError(f"model.model: 'cnn' needs image data; dataset {d.dataset!r} has "
+                          f"input shape {ds.input_shape}; use 'mlp' or 'logreg'")
+    spec = ModelSpec(m.model, tuple(ds.input_shape), ds.num_classes, m.hidden, m.norm,
+                     model_extension(cfg))
+    model = spec.build(seed=seed)
+    pub_x = torch.from_numpy(ds.x_train[public_idx]) if len(public_idx) else None
+    pub_y = torch.from_numpy(ds.y_train[public_idx]) if len(public_idx) else None
+    transform = ClientTransform(seed, d.feature_shift) if d.feature_shift > 0 else None
+    local_test, pool = None, "test"
+    if d.client_test_fraction > 0:
+        clients, local_test, pool = with_local_test(clients, d.client_test_fraction, seed)
+    return Federation(ds, ds.x_train.astype(np.float32, copy=False),
+                      ds.y_train.astype(np.int64, copy=False), clients, transform, pub_x, pub_y,
+                      torch.from_numpy(ds.x_test.astype(np.float32)),
+                      torch.from_numpy(ds.y_test.astype(np.int64)), pop, spec,
+                      model, FlatLayout(model), avail, local_test, pool)
+
+
+def actor_gpu_share(gpus_per_actor: float | None, cluster_gpus: float) -> float:
+    """GPU share of each actor: the configured one (0 forces CPU actors even on a GPU
+    cluster), or, unset, a quarter GPU when the cluster has GPUs and none otherwise."""
+    if gpus_per_actor is None:
+        return 0.25 if cluster_gpus > 0 else 0.0
+    return float(gpus_per_actor)
+
+
+def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = None
+                  ):  # noqa: ANN201 (RayPool | LocalExecutor)
+    """The configured executor: a Ray actor pool (default) or the in-process trainer.
+
+    With ``execution.actor_kinds`` the pool holds those kinds (checked against the cluster
+    before any actor starts; the local backend then has as many workers as the kinds have
+    actors). ``clients`` overrides the federation's client source (e.g. Siren's training rows
+    without the holdouts)."""
+    from actors.kinds import parse_actor_kinds
+    from actors.pool import LocalExecutor, RayPool
+
+    ex = cfg.execution
+    clients = clients or fed.clients
+    kinds = parse_actor_kinds(ex.actor_kinds) if ex.actor_kinds else None
+    if ex.backend == "local":
+        n = sum(k.count for k in kinds) if kinds else max(ex.num_actors, 1)
+        return LocalExecutor(fed.model_spec, fed.x_train, fed.y_train, clients, fed.transform,
+                             num_workers=n)
+    from actors.ray_setup import ensure_ray
+
+    ensure_ray(ex.ray_address)
+    if kinds:
+        return RayPool(fed.model_spec, fed.x_train, fed.y_train, clients, 0,
+                       transform=fed.transform, kinds=kinds)
+    import ray
+
+    res = ray.cluster_resources()
+    gpus = float(res.get("GPU", 0.0))
+    share = actor_gpu_share(ex.gpus_per_actor, gpus)
+    if ex.num_actors:
+        n = ex.num_actors
+    elif share > 0:
+        n = max(1, int(gpus / share))
+    else:
+        n = max(1, int(res.get("CPU", os.cpu_count() or 1)))
+    return RayPool(fed.model_spec, fed.x_train, fed.y_train, clients, n, share, fed.transform)
+
+
+def model_extension(cfg: Config) -> Any:
+    """The configured algorithm if it adds layers to the model (its ``extend_model``), else
+    None (the model as configured)."""
+    from simulator.algorithms import Algorithm, make_algorithm
+
+    alg = make_algorithm(cfg.algorithm)
+    return alg if type(alg).extend_model is not Algorithm.extend_model else None

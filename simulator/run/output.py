@@ -1,0 +1,214 @@
+"""Run outputs: a JSONL event per round, a summary JSON, a CSV and PNG plots.
+
+The event log is an :class:`~simulator.run.appendlog.AppendLog`: one JSON line per round, written
+in one write and flushed, so a run killed at any moment (even mid-write) keeps every round it
+finished and at most a torn last line; :func:`truncate_events` drops that tail and the rounds
+past a checkpoint when a run resumes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.run.appendlog import AppendLog, drop_torn_tail, read_jsonl
+
+CSV_FIELDS = ("round", "virtual_time", "wall_time", "accuracy", "loss", "train_loss",
+              "participants", "dropped", "stale", "rejected")
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (np.floating, np.integer)):
+        return _clean(v.item())
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+class EventLog:
+    """Appends one JSON object per line to ``events.jsonl`` (one write and a flush per event).
+
+    Parameters
+    ----------
+    path : Path
+        The log; one that may end in a torn line goes through :func:`truncate_events` first.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._log = AppendLog(path, "jsonl")
+
+    def write(self, event: dict[str, Any]) -> None:
+        """Append one round's event."""
+        self._log.append((json.dumps(_clean(event), sort_keys=False) + "\n").encode())
+
+    def close(self) -> None:
+        """Close the log."""
+        self._log.close()
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The events of a log (none when it is missing), ignoring a torn last line.
+
+    Raises
+    ------
+    simulator.run.appendlog.CorruptLogError
+        A line before the last does not parse.
+    """
+    return read_jsonl(path)
+
+
+def truncate_events(path: Path, next_round: int) -> None:
+    """Keep only events of rounds before ``next_round`` (used when resuming).
+
+    A torn last line (a kill mid-write) is cut off first; the log is then streamed line by
+    line into a temporary file that replaces it, so a kill here leaves one log or the other.
+    """
+    if not path.is_file():
+        path.write_text("")
+        return
+    drop_torn_tail(path, "jsonl")
+    tmp = path.with_suffix(".jsonl.tmp")
+    with path.open("rb") as src, tmp.open("wb") as dst:
+        for line in src:
+            if line.strip() and json.loads(line).get("round", -1) < next_round:
+                dst.write(line)
+    tmp.replace(path)
+
+
+class RunSummary:
+    """The run's summary, accumulated event by event (never by re-reading the log).
+
+    Memory is O(rounds) small numbers (the CSV/plot series) plus the first-ban rounds of banned
+    clients; it is checkpointed with the run (:meth:`state_dict`).
+    """
+
+    def __init__(self) -> None:
+        self.rounds = 0
+        self.last: dict[str, Any] = {}
+        self.accs: list[float] = []
+        self.final_loss: float | None = None
+        self.totals = {"client_updates": 0, "dropped_total": 0, "stale_total": 0,
+                       "rejected_total": 0, "precondition_rounds": 0}
+        self.det = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+        self.asr: float | None = None
+        self.first_ban: dict[int, int] = {}
+        self.clients: dict[str, Any] = {}
+        self.series: list[dict[str, Any]] = []   # one CSV row per round
+
+    def add(self, e: dict[str, Any]) -> None:
+        """Account for one round's event."""
+        self.rounds += 1
+        self.last = {k: e.get(k) for k in ("virtual_time", "wall_time")}
+        if e.get("accuracy") is not None:
+            self.accs.append(e["accuracy"])
+            self.final_loss = e.get("loss")
+        for k, src in (("client_updates", "participants"), ("dropped_total", "dropped"),
+                       ("stale_total", "stale"), ("rejected_total", "rejected")):
+            self.totals[k] += len(e.get(src, []))
+        # rounds skipped because the draw broke the rule's precondition (verdicts say which)
+        self.totals["precondition_rounds"] = (self.totals.get("precondition_rounds", 0)
+                                              + int(e.get("precondition") is not None))
+        for k in self.det:
+            self.det[k] += e.get("detection", {}).get(k, 0)
+        if e.get("attack_success_rate") is not None:
+            self.asr = e["attack_success_rate"]
+        for v in e.get("verdicts", []):
+            if v.get("reason") == "banned":
+                self.first_ban.setdefault(int(v["client"]), int(e["round"]))
+        if e.get("client_accuracy_mean") is not None:
+            self.clients = {k: e[k] for k in CLIENT_FIELDS}
+        self.series.append({k: (len(e[k]) if isinstance(e.get(k), list) else e.get(k))
+                            for k in CSV_FIELDS})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Final, best and last-5 accuracy, totals, throughput and detection figures."""
+        accs, wall = self.accs, self.last.get("wall_time") or 0.0
+        tp, fp, fn, tn = (self.det[k] for k in ("tp", "fp", "fn", "tn"))
+        updates = self.totals["client_updates"]
+        return {
+            "rounds": self.rounds,
+            "final_accuracy": accs[-1] if accs else None,
+            "final_loss": self.final_loss,
+            "best_accuracy": max(accs) if accs else None,
+            "last5_accuracy": float(np.mean(accs[-5:])) if accs else None,
+            "virtual_time": self.last.get("virtual_time"),
+            "wall_time": wall,
+            **self.totals,
+            "updates_per_second": updates / wall if wall else None,
+            "attack_success_rate": self.asr,
+            "detection_precision": tp / (tp + fp) if tp + fp else None,
+            "detection_recall": tp / (tp + fn) if tp + fn else None,
+            "detection_f1": 2 * tp / (2 * tp + fp + fn) if tp else (0.0 if fp + fn else None),
+            "benign_false_rejection": fp / (fp + tn) if fp + tn else None,
+            # round at which each banned client was first refused as banned (Siren's penalty)
+            "first_ban_round": dict(sorted(self.first_ban.items())),
+            **self.clients,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def load_state_dict(self, st: dict[str, Any]) -> None:
+        self.__dict__.update(st)
+
+
+#: per-client evaluation figures of the last evaluated round, copied into the summary
+CLIENT_FIELDS = ("client_accuracy_mean", "client_accuracy_std", "client_accuracy_worst10",
+                 "clients_evaluated")
+
+
+def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """:class:`RunSummary` of a list of events (tools that hold a log)."""
+    s = RunSummary()
+    for e in events:
+        s.add(e)
+    return s.to_dict()
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The per-round series (:attr:`RunSummary.series`, or events) as a CSV table."""
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for e in rows:
+            w.writerow({k: (len(e[k]) if isinstance(e.get(k), list) else e.get(k))
+                        for k in CSV_FIELDS})
+
+
+def plot(path_dir: Path, events: list[dict[str, Any]], title: str = "") -> list[Path]:
+    """Accuracy vs round and vs virtual time, as two PNG files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evald = [e for e in events if e.get("accuracy") is not None]
+    if not evald:
+        return []
+    out = []
+    for key, label, name in (("round", "round", "accuracy_vs_round.png"),
+                             ("virtual_time", "virtual time (s)", "accuracy_vs_time.png")):
+        fig, ax = plt.subplots(figsize=(5.5, 3.5))
+        xs = [e[key] + (1 if key == "round" else 0) for e in evald]
+        ax.plot(xs, [e["accuracy"] for e in evald], marker="o", ms=3)
+        ax.set_xlabel(label)
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.set_title(title, fontsize=9)
+        fig.tight_layout()
+        p = path_dir / name
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(p)
+    return out

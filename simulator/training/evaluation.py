@@ -1,0 +1,153 @@
+"""What the server evaluates: the test set, public/root-set scores of candidate models, a
+client's holdout (Siren's alarm), the server's own root-set update (FLTrust) and backdoor
+success. All of it runs in the driver on the federation's model template."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from simulator.rng import client_seeds
+from simulator.run.federation import Federation
+from simulator.training.stacked import LocalSpec, evaluate, score_models, train_clients
+
+if TYPE_CHECKING:
+    from simulator.config.sections import Config
+    from simulator.state.store import ClientStore
+    from simulator.training.space import ParamSpace
+
+
+class ServerEval:
+    """Evaluation helpers bound to one federation."""
+
+    def __init__(self, fed: Federation, seed: int, local_epochs: int, spec: LocalSpec) -> None:
+        self.fed, self.seed, self.local_epochs, self.spec = fed, seed, local_epochs, spec
+
+    def test(self, flat: torch.Tensor) -> tuple[float, float]:
+        """Accuracy and loss on the test set."""
+        f = self.fed
+        return evaluate(f.model, f.layout, flat, f.test_x, f.test_y)
+
+    def score_models(self, models: torch.Tensor) -> dict[str, np.ndarray]:
+        """Accuracy, loss and mean softmax entropy of each model row on the public set."""
+        f = self.fed
+        return score_models(f.model, f.layout, models, f.public_x, f.public_y)
+
+    def accuracy_on(self, flat: torch.Tensor, x: np.ndarray, y: np.ndarray) -> float:
+        """Accuracy of a model on some samples (a client's holdout)."""
+        f = self.fed
+        return evaluate(f.model, f.layout, flat, torch.from_numpy(x), torch.from_numpy(y))[0]
+
+    @torch.no_grad()
+    def correct_on(self, flat: torch.Tensor, x: np.ndarray, y: np.ndarray,
+                   batch: int = 2048) -> np.ndarray:
+        """Which samples a model classifies correctly (``[n]`` bools; Siren's paired alarm
+        test on a client's holdout)."""
+        f = self.fed
+        f.layout.load(f.model, flat)
+        f.model.eval()
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        out = [(f.model(xt[i:i + batch]).argmax(1) == yt[i:i + batch]).numpy()
+               for i in range(0, len(yt), batch)]
+        return np.concatenate(out) if out else np.zeros(0, bool)
+
+    def server_update(self, rnd: int, global_flat: torch.Tensor) -> torch.Tensor:
+        """The global model trained on the public set (one client's worth of local work) by
+        plain SGD on the cross-entropy: the server is not a client of the algorithm (it has no
+        client state, and FLTrust's root update is ERM)."""
+        f = self.fed
+        seed = int(client_seeds(self.seed, rnd, np.array([2**31 - 1]))[0])
+        out = train_clients(f.model, f.layout, global_flat, f.public_x, f.public_y,
+                            [np.arange(len(f.public_y))], [self.local_epochs], [seed],
+                            dataclasses.replace(self.spec, step=None))
+        return out.updates[0]
+
+    @torch.no_grad()
+    def attack_success_rate(self, global_flat: torch.Tensor, trigger: Any) -> float | None:
+        """Backdoor success: share of non-target test samples classified as the target once
+        the trigger is stamped on them (None without a backdoor)."""
+        if trigger is None:
+            return None
+        from attacks.backdoor import attack_success_rate
+
+        f = self.fed
+        f.layout.load(f.model, global_flat)
+        f.model.eval()
+        pred = f.model(trigger.stamp(f.test_x)).argmax(1)
+        return attack_success_rate(pred, f.test_y, trigger.target)
+
+
+class ClientEval:
+    """Per-client evaluation on local test splits (``--client-test-fraction``).
+
+    A fixed seeded sample of ``min(N, eval_clients)`` clients is evaluated at every evaluation
+    round, each with the global model (its kept-local entries, if the algorithm has any, from
+    the client-state store; clients that never trained use the global ones), or with its
+    personal model where the algorithm keeps one (Ditto: ``Algorithm.personal``). Reports the mean,
+    the standard deviation and the worst-10% mean (the lowest ceil(n / 10) accuracies) of the
+    clients' accuracies. Cost: the sample's test rows, never the population.
+    """
+
+    def __init__(self, fed: Federation, clients: np.ndarray, space: ParamSpace,
+                 store: ClientStore, algorithm: Any = None) -> None:
+        self.fed, self.clients, self.space, self.store = fed, clients, space, store
+        #: evaluates each client with its personal model (the algorithm's ``personal`` table)
+        self.algorithm = (algorithm if getattr(algorithm, "personal", None) is not None
+                          else None)
+        data = fed.arrays(fed.local_test, clients, fed.local_test_pool) if len(clients) else []
+        keep = [i for i, (_, y) in enumerate(data) if len(y)]
+        self.clients = clients[keep]
+        data = [data[i] for i in keep]
+        self.counts = np.array([len(y) for _, y in data], np.int64)
+        self.x = torch.from_numpy(np.concatenate([x for x, _ in data])) if data else None
+        self.y = torch.from_numpy(np.concatenate([y for _, y in data])) if data else None
+
+    @classmethod
+    def of(cls, cfg: Config, fed: Federation, space: ParamSpace, store: ClientStore,
+           algorithm: Any = None) -> ClientEval:
+        n = min(fed.num_clients, cfg.experiment.eval_clients)
+        if fed.local_test is None or n == 0:
+            return cls(fed, np.zeros(0, np.int64), space, store, algorithm)
+        rng = np.random.default_rng([cfg.experiment.seed, 0xE7A1])
+        ids = (np.arange(n) if n == fed.num_clients
+               else np.sort(rng.choice(fed.num_clients, n, replace=False)))
+        return cls(fed, ids.astype(np.int64), space, store, algorithm)
+
+    @torch.no_grad()
+    def evaluate(self, global_flat: torch.Tensor) -> dict[str, Any]:
+        """``client_accuracy_{mean,std,worst10}`` and ``clients_evaluated`` ({} if disabled)."""
+        if self.x is None:
+            return {}
+        f = self.fed
+        if self.algorithm is not None:
+            rows, _ = self.store.get(self.algorithm.personal, self.clients)
+            acc = np.empty(len(self.clients))
+            off = 0
+            for i, n in enumerate(self.counts.tolist()):
+                flat = self.algorithm.personal_model(global_flat, torch.from_numpy(rows[i]))
+                acc[i] = evaluate(f.model, f.layout, flat, self.x[off:off + n],
+                                  self.y[off:off + n])[0]
+                off += n
+        elif self.space.local is None:
+            f.layout.load(f.model, global_flat)
+            f.model.eval()
+            hit = (f.model(self.x).argmax(1) == self.y).double().numpy()
+            starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
+            acc = np.add.reduceat(hit, starts) / self.counts
+        else:
+            local, present = self.store.get("local", self.clients)
+            acc = np.empty(len(self.clients))
+            off = 0
+            for i, n in enumerate(self.counts.tolist()):
+                flat = global_flat.clone()
+                if present[i]:
+                    flat[torch.from_numpy(self.space.local)] = torch.from_numpy(local[i])
+                acc[i] = evaluate(f.model, f.layout, flat, self.x[off:off + n],
+                                  self.y[off:off + n])[0]
+                off += n
+        worst = np.sort(acc)[: max(1, -(-len(acc) // 10))]
+        return {"client_accuracy_mean": float(acc.mean()), "client_accuracy_std": float(acc.std()),
+                "client_accuracy_worst10": float(worst.mean()), "clients_evaluated": len(acc)}
