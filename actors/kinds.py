@@ -34,7 +34,7 @@ from simulator.config.fields import ConfigError
 DEVICES = ("cpu", "gpu")
 KEYS = ("device", "count", "threads", "gpus", "resource")
 DEFAULT_GPU_SHARE = 0.25
-LABEL_SHARE = 0.001          # of a node's custom resource label, per actor
+LABEL_SHARE = 0.001  # of a node's custom resource label, per actor
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _EPS = 1e-9
 
@@ -89,15 +89,19 @@ def _split_spec(name: str, spec: Any) -> dict[str, Any]:
     if isinstance(spec, Mapping):
         return {str(k): v for k, v in spec.items()}
     if not isinstance(spec, str):
-        raise ConfigError(f"actor kind {name!r}: expected KEY=VALUE items separated by commas "
-                          f"or a mapping, got {spec!r}")
+        raise ConfigError(
+            f"actor kind {name!r}: expected KEY=VALUE items separated by commas "
+            f"or a mapping, got {spec!r}"
+        )
     out: dict[str, Any] = {}
     for item in spec.split(","):
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or not key:
-            raise ConfigError(f"actor kind {name!r}: expected KEY=VALUE items separated by "
-                              f"commas, got {item.strip()!r}")
+            raise ConfigError(
+                f"actor kind {name!r}: expected KEY=VALUE items separated by "
+                f"commas, got {item.strip()!r}"
+            )
         if key in out:
             raise ConfigError(f"actor kind {name!r}: key {key!r} given twice")
         out[key] = value.strip()
@@ -123,8 +127,9 @@ def _gpus(name: str, value: Any) -> float:
     if not (math.isfinite(number) and number > 0):
         raise ConfigError(f"actor kind {name!r}: gpus must be a number > 0, got {value!r}")
     if number > 1 and not number.is_integer():
-        raise ConfigError(f"actor kind {name!r}: gpus above 1 must be a whole number (Ray), "
-                          f"got {value!r}")
+        raise ConfigError(
+            f"actor kind {name!r}: gpus above 1 must be a whole number (Ray), got {value!r}"
+        )
     return number
 
 
@@ -135,25 +140,30 @@ def parse_kind(name: Any, spec: Any) -> ActorKind:
     items = _split_spec(name, spec)
     for key in items:
         if key not in KEYS:
-            raise ConfigError(f"actor kind {name!r}: unknown key {key!r}; valid: "
-                              f"{', '.join(KEYS)}")
+            raise ConfigError(f"actor kind {name!r}: unknown key {key!r}; valid: {', '.join(KEYS)}")
     device = str(items.get("device", "cpu")).strip().lower()
     if device not in DEVICES:
-        raise ConfigError(f"actor kind {name!r}: unknown device {items['device']!r}; valid: "
-                          f"{', '.join(DEVICES)}")
+        raise ConfigError(
+            f"actor kind {name!r}: unknown device {items['device']!r}; valid: {', '.join(DEVICES)}"
+        )
     count = _int(name, "count", items.get("count", 1))
     threads = _int(name, "threads", items.get("threads", 1))
     if "gpus" in items and device != "gpu":
         raise ConfigError(f"actor kind {name!r}: gpus is only for device=gpu")
-    gpus = _gpus(name, items["gpus"]) if "gpus" in items else (
-        DEFAULT_GPU_SHARE if device == "gpu" else 0.0)
+    gpus = (
+        _gpus(name, items["gpus"])
+        if "gpus" in items
+        else (DEFAULT_GPU_SHARE if device == "gpu" else 0.0)
+    )
     resource = items.get("resource")
     if resource is not None:
         resource = str(resource).strip()
         if not resource or resource in ("CPU", "GPU"):
-            raise ConfigError(f"actor kind {name!r}: resource must be a custom Ray resource "
-                              f"label (not empty, CPU or GPU: use threads and gpus), got "
-                              f"{items['resource']!r}")
+            raise ConfigError(
+                f"actor kind {name!r}: resource must be a custom Ray resource "
+                f"label (not empty, CPU or GPU: use threads and gpus), got "
+                f"{items['resource']!r}"
+            )
     return ActorKind(name, device, count, threads, gpus, resource)
 
 
@@ -179,8 +189,9 @@ def total_demand(kinds: Sequence[ActorKind]) -> dict[str, float]:
     return need
 
 
-def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]
-                      ) -> list[str | None]:
+def check_schedulable(
+    kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]
+) -> list[str | None]:
     """Raise ConfigError unless the alive ``nodes`` (``ray.nodes()`` entries: ``Alive``,
     ``Resources``, ``NodeID``) can hold every actor of ``kinds``; return the node each actor is
     placed on (:func:`planned_nodes`, from the same search).
@@ -201,56 +212,75 @@ def check_schedulable(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, A
     for k in kinds:
         demand = k.demand()
         if k.resource is not None and k.resource not in totals:
-            raise ConfigError(f"actor kind {k.name!r}: resource {k.resource!r} not in the "
-                              f"cluster (it has: {listed})")
+            raise ConfigError(
+                f"actor kind {k.name!r}: resource {k.resource!r} not in the "
+                f"cluster (it has: {listed})"
+            )
         for r, v in demand.items():
             largest = max((float(res.get(r, 0.0)) for res in alive), default=0.0)
             if v > largest + _EPS:
-                raise ConfigError(f"actor kind {k.name!r}: needs {_amount(r, v)} per actor; "
-                                  f"the largest node has {largest:g}")
-        if not any(all(float(res.get(r, 0.0)) + _EPS >= v for r, v in demand.items())
-                   for res in alive):
+                raise ConfigError(
+                    f"actor kind {k.name!r}: needs {_amount(r, v)} per actor; "
+                    f"the largest node has {largest:g}"
+                )
+        if not any(
+            all(float(res.get(r, 0.0)) + _EPS >= v for r, v in demand.items()) for res in alive
+        ):
             whole = " and ".join(_amount(r, v) for r, v in demand.items())
             raise ConfigError(f"actor kind {k.name!r}: no node has {whole} together")
         for r, v in demand.items():
             if k.count * v > totals.get(r, 0.0) + _EPS:
-                raise ConfigError(f"actor kind {k.name!r}: {k.count} actors need "
-                                  f"{_amount(r, k.count * v)} in all; the cluster has "
-                                  f"{totals.get(r, 0.0):g}")
+                raise ConfigError(
+                    f"actor kind {k.name!r}: {k.count} actors need "
+                    f"{_amount(r, k.count * v)} in all; the cluster has "
+                    f"{totals.get(r, 0.0):g}"
+                )
     for r, v in total_demand(kinds).items():
         if v > totals.get(r, 0.0) + _EPS:
-            parts = ", ".join(f"{k.name}: {k.count} x {k.demand()[r]:g}" for k in kinds
-                              if r in k.demand())
-            raise ConfigError(f"actor kinds need {_amount(r, v)} in total ({parts}); the "
-                              f"cluster has {totals.get(r, 0.0):g}")
+            parts = ", ".join(
+                f"{k.name}: {k.count} x {k.demand()[r]:g}" for k in kinds if r in k.demand()
+            )
+            raise ConfigError(
+                f"actor kinds need {_amount(r, v)} in total ({parts}); the "
+                f"cluster has {totals.get(r, 0.0):g}"
+            )
     found = packing([(k.demand(), k.count) for k in kinds], alive)
     if found is False:
-        pool = ", ".join(f"{k.name}: {k.count} x " + " + ".join(_amount(r, v) for r, v in
-                                                                 k.demand().items())
-                         for k in kinds)
-        sizes = "; ".join(", ".join(_amount(r, float(res.get(r, 0.0))) for r in
-                                    sorted(total_demand(kinds))) for res in alive)
-        raise ConfigError(f"actor kinds fit the cluster's totals but no node packing holds "
-                          f"them all ({pool}; nodes: {sizes})")
+        pool = ", ".join(
+            f"{k.name}: {k.count} x " + " + ".join(_amount(r, v) for r, v in k.demand().items())
+            for k in kinds
+        )
+        sizes = "; ".join(
+            ", ".join(_amount(r, float(res.get(r, 0.0))) for r in sorted(total_demand(kinds)))
+            for res in alive
+        )
+        raise ConfigError(
+            f"actor kinds fit the cluster's totals but no node packing holds "
+            f"them all ({pool}; nodes: {sizes})"
+        )
     return _pins(kinds, live, found)
 
 
-def planned_nodes(kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]
-                  ) -> list[str | None]:
+def planned_nodes(
+    kinds: Sequence[ActorKind], nodes: Sequence[Mapping[str, Any]]
+) -> list[str | None]:
     """The ``NodeID`` each actor of the pool (``kinds``' actors, kind after kind) is placed on
     by a packing of the alive ``nodes`` (:func:`actors.packing.packing`); all None when the
     search is undecided or finds none (the pool then lets Ray place the actors)."""
     live = [n for n in nodes if n.get("Alive", False)]
-    found = packing([(k.demand(), k.count) for k in kinds],
-                    [dict(n.get("Resources", {})) for n in live])
+    found = packing(
+        [(k.demand(), k.count) for k in kinds], [dict(n.get("Resources", {})) for n in live]
+    )
     return _pins(kinds, live, found)
 
 
-def _pins(kinds: Sequence[ActorKind], live: Sequence[Mapping[str, Any]],
-          found: list[list[int]] | bool | None) -> list[str | None]:
+def _pins(
+    kinds: Sequence[ActorKind],
+    live: Sequence[Mapping[str, Any]],
+    found: list[list[int]] | bool | None,
+) -> list[str | None]:
     """A packing's counts per kind per alive node as one node id per actor (None each when
     there is no packing)."""
     if not isinstance(found, list):
         return [None] * sum(k.count for k in kinds)
-    return [str(live[j]["NodeID"]) for row in found for j, c in enumerate(row)
-            for _ in range(c)]
+    return [str(live[j]["NodeID"]) for row in found for j, c in enumerate(row) for _ in range(c)]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 PER_CLIENT = ("client_ids", "losses", "steps", "num_samples", "finite")
-TAGS = ("actor", "kind", "finished")   # what an executor adds to a worker's answer
+TAGS = ("actor", "kind", "finished")  # what an executor adds to a worker's answer
 
 
 def expand(part: dict[str, Any]) -> dict[str, Any]:
@@ -24,12 +24,21 @@ def expand(part: dict[str, Any]) -> dict[str, Any]:
     tags (:data:`TAGS`) are kept when present."""
     m = part["meta"]
     ids = m[:, 0].astype(np.int64)
-    out = {"client_ids": ids, "losses": m[:, 1].astype(np.float32),
-           "steps": m[:, 2].astype(np.int64), "num_samples": m[:, 3].astype(np.int64),
-           "finite": m[:, 4] > 0, "row_ids": ids[m[:, 5] > 0], "rows": part["rows"],
-           "sum": part["sum"], "sum_weight": part["sum_weight"],
-           "outputs": part.get("outputs", {}), "local": part.get("local"),
-           "seconds": part["seconds"], "chunks": part.get("chunks")}
+    out = {
+        "client_ids": ids,
+        "losses": m[:, 1].astype(np.float32),
+        "steps": m[:, 2].astype(np.int64),
+        "num_samples": m[:, 3].astype(np.int64),
+        "finite": m[:, 4] > 0,
+        "row_ids": ids[m[:, 5] > 0],
+        "rows": part["rows"],
+        "sum": part["sum"],
+        "sum_weight": part["sum_weight"],
+        "outputs": part.get("outputs", {}),
+        "local": part.get("local"),
+        "seconds": part["seconds"],
+        "chunks": part.get("chunks"),
+    }
     out.update({k: part[k] for k in TAGS if k in part})
     return out
 
@@ -47,23 +56,33 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
     parts = [expand(p) for p in parts if len(p["meta"])]
     if not parts:
         out: dict[str, Any] = {k: np.zeros(0, np.int64) for k in PER_CLIENT}
-        out.update(row_ids=np.zeros(0, np.int64), rows=None, sum=None, sum_weight=0.0,
-                   outputs={}, local=None, seconds=0.0, chunks=[])
+        out.update(
+            row_ids=np.zeros(0, np.int64),
+            rows=None,
+            sum=None,
+            sum_weight=0.0,
+            outputs={},
+            local=None,
+            seconds=0.0,
+            chunks=[],
+        )
         return out
     chunks = chunk_timings(parts)
     if len(parts) == 1 and parts[0]["client_ids"].tolist() == list(order):
         return {**{k: v for k, v in parts[0].items() if k not in TAGS}, "chunks": chunks}
     ids = np.concatenate([p["client_ids"] for p in parts])
-    if ids.tolist() == list(order):   # the usual case: answers in request order, no reordering
+    if ids.tolist() == list(order):  # the usual case: answers in request order, no reordering
         perm = slice(None)
     else:
         pos = {int(c): i for i, c in enumerate(ids)}
         perm = np.array([pos[c] for c in order], dtype=np.int64)
     out = {k: np.concatenate([p[k] for p in parts])[perm] for k in PER_CLIENT}
-    out["outputs"] = {k: np.concatenate([p["outputs"][k] for p in parts])[perm]
-                      for k in parts[0]["outputs"]}
-    out["local"] = (None if parts[0]["local"] is None
-                    else np.concatenate([p["local"] for p in parts])[perm])
+    out["outputs"] = {
+        k: np.concatenate([p["outputs"][k] for p in parts])[perm] for k in parts[0]["outputs"]
+    }
+    out["local"] = (
+        None if parts[0]["local"] is None else np.concatenate([p["local"] for p in parts])[perm]
+    )
     row_ids = np.concatenate([p["row_ids"] for p in parts])
     rows = [p["rows"] for p in parts if len(p["row_ids"])]
     if rows:
@@ -101,14 +120,29 @@ def chunk_timings(parts: list[dict[str, Any]]) -> list[dict[str, float | int | s
         if "finished" in tag:
             tag["finished"] = round(float(tag["finished"]), 6)
         if not p.get("chunks"):
-            out.append({"clients": len(p["client_ids"]), "max_steps": int(p["steps"].max()),
-                        "steps": int(p["steps"].sum()), "samples": int(p["num_samples"].sum()),
-                        "seconds": round(float(p["seconds"]), 6), **tag})
+            out.append(
+                {
+                    "clients": len(p["client_ids"]),
+                    "max_steps": int(p["steps"].max()),
+                    "steps": int(p["steps"].sum()),
+                    "samples": int(p["num_samples"].sum()),
+                    "seconds": round(float(p["seconds"]), 6),
+                    **tag,
+                }
+            )
             continue
         for c in p["chunks"]:
             start, end = float(c["start"]), float(c["end"])
-            out.append({"clients": int(c["clients"]), "max_steps": int(c["max_steps"]),
-                        "steps": int(c["steps"]), "samples": int(c["samples"]),
-                        "seconds": round(end - start, 6), "start": round(start, 6),
-                        "end": round(end, 6), **tag})
+            out.append(
+                {
+                    "clients": int(c["clients"]),
+                    "max_steps": int(c["max_steps"]),
+                    "steps": int(c["steps"]),
+                    "samples": int(c["samples"]),
+                    "seconds": round(end - start, 6),
+                    "start": round(start, 6),
+                    "end": round(end, 6),
+                    **tag,
+                }
+            )
     return out

@@ -30,9 +30,11 @@ class _Undecided(Exception):
     """The search ran out of steps."""
 
 
-def packing(demands: Sequence[tuple[Mapping[str, float], int]],
-            nodes: Sequence[Mapping[str, float]], budget: int = STEP_BUDGET
-            ) -> list[list[int]] | bool | None:
+def packing(
+    demands: Sequence[tuple[Mapping[str, float], int]],
+    nodes: Sequence[Mapping[str, float]],
+    budget: int = STEP_BUDGET,
+) -> list[list[int]] | bool | None:
     """A packing of every actor onto the nodes with their capacities respected.
 
     Parameters
@@ -59,65 +61,85 @@ def packing(demands: Sequence[tuple[Mapping[str, float], int]],
     counts = [n for _, n in kinds]
     # the largest demand first (relative to the cluster's totals): it has the fewest places
     totals = [max(sum(c[i] for c in caps), _EPS) for i in range(len(res))]
-    order = sorted(range(len(kinds)), key=lambda k: -sum(v / t for v, t in
-                                                         zip(need[k], totals, strict=True)))
-    need, counts = [need[k] for k in order], [counts[k] for k in order]
-    steps = [0]
-    memo: dict[tuple[object, ...], bool] = {}
-    chosen: list[tuple[int, int, int]] = []   # (kind in search order, node, actors)
-    State = tuple[tuple[tuple[float, ...], int], ...]   # (capacity left, node index) per node
-
-    def fits(cap: tuple[float, ...], k: int) -> int:
-        return min((math.floor((c + _EPS) / v) for c, v in zip(cap, need[k], strict=True)
-                    if v > 0), default=counts[k])
-
-    def canonical(state: State) -> State:
-        # nodes of equal remaining capacity are interchangeable: one order for all of them
-        return tuple(sorted(state, key=lambda cn: tuple(round(c, 6) for c in cn[0])))
-
-    def kind(k: int, state: State) -> bool:
-        if k == len(need):
-            return True
-        return spread(k, 0, counts[k], canonical(state))
-
-    def spread(k: int, j: int, left: int, state: State) -> bool:
-        if left == 0:
-            return kind(k + 1, state)
-        if j == len(state):
-            return False
-        memo_key = (k, j, left, tuple(tuple(round(c, 6) for c in cap) for cap, _ in state))
-        if memo_key in memo:   # only failures are ever looked up: a success ends the search
-            return memo[memo_key]
-        steps[0] += 1
-        if steps[0] > budget:
-            raise _Undecided
-        room = [fits(cap, k) for cap, _ in state[j:]]
-        ok = False
-        if sum(room) >= left:
-            cap_j, node = state[j]
-            for x in range(min(room[0], left), -1, -1):
-                cap = tuple(c - x * v for c, v in zip(cap_j, need[k], strict=True))
-                if spread(k, j + 1, left - x, (*state[:j], (cap, node), *state[j + 1:])):
-                    if x:
-                        chosen.append((k, node, x))
-                    ok = True
-                    break
-        memo[memo_key] = ok
-        return ok
-
+    order = sorted(
+        range(len(kinds)), key=lambda k: -sum(v / t for v, t in zip(need[k], totals, strict=True))
+    )
+    search = _Search([need[k] for k in order], [counts[k] for k in order], budget)
     try:
-        found = kind(0, tuple((cap, i) for i, cap in enumerate(caps)))
+        found = search.kind(0, tuple((cap, i) for i, cap in enumerate(caps)))
     except _Undecided:
         return None
     if not found:
         return False
-    for k, node, x in chosen:
+    for k, node, x in search.chosen:
         out[live[order[k]]][node] += x
     return out
 
 
-def packable(demands: Sequence[tuple[Mapping[str, float], int]],
-             nodes: Sequence[Mapping[str, float]], budget: int = STEP_BUDGET) -> bool | None:
+#: (capacity left, node index) per node
+_State = tuple[tuple[tuple[float, ...], int], ...]
+
+
+class _Search:
+    """The depth-first search of :func:`packing`: kinds in order, each kind's actors spread
+    over the nodes (most on the first node first), failures memoized on the capacities left."""
+
+    def __init__(self, need: list[tuple[float, ...]], counts: list[int], budget: int) -> None:
+        self.need, self.counts, self.budget = need, counts, budget
+        self.steps = 0
+        self.memo: dict[tuple[object, ...], bool] = {}
+        self.chosen: list[tuple[int, int, int]] = []  # (kind in search order, node, actors)
+
+    def fits(self, cap: tuple[float, ...], k: int) -> int:
+        """How many actors of kind ``k`` fit in ``cap``."""
+        return min(
+            (math.floor((c + _EPS) / v) for c, v in zip(cap, self.need[k], strict=True) if v > 0),
+            default=self.counts[k],
+        )
+
+    @staticmethod
+    def canonical(state: _State) -> _State:
+        """Nodes of equal remaining capacity are interchangeable: one order for all of them."""
+        return tuple(sorted(state, key=lambda cn: tuple(round(c, 6) for c in cn[0])))
+
+    def kind(self, k: int, state: _State) -> bool:
+        """Whether kinds ``k`` and after can be placed in ``state``."""
+        if k == len(self.need):
+            return True
+        return self.spread(k, 0, self.counts[k], self.canonical(state))
+
+    def spread(self, k: int, j: int, left: int, state: _State) -> bool:
+        """Whether ``left`` actors of kind ``k`` fit on nodes ``j`` and after (then the rest)."""
+        if left == 0:
+            return self.kind(k + 1, state)
+        if j == len(state):
+            return False
+        memo_key = (k, j, left, tuple(tuple(round(c, 6) for c in cap) for cap, _ in state))
+        if memo_key in self.memo:  # only failures are ever looked up: a success ends the search
+            return self.memo[memo_key]
+        self.steps += 1
+        if self.steps > self.budget:
+            raise _Undecided
+        room = [self.fits(cap, k) for cap, _ in state[j:]]
+        ok = False
+        if sum(room) >= left:
+            cap_j, node = state[j]
+            for x in range(min(room[0], left), -1, -1):
+                cap = tuple(c - x * v for c, v in zip(cap_j, self.need[k], strict=True))
+                if self.spread(k, j + 1, left - x, (*state[:j], (cap, node), *state[j + 1 :])):
+                    if x:
+                        self.chosen.append((k, node, x))
+                    ok = True
+                    break
+        self.memo[memo_key] = ok
+        return ok
+
+
+def packable(
+    demands: Sequence[tuple[Mapping[str, float], int]],
+    nodes: Sequence[Mapping[str, float]],
+    budget: int = STEP_BUDGET,
+) -> bool | None:
     """Whether every actor fits on some node (see :func:`packing`): True, False, or None when
     the search was cut short."""
     found = packing(demands, nodes, budget)

@@ -26,7 +26,7 @@ from actors.merge import expand as expand  # re-exported
 from actors.merge import merge_results
 from actors.startup import started, wait_for_free
 from actors.trainer import ClientTrainer, ClientTransform, TrainRequest, TrainTask
-from simulator.config.sections import ConfigError
+from simulator.config.fields import ConfigError
 from simulator.data.clients import ClientData
 from simulator.training.models import ModelSpec
 
@@ -50,8 +50,9 @@ def regroup(tasks: list[TrainTask], groups: list[list[TrainTask]], n: int) -> li
         out.append([])
         for t in g:
             if t.client_id not in pos:
-                raise ValueError(f"replace: client {t.client_id} is not among the dead "
-                                 "actor's tasks")
+                raise ValueError(
+                    f"replace: client {t.client_id} is not among the dead actor's tasks"
+                )
             if t.client_id in seen:
                 raise ValueError(f"replace: client {t.client_id} placed twice")
             seen.add(t.client_id)
@@ -75,9 +76,15 @@ class PoolTrainer(ClientTrainer):
 class LocalExecutor:
     """Runs every request in this process, one after another."""
 
-    def __init__(self, model_spec: ModelSpec, x: np.ndarray, y: np.ndarray,
-                 clients: ClientData, transform: ClientTransform | None = None,
-                 num_workers: int = 1) -> None:
+    def __init__(
+        self,
+        model_spec: ModelSpec,
+        x: np.ndarray,
+        y: np.ndarray,
+        clients: ClientData,
+        transform: ClientTransform | None = None,
+        num_workers: int = 1,
+    ) -> None:
         self.trainer = ClientTrainer(model_spec, x, y, clients, transform, threads=None)
         self.num_workers = num_workers
 
@@ -92,14 +99,21 @@ class LocalExecutor:
         """``"local"`` for each worker."""
         return ["local"] * self.num_workers
 
-    def run(self, requests: list[TrainRequest], global_flat: np.ndarray,
-            shared: dict[str, np.ndarray] | None = None, replace: Replace | None = None
-            ) -> dict[str, Any]:
+    def run(
+        self,
+        requests: list[TrainRequest],
+        global_flat: np.ndarray,
+        shared: dict[str, np.ndarray] | None = None,
+        replace: Replace | None = None,
+    ) -> dict[str, Any]:
         """Train the requests one after another; each answer is tagged with its request index
         as ``actor`` and kind ``"local"`` (``replace`` is unused: nothing dies here)."""
         order = [t.client_id for r in requests for t in r.tasks]
-        parts = [{**self.trainer.train(global_flat, r, shared), "actor": i, "kind": "local"}
-                 for i, r in enumerate(requests) if r.tasks]
+        parts = [
+            {**self.trainer.train(global_flat, r, shared), "actor": i, "kind": "local"}
+            for i, r in enumerate(requests)
+            if r.tasks
+        ]
         return merge_results(parts, order)
 
     def shutdown(self) -> None:
@@ -118,10 +132,17 @@ class RayPool:
         kind, named "gpu" when ``gpus_per_actor > 0`` else "cpu".
     """
 
-    def __init__(self, model_spec: ModelSpec, x: np.ndarray, y: np.ndarray,
-                 clients: ClientData, num_actors: int, gpus_per_actor: float = 0.0,
-                 transform: ClientTransform | None = None,
-                 kinds: Sequence[ActorKind] | None = None) -> None:
+    def __init__(
+        self,
+        model_spec: ModelSpec,
+        x: np.ndarray,
+        y: np.ndarray,
+        clients: ClientData,
+        num_actors: int,
+        gpus_per_actor: float = 0.0,
+        transform: ClientTransform | None = None,
+        kinds: Sequence[ActorKind] | None = None,
+    ) -> None:
         import ray
 
         self._ray = ray
@@ -129,8 +150,10 @@ class RayPool:
             kinds = list(kinds)
             total = sum(k.count for k in kinds)
             if num_actors not in (0, total):
-                raise ValueError(f"RayPool: num_actors={num_actors} but the kinds hold {total} "
-                                 "actors (give 0 with kinds)")
+                raise ValueError(
+                    f"RayPool: num_actors={num_actors} but the kinds hold {total} "
+                    "actors (give 0 with kinds)"
+                )
             # an actor that cannot be scheduled would wait forever: refuse up front; and place
             # each actor where a packing puts it (Ray alone, one actor at a time, can fragment
             # the nodes: a pool that fits would then wait for a place that never frees)
@@ -139,11 +162,15 @@ class RayPool:
             res = ray.cluster_resources()
             cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
             if num_actors > cpus:
-                raise ConfigError(f"execution.num_actors: {num_actors} actors need "
-                                  f"{num_actors} CPUs; the Ray cluster has {cpus:g}")
+                raise ConfigError(
+                    f"execution.num_actors: {num_actors} actors need "
+                    f"{num_actors} CPUs; the Ray cluster has {cpus:g}"
+                )
             if gpus_per_actor > 0 and num_actors * gpus_per_actor > gpus + 1e-9:
-                raise ConfigError(f"execution.gpus_per_actor: {num_actors} actors x "
-                                  f"{gpus_per_actor:g} GPU exceed the cluster's {gpus:g} GPUs")
+                raise ConfigError(
+                    f"execution.gpus_per_actor: {num_actors} actors x "
+                    f"{gpus_per_actor:g} GPU exceed the cluster's {gpus:g} GPUs"
+                )
             device = "gpu" if gpus_per_actor > 0 else "cpu"
             kinds = [ActorKind(device, device, num_actors, 1, float(gpus_per_actor))]
             pins = [None] * num_actors
@@ -153,8 +180,12 @@ class RayPool:
         self._args = (model_spec, ray.put(x), ray.put(y), ray.put(clients), transform)
         self.actors = [self._start(k, node) for k, node in zip(self._kinds, pins, strict=True)]
         # the start-up call that waits for the actors also tells where each one runs
-        self._nodes: list[str] = started(ray, [a.node_id.remote() for a in self.actors],
-                                         [k.name for k in self._kinds], self.shutdown)
+        self._nodes: list[str] = started(
+            ray,
+            [a.node_id.remote() for a in self.actors],
+            [k.name for k in self._kinds],
+            self.shutdown,
+        )
         self.restarts = 0
         self._settings: tuple[Any, ...] | None = None
 
@@ -169,8 +200,9 @@ class RayPool:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
-        return cls.options(**opts).remote(*self._args, threads=kind.threads,
-                                          device=kind.torch_device)
+        return cls.options(**opts).remote(
+            *self._args, threads=kind.threads, device=kind.torch_device
+        )
 
     def configure(self, *settings: Any) -> None:
         """Send the round-invariant settings to every actor (replacing any found dead)."""
@@ -199,14 +231,19 @@ class RayPool:
         a = self.actors[i] = self._start(kind)
         # the replacement waits for its resources like the pool's first actors did: a node
         # lost with the dead actor must not leave the run hanging on an unplaceable actor
-        self._nodes[i] = started(self._ray, [a.node_id.remote()], [kind.name], self.shutdown,
-                                 first=i)[0]
+        self._nodes[i] = started(
+            self._ray, [a.node_id.remote()], [kind.name], self.shutdown, first=i
+        )[0]
         self._ray.get(a.configure.remote(*settings))
         self.restarts += 1
 
-    def run(self, requests: list[TrainRequest], global_flat: np.ndarray,
-            shared: dict[str, np.ndarray] | None = None, replace: Replace | None = None
-            ) -> dict[str, Any]:
+    def run(
+        self,
+        requests: list[TrainRequest],
+        global_flat: np.ndarray,
+        shared: dict[str, np.ndarray] | None = None,
+        replace: Replace | None = None,
+    ) -> dict[str, Any]:
         """Run ``requests[i]`` on actor ``i``, collecting answers as they finish.
 
         When an actor dies, a replacement of its kind is started and its clients re-run on the
@@ -225,8 +262,11 @@ class RayPool:
         gref = ray.put(g) if g.nbytes > INLINE_BYTES else g
         sref = ray.put(shared) if shared else None
         t0 = time.perf_counter()
-        pending = {self.actors[i].train.remote(gref, r, sref): (i, r, (i,))
-                   for i, r in enumerate(requests) if r.tasks}
+        pending = {
+            self.actors[i].train.remote(gref, r, sref): (i, r, (i,))
+            for i, r in enumerate(requests)
+            if r.tasks
+        }
         parts: list[tuple[tuple[int, ...], dict[str, Any]]] = []
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
@@ -234,22 +274,25 @@ class RayPool:
             try:
                 part = ray.get(done[0])
             except ray.exceptions.RayActorError as e:
-                log.warning("actor %d died (%s); re-running its %d clients elsewhere", i,
-                            type(e).__name__, len(req.tasks))
+                log.warning(
+                    "actor %d died (%s); re-running its %d clients elsewhere",
+                    i,
+                    type(e).__name__,
+                    len(req.tasks),
+                )
                 self._replace(i, self._settings)
                 busy = {j for j, _, _ in pending.values()}
                 alive = [j for j in range(len(self.actors)) if j not in busy] or [i]
                 if replace is None:
-                    groups = [s.tolist() for s in
-                              np.array_split(np.arange(len(req.tasks)), len(alive))]
+                    groups = [
+                        s.tolist() for s in np.array_split(np.arange(len(req.tasks)), len(alive))
+                    ]
                 else:
-                    groups = regroup(req.tasks, replace(list(req.tasks), list(alive)),
-                                     len(alive))
+                    groups = regroup(req.tasks, replace(list(req.tasks), list(alive)), len(alive))
                 for n, (j, keep) in enumerate(zip(alive, groups, strict=True)):
                     if keep:
                         sub = req.subset(keep)
-                        pending[self.actors[j].train.remote(gref, sub, sref)] = (j, sub,
-                                                                                 (*key, n))
+                        pending[self.actors[j].train.remote(gref, sub, sref)] = (j, sub, (*key, n))
                 continue
             part.update(actor=i, kind=self._kinds[i].name, finished=time.perf_counter() - t0)
             parts.append((key, part))

@@ -8,9 +8,12 @@ import os
 _OFFLINE_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
-    "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
-    "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "http_proxy": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
     "RAY_DEDUP_LOGS": "0",
     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
 }
@@ -22,8 +25,9 @@ def offline_env() -> None:
         os.environ.setdefault(k, v)
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None,
-               object_store_mb: int = 512) -> None:
+def ensure_ray(
+    address: str | None = None, num_cpus: int | None = None, object_store_mb: int = 512
+) -> None:
     """Start a local Ray (bounded object store, no dashboard) or join ``address``.
 
     Reuses a Ray already initialised in this process (one Ray per test session).
@@ -37,9 +41,15 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None,
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
-            raise ConnectionError(f"execution.ray_address: cannot join Ray at {address!r}: "
-                                  f"{str(e).splitlines()[0]}") from None
+            raise ConnectionError(
+                f"execution.ray_address: cannot join Ray at {address!r}: {str(e).splitlines()[0]}"
+            ) from None
         return
-    ray.init(num_cpus=num_cpus, include_dashboard=False,
-             object_store_memory=object_store_mb * 1024 * 1024,
-             logging_level=logging.WARNING, log_to_driver=False, configure_logging=True)
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        object_store_memory=object_store_mb * 1024 * 1024,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+        configure_logging=True,
+    )

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from simulator.config.sections import ConfigError
+from simulator.config.fields import ConfigError
 
 #: seconds a new pool waits for the resources its actors need to be free (a pool shut down
 #: just before releases its actors' CPUs asynchronously) before refusing to start
@@ -26,28 +26,38 @@ FREE_WAIT_S = 20.0
 START_WAIT_S = 300.0
 
 
-def wait_for_free(need: dict[str, float], available: Callable[[], dict[str, float]],
-                  timeout: float | None = None, poll: float = 0.1) -> None:
+def wait_for_free(
+    need: dict[str, float],
+    available: Callable[[], dict[str, float]],
+    timeout: float | None = None,
+    poll: float = 0.1,
+) -> None:
     """Return once ``available()`` covers ``need``; raise ConfigError after ``timeout`` s
     (None: :data:`FREE_WAIT_S`), naming each resource that is short and how much is free."""
     timeout = FREE_WAIT_S if timeout is None else timeout
     deadline = time.monotonic() + timeout
     while True:
         free = available()
-        short = {r: (v, float(free.get(r, 0.0))) for r, v in need.items()
-                 if float(free.get(r, 0.0)) + 1e-9 < v}
+        short = {
+            r: (v, float(free.get(r, 0.0)))
+            for r, v in need.items()
+            if float(free.get(r, 0.0)) + 1e-9 < v
+        }
         if not short:
             return
         if time.monotonic() >= deadline:
             what = ", ".join(f"{v:g} {r} ({f:g} free)" for r, (v, f) in sorted(short.items()))
-            raise ConfigError(f"the Ray cluster cannot start this pool's actors: they need "
-                              f"{what} after {timeout:g} s of waiting; another Simulation or "
-                              "job holds the rest (close it first, or ask for fewer actors)")
+            raise ConfigError(
+                f"the Ray cluster cannot start this pool's actors: they need "
+                f"{what} after {timeout:g} s of waiting; another Simulation or "
+                "job holds the rest (close it first, or ask for fewer actors)"
+            )
         time.sleep(poll)
 
 
-def started(ray: Any, refs: list[Any], kinds: Sequence[str],
-            abandon: Callable[[], None], first: int = 0) -> list[Any]:
+def started(
+    ray: Any, refs: list[Any], kinds: Sequence[str], abandon: Callable[[], None], first: int = 0
+) -> list[Any]:
     """The answers of the starting actors' first calls ``refs`` (actor ``first + i`` of kind
     ``kinds[i]``); after :data:`START_WAIT_S` s with some unanswered, ``abandon()`` (kill the
     pool) and raise ConfigError naming those actors."""
@@ -58,7 +68,9 @@ def started(ray: Any, refs: list[Any], kinds: Sequence[str],
         names = ", ".join(f"{first + i} ({kinds[i]})" for i in late[:8])
         more = f" and {len(late) - 8} more" if len(late) > 8 else ""
         abandon()
-        raise ConfigError(f"the Ray cluster did not start actor(s) {names}{more} within "
-                          f"{START_WAIT_S:g} s: their resources fit the cluster's totals but "
-                          "no node has room for them (or the nodes are overloaded)")
+        raise ConfigError(
+            f"the Ray cluster did not start actor(s) {names}{more} within "
+            f"{START_WAIT_S:g} s: their resources fit the cluster's totals but "
+            "no node has room for them (or the nodes are overloaded)"
+        )
     return list(ray.get(refs))

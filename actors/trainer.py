@@ -24,8 +24,9 @@ import torch
 
 from defenses.base import finite_rows
 from simulator.data.clients import ClientData
+from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, TrainOutput, train_clients
+from simulator.training.stacked import LocalSpec, TrainOutput, train_clients
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,10 @@ class TrainRequest:
 
     def __getstate__(self) -> dict[str, Any]:
         # tasks travel as one int64 array: cheaper to pickle than n objects, seeds stay exact
-        packed = np.array([(t.client_id, t.epochs, t.seed, t.num_samples, t.poisoned)
-                           for t in self.tasks], dtype=np.int64).reshape(-1, 5)
+        packed = np.array(
+            [(t.client_id, t.epochs, t.seed, t.num_samples, t.poisoned) for t in self.tasks],
+            dtype=np.int64,
+        ).reshape(-1, 5)
         return {**self.__dict__, "tasks": packed}
 
     def __setstate__(self, st: dict[str, Any]) -> None:
@@ -78,11 +81,13 @@ class TrainRequest:
     def subset(self, keep: list[int]) -> TrainRequest:
         """The request restricted to task positions ``keep`` (fault re-placement; one chunk)."""
         ids = {self.tasks[i].client_id for i in keep}
-        return TrainRequest([self.tasks[i] for i in keep],
-                            None if self.summed is None else self.summed[keep],
-                            None if self.weights is None else self.weights[keep],
-                            {c: v for c, v in self.starts.items() if c in ids},
-                            {k: v[keep] for k, v in self.state.items()})
+        return TrainRequest(
+            [self.tasks[i] for i in keep],
+            None if self.summed is None else self.summed[keep],
+            None if self.weights is None else self.weights[keep],
+            {c: v for c, v in self.starts.items() if c in ids},
+            {k: v[keep] for k, v in self.state.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -100,15 +105,21 @@ class ClientTransform:
 
 def _concat(outs: list[TrainOutput]) -> TrainOutput:
     """One output of consecutive chunks' outputs, in chunk order."""
-    return TrainOutput(torch.cat([o.updates for o in outs]),
-                       np.concatenate([o.losses for o in outs]),
-                       np.concatenate([o.steps for o in outs]),
-                       {k: torch.cat([o.outputs[k] for o in outs]) for k in outs[0].outputs})
+    return TrainOutput(
+        torch.cat([o.updates for o in outs]),
+        np.concatenate([o.losses for o in outs]),
+        np.concatenate([o.steps for o in outs]),
+        {k: torch.cat([o.outputs[k] for o in outs]) for k in outs[0].outputs},
+    )
 
 
-def client_arrays(clients: ClientData, ids: np.ndarray, x: np.ndarray, y: np.ndarray,
-                  transform: ClientTransform | None = None
-                  ) -> tuple[np.ndarray | None, np.ndarray | None, list[np.ndarray]]:
+def client_arrays(
+    clients: ClientData,
+    ids: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    transform: ClientTransform | None = None,
+) -> tuple[np.ndarray | None, np.ndarray | None, list[np.ndarray]]:
     """``(pool_x, pool_y, index)`` of clients ``ids``: ``index[k]`` are client k's rows of the
     pool; ``pool_x`` is None when the rows index ``x``/``y`` themselves (no transform, no
     generated data)."""
@@ -138,9 +149,16 @@ class ClientTrainer:
     device : ``"cpu"`` or ``"cuda"``.
     """
 
-    def __init__(self, model_spec: ModelSpec, x_train: np.ndarray, y_train: np.ndarray,
-                 clients: ClientData, transform: ClientTransform | None = None,
-                 threads: int | None = 1, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        model_spec: ModelSpec,
+        x_train: np.ndarray,
+        y_train: np.ndarray,
+        clients: ClientData,
+        transform: ClientTransform | None = None,
+        threads: int | None = 1,
+        device: str = "cpu",
+    ) -> None:
         if threads:
             torch.set_num_threads(threads)
         self.device = torch.device(device)
@@ -155,19 +173,31 @@ class ClientTrainer:
         self.shared_index: torch.Tensor | None = None
         self.local_index: torch.Tensor | None = None
 
-    def configure(self, spec: LocalSpec, vectorize: bool = True,
-                  shared_index: np.ndarray | None = None,
-                  local_index: np.ndarray | None = None) -> None:
+    def configure(
+        self,
+        spec: LocalSpec,
+        vectorize: bool = True,
+        shared_index: np.ndarray | None = None,
+        local_index: np.ndarray | None = None,
+    ) -> None:
         """Keep the round-invariant settings (sent once, not every round): the client optimizer
         and algorithm step, and which flat entries are shared (rows) or kept on clients."""
         self.spec, self.vectorize = spec, vectorize
-        self.shared_index = (None if shared_index is None
-                             else torch.as_tensor(shared_index, device=self.device))
-        self.local_index = (None if local_index is None
-                            else torch.as_tensor(local_index, device=self.device))
+        self.shared_index = (
+            None if shared_index is None else torch.as_tensor(shared_index, device=self.device)
+        )
+        self.local_index = (
+            None if local_index is None else torch.as_tensor(local_index, device=self.device)
+        )
 
-    def _chunk(self, g: torch.Tensor, req: TrainRequest, lo: int, hi: int,
-               shared: dict[str, np.ndarray] | None) -> tuple[TrainOutput, np.ndarray]:
+    def _chunk(
+        self,
+        g: torch.Tensor,
+        req: TrainRequest,
+        lo: int,
+        hi: int,
+        shared: dict[str, np.ndarray] | None,
+    ) -> tuple[TrainOutput, np.ndarray]:
         """Train tasks ``lo:hi`` of ``req`` as one stacked computation; also their sample
         counts."""
         tasks = req.tasks[lo:hi]
@@ -176,22 +206,38 @@ class ClientTrainer:
         x = self.x if px is None else torch.as_tensor(px).to(self.device)
         y = self.y if py is None else torch.as_tensor(py).to(self.device)
         out = train_clients(
-            self.model, self.layout, g, x, y, idx, [t.epochs for t in tasks],
+            self.model,
+            self.layout,
+            g,
+            x,
+            y,
+            idx,
+            [t.epochs for t in tasks],
             # a lone client trains ~4x faster unmapped (vmap's per-call cost; FedAsync's
             # one-client steps); the server's own root-set update keeps the mapped path
-            [t.seed for t in tasks], self.spec, vectorize=self.vectorize and len(tasks) > 1,
+            [t.seed for t in tasks],
+            self.spec,
+            vectorize=self.vectorize and len(tasks) > 1,
             poisoned=[t.poisoned for t in tasks],
-            starts={i: self._tensor(req.starts[t.client_id]) for i, t in enumerate(tasks)
-                    if t.client_id in req.starts},
+            starts={
+                i: self._tensor(req.starts[t.client_id])
+                for i, t in enumerate(tasks)
+                if t.client_id in req.starts
+            },
             state={k: self._tensor(v[lo:hi]) for k, v in req.state.items()},
-            shared={k: self._tensor(v) for k, v in (shared or {}).items()})
+            shared={k: self._tensor(v) for k, v in (shared or {}).items()},
+        )
         return out, np.array([len(i) for i in idx], dtype=np.int64)
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.asarray(a), dtype=torch.float32).to(self.device)
 
-    def train(self, global_flat: np.ndarray, req: TrainRequest,
-              shared: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    def train(
+        self,
+        global_flat: np.ndarray,
+        req: TrainRequest,
+        shared: dict[str, np.ndarray] | None = None,
+    ) -> dict[str, Any]:
         """Train ``req``'s clients from ``global_flat``; per-client results in task order."""
         if self.spec is None:
             raise RuntimeError("ClientTrainer.configure must be called before train")
@@ -199,8 +245,7 @@ class ClientTrainer:
         tasks = req.tasks
         sizes = req.chunks if req.chunks is not None else [len(tasks)]
         if req.chunks is not None and (sum(sizes) != len(tasks) or min(sizes, default=1) < 1):
-            raise ValueError(f"TrainRequest.chunks: sizes {sizes} do not split "
-                             f"{len(tasks)} tasks")
+            raise ValueError(f"TrainRequest.chunks: sizes {sizes} do not split {len(tasks)} tasks")
         ids = np.array([t.client_id for t in tasks], dtype=np.int64)
         g = self._tensor(global_flat)
         outs, timings, at = [], [], 0
@@ -208,17 +253,27 @@ class ClientTrainer:
             c0 = time.perf_counter()
             part = self._chunk(g, req, at, at + n, shared)
             outs.append(part)
-            timings.append({"clients": n, "max_steps": int(part[0].steps.max(initial=0)),
-                            "steps": int(part[0].steps.sum()), "samples": int(part[1].sum()),
-                            "start": c0 - t0, "end": time.perf_counter() - t0})
+            timings.append(
+                {
+                    "clients": n,
+                    "max_steps": int(part[0].steps.max(initial=0)),
+                    "steps": int(part[0].steps.sum()),
+                    "samples": int(part[1].sum()),
+                    "start": c0 - t0,
+                    "end": time.perf_counter() - t0,
+                }
+            )
             at += n
         out = outs[0][0] if len(outs) == 1 else _concat([o[0] for o in outs])
         sample_counts = np.concatenate([o[1] for o in outs]) if outs else np.zeros(0, np.int64)
         upd = out.updates
         rows = upd if self.shared_index is None else upd[:, self.shared_index]
         finite = finite_rows(rows)
-        summed = (torch.zeros(len(tasks), dtype=torch.bool, device=self.device)
-                  if req.summed is None else torch.as_tensor(req.summed, device=self.device))
+        summed = (
+            torch.zeros(len(tasks), dtype=torch.bool, device=self.device)
+            if req.summed is None
+            else torch.as_tensor(req.summed, device=self.device)
+        )
         add = summed & finite
         psum, pweight = None, 0.0
         if bool(add.any()):
@@ -233,12 +288,25 @@ class ClientTrainer:
             returned = rows.cpu().numpy()
         else:
             returned = rows[ret].cpu().numpy() if bool(ret.any()) else None
-        meta = np.stack([ids.astype(np.float64), out.losses.astype(np.float64), out.steps,
-                         sample_counts, finite.cpu().numpy(),
-                         ret.cpu().numpy()], axis=1).astype(np.float64)
+        meta = np.stack(
+            [
+                ids.astype(np.float64),
+                out.losses.astype(np.float64),
+                out.steps,
+                sample_counts,
+                finite.cpu().numpy(),
+                ret.cpu().numpy(),
+            ],
+            axis=1,
+        ).astype(np.float64)
         # a compact answer (few objects to pickle): per-client numbers in one array
-        res: dict[str, Any] = {"meta": meta, "rows": returned, "sum": psum, "sum_weight": pweight,
-                               "chunks": timings}
+        res: dict[str, Any] = {
+            "meta": meta,
+            "rows": returned,
+            "sum": psum,
+            "sum_weight": pweight,
+            "chunks": timings,
+        }
         if out.outputs:
             res["outputs"] = {k: v.cpu().numpy() for k, v in out.outputs.items()}
         if self.local_index is not None:

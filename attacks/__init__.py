@@ -1,17 +1,19 @@
 """Byzantine attacks, one module each, registered by name.
 
-``ATTACKS`` maps each name the config accepts to its class; ``none`` maps to None (no attack).
-Model attacks (:class:`attacks.base.ModelAttack`) rewrite the malicious clients' ``[f, P]``
-updates after training; :func:`make_attack` builds one from its name and parameters.
+``ATTACKS`` (:data:`attacks.base.ATTACKS`) maps each name the config accepts to its class;
+``none`` maps to None (no attack). Every module of this package is imported when the package
+is; an attack is added by dropping one file here whose class is decorated with
+``@ATTACKS.register``, and nothing else changes. Model attacks (:class:`attacks.base.ModelAttack`)
+rewrite the malicious clients' ``[f, P]`` updates after training; :func:`make_attack` builds one
+from its name and parameters.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from attacks.alie import ALIE
-from attacks.backdoor import Backdoor
 from attacks.base import (
+    ATTACKS,
     Attack,
     AttackContext,
     DataAttack,
@@ -19,27 +21,6 @@ from attacks.base import (
     pick_malicious,
     redraw_malicious,
 )
-from attacks.gaussian import Gaussian
-from attacks.ipm import IPM
-from attacks.labelflip import LabelFlip
-from attacks.minmax import MinMax, MinSum
-from attacks.model_replacement import ModelReplacement
-from attacks.scale import ScaleModel
-from attacks.signflip import SignFlip
-
-ATTACKS: dict[str, object] = {
-    "none": None,
-    "signflip": SignFlip,
-    "gaussian": Gaussian,
-    "scale": ScaleModel,
-    "alie": ALIE,
-    "ipm": IPM,
-    "minmax": MinMax,
-    "minsum": MinSum,
-    "labelflip": LabelFlip,
-    "backdoor": Backdoor,
-    "model_replacement": ModelReplacement,
-}
 
 
 def make_attack(name: str, **params: Any) -> Attack | None:
@@ -48,17 +29,23 @@ def make_attack(name: str, **params: Any) -> Attack | None:
     Raises ``ValueError`` listing the valid names (unknown ``name``) or the valid parameters
     (unknown or bad parameter).
     """
-    if name not in ATTACKS:
-        raise ValueError(f"unknown attack {name!r}; valid: {sorted(ATTACKS)}")
-    cls = ATTACKS[name]
+    cls = ATTACKS.get(name)  # unknown name: "unknown attack 'x'; valid: [...]"
     if cls is None:
         if params:
-            raise ValueError(f"attack {name!r}: unknown parameter {sorted(params)[0]!r}; "
-                             "valid: []")
+            raise ValueError(f"attack {name!r}: unknown parameter {sorted(params)[0]!r}; valid: []")
         return None
-    assert isinstance(cls, type) and issubclass(cls, Attack)
     return cls(**params)
 
 
-__all__ = ["ATTACKS", "Attack", "AttackContext", "DataAttack", "ModelAttack", "make_attack",
-           "pick_malicious", "redraw_malicious"]
+ATTACKS.discover(__name__)
+
+__all__ = [
+    "ATTACKS",
+    "Attack",
+    "AttackContext",
+    "DataAttack",
+    "ModelAttack",
+    "make_attack",
+    "pick_malicious",
+    "redraw_malicious",
+]

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from attacks.base import AttackContext, ModelAttack, column_std, reference_rows
+from attacks.base import ATTACKS, AttackContext, ModelAttack, column_std, reference_rows
 
 
 def alie_z(n: int, f: int) -> float:
@@ -30,6 +30,7 @@ def alie_z(n: int, f: int) -> float:
     return NormalDist().inv_cdf((n - s) / n)
 
 
+@ATTACKS.register
 class ALIE(ModelAttack):
     """Send ``mean(benign) - z * std(benign)`` (per coordinate, std with ddof=1).
 

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from attacks.base import DataAttack
+from attacks.base import ATTACKS, DataAttack
 
 PATTERNS = ("square",)
 
@@ -43,6 +43,7 @@ def patch_size(height: int, width: int) -> int:
     return 3 if side >= 8 else max(1, side // 4)
 
 
+@ATTACKS.register
 class Backdoor(DataAttack):
     """Stamp a trigger on a seeded fraction of a malicious client's samples and relabel them.
 
@@ -59,22 +60,32 @@ class Backdoor(DataAttack):
     """
 
     name: ClassVar[str] = "backdoor"
-    defaults: ClassVar[dict[str, Any]] = {"target": 0, "poison_fraction": 0.5,
-                                          "pattern": "square", "trigger_value": 1.0}
+    defaults: ClassVar[dict[str, Any]] = {
+        "target": 0,
+        "poison_fraction": 0.5,
+        "pattern": "square",
+        "trigger_value": 1.0,
+    }
 
     def check(self) -> None:
         v = self.number("target", low=0)
         if v is None or not float(v).is_integer():
-            raise ValueError(f"attack {self.name!r}: parameter 'target' must be a class index "
-                             f">= 0, got {self.params['target']!r}")
+            raise ValueError(
+                f"attack {self.name!r}: parameter 'target' must be a class index "
+                f">= 0, got {self.params['target']!r}"
+            )
         self.params["target"] = int(v)
         frac = self.number("poison_fraction", positive=True)
         if frac is None or frac > 1.0:
-            raise ValueError(f"attack {self.name!r}: parameter 'poison_fraction' must be in "
-                             f"(0, 1], got {self.params['poison_fraction']!r}")
+            raise ValueError(
+                f"attack {self.name!r}: parameter 'poison_fraction' must be in "
+                f"(0, 1], got {self.params['poison_fraction']!r}"
+            )
         if self.params["pattern"] not in PATTERNS:
-            raise ValueError(f"attack {self.name!r}: parameter 'pattern' must be one of "
-                             f"{list(PATTERNS)}, got {self.params['pattern']!r}")
+            raise ValueError(
+                f"attack {self.name!r}: parameter 'pattern' must be one of "
+                f"{list(PATTERNS)}, got {self.params['pattern']!r}"
+            )
         self.number("trigger_value")
 
     @property
@@ -85,13 +96,14 @@ class Backdoor(DataAttack):
         """A copy of ``x`` with the trigger on every sample; the last ``sample_dims`` dims of
         ``x`` are one sample's shape."""
         if sample_dims < 1 or x.dim() < sample_dims:
-            raise ValueError(f"attack {self.name!r}: cannot stamp a trigger on inputs of shape "
-                             f"{tuple(x.shape)}")
+            raise ValueError(
+                f"attack {self.name!r}: cannot stamp a trigger on inputs of shape {tuple(x.shape)}"
+            )
         out = x.clone()
         value = self.params["trigger_value"]
         if sample_dims == 1:
             d = out.shape[-1]
-            out[..., d - min(3, d):] = value
+            out[..., d - min(3, d) :] = value
         else:
             k = patch_size(out.shape[-2], out.shape[-1])
             out[..., -k:, -k:] = value
@@ -108,19 +120,23 @@ class Backdoor(DataAttack):
     def poison_mask(self, shape: tuple[int, ...], seed: int) -> torch.Tensor:
         """The seeded boolean mask of samples to poison (each with probability
         ``poison_fraction``); drawn on the CPU so it does not depend on the device."""
-        g = torch.Generator().manual_seed((int(seed) ^ _BACKDOOR_TAG) % (2 ** 63))
+        g = torch.Generator().manual_seed((int(seed) ^ _BACKDOOR_TAG) % (2**63))
         return torch.rand(shape, generator=g, dtype=torch.float64) < self.params["poison_fraction"]
 
-    def poison(self, x: torch.Tensor, y: torch.Tensor, *, num_classes: int, seed: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def poison(
+        self, x: torch.Tensor, y: torch.Tensor, *, num_classes: int, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [S, B, *input_shape]``, ``y [S, B]`` -> copies in which each sample, with
         probability ``poison_fraction`` (seeded by ``seed``), is stamped and labelled ``target``."""
         if self.target >= num_classes:
-            raise ValueError(f"attack {self.name!r}: target {self.target} out of range for "
-                             f"{num_classes} classes")
+            raise ValueError(
+                f"attack {self.name!r}: target {self.target} out of range for {num_classes} classes"
+            )
         if x.shape[: y.dim()] != y.shape:
-            raise ValueError(f"attack {self.name!r}: x {tuple(x.shape)} and y {tuple(y.shape)} "
-                             "do not share leading dims")
+            raise ValueError(
+                f"attack {self.name!r}: x {tuple(x.shape)} and y {tuple(y.shape)} "
+                "do not share leading dims"
+            )
         mask = self.poison_mask(tuple(y.shape), seed).to(y.device)
         stamped = self._stamp(x, x.dim() - y.dim())
         view = mask.reshape(*mask.shape, *([1] * (x.dim() - y.dim())))

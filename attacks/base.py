@@ -8,6 +8,9 @@ round's benign updates for omniscient attacks, ``f`` and ``n``, a seeded generat
 Which clients are malicious is fixed by :func:`pick_malicious` (one seeded set for the whole run,
 the usual setting, e.g. Siren) or re-drawn each round among the selected clients by
 :func:`redraw_malicious` (Sageflow's setting).
+
+Every attack is one module of this package whose class is decorated with ``@ATTACKS.register``
+(its ``name``); the package discovers its modules, so adding an attack touches no other file.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from simulator.registry import Registry
+
 #: mixed into the run seed so the malicious set does not share a stream with sampling or data
 _PICK_TAG = 0xA77AC4
 
@@ -27,10 +32,10 @@ class AttackContext:
     """What a model attack may read besides the malicious rows."""
 
     round: int
-    global_flat: torch.Tensor          # [P] current global model
-    benign: torch.Tensor               # [B, P] the round's benign updates (omniscient attacks)
-    num_byzantine: int                 # f: malicious rows this round
-    num_total: int                     # n: all rows this round
+    global_flat: torch.Tensor  # [P] current global model
+    benign: torch.Tensor  # [B, P] the round's benign updates (omniscient attacks)
+    num_byzantine: int  # f: malicious rows this round
+    num_total: int  # n: all rows this round
     rng: np.random.Generator
 
 
@@ -48,34 +53,44 @@ class Attack:
     def __init__(self, **params: Any) -> None:
         unknown = sorted(set(params) - set(self.defaults))
         if unknown:
-            raise ValueError(f"attack {self.name!r}: unknown parameter {unknown[0]!r}; "
-                             f"valid: {sorted(self.defaults)}")
+            raise ValueError(
+                f"attack {self.name!r}: unknown parameter {unknown[0]!r}; "
+                f"valid: {sorted(self.defaults)}"
+            )
         self.params: dict[str, Any] = {**self.defaults, **params}
         self.check()
 
     def check(self) -> None:
         """Validate ``self.params``; raise ``ValueError`` naming the bad parameter."""
 
-    def number(self, key: str, *, low: float | None = None, positive: bool = False,
-               allow_none: bool = False) -> float | None:
+    def number(
+        self,
+        key: str,
+        *,
+        low: float | None = None,
+        positive: bool = False,
+        allow_none: bool = False,
+    ) -> float | None:
         """``self.params[key]`` as a finite float (optionally > 0, >= low, or None); a numeric
         string such as ``"1e-5"`` is accepted."""
         value = self.params[key]
         if value is None and allow_none:
             return None
-        if isinstance(value, str):              # YAML reads "1e-5" (no dot) as a string
+        if isinstance(value, str):  # YAML reads "1e-5" (no dot) as a string
             try:
                 value = float(value)
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-            raise ValueError(f"attack {self.name!r}: parameter {key!r} must be a number, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"attack {self.name!r}: parameter {key!r} must be a number, got {value!r}"
+            )
         v = float(value)
         if not np.isfinite(v) or (positive and v <= 0) or (low is not None and v < low):
             need = "> 0" if positive else f">= {low}" if low is not None else "finite"
-            raise ValueError(f"attack {self.name!r}: parameter {key!r} must be finite and "
-                             f"{need}, got {value!r}")
+            raise ValueError(
+                f"attack {self.name!r}: parameter {key!r} must be finite and {need}, got {value!r}"
+            )
         self.params[key] = v
         return v
 
@@ -94,15 +109,21 @@ class ModelAttack(Attack):
     def apply(self, malicious: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
         """``[f, P]`` honest updates of the malicious clients -> ``[f, P]`` float32 they send."""
         if malicious.dim() != 2:
-            raise ValueError(f"attack {self.name!r}: malicious must be [f, P], "
-                             f"got shape {tuple(malicious.shape)}")
+            raise ValueError(
+                f"attack {self.name!r}: malicious must be [f, P], "
+                f"got shape {tuple(malicious.shape)}"
+            )
         f, p = malicious.shape
         if f != ctx.num_byzantine or ctx.num_total < f:
-            raise ValueError(f"attack {self.name!r}: {f} malicious rows but num_byzantine="
-                             f"{ctx.num_byzantine}, num_total={ctx.num_total}")
+            raise ValueError(
+                f"attack {self.name!r}: {f} malicious rows but num_byzantine="
+                f"{ctx.num_byzantine}, num_total={ctx.num_total}"
+            )
         if ctx.benign.dim() != 2 or ctx.benign.shape[1] != p or ctx.global_flat.numel() != p:
-            raise ValueError(f"attack {self.name!r}: benign {tuple(ctx.benign.shape)} / global "
-                             f"{tuple(ctx.global_flat.shape)} do not match P={p}")
+            raise ValueError(
+                f"attack {self.name!r}: benign {tuple(ctx.benign.shape)} / global "
+                f"{tuple(ctx.global_flat.shape)} do not match P={p}"
+            )
         if f == 0:
             return torch.zeros(0, p, dtype=torch.float32)
         out = self.attack(malicious, ctx)
@@ -112,7 +133,6 @@ class ModelAttack(Attack):
         return self.apply(malicious, ctx)
 
 
-
 class DataAttack(Attack):
     """A data attack acts inside a malicious client's training: it rewrites the client's
     gathered batches ``x [S, B, ...]``, ``y [S, B]`` before its local steps. Must be picklable
@@ -120,9 +140,16 @@ class DataAttack(Attack):
 
     kind: ClassVar[str] = "data"
 
-    def poison(self, x: torch.Tensor, y: torch.Tensor, *, num_classes: int, seed: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def poison(
+        self, x: torch.Tensor, y: torch.Tensor, *, num_classes: int, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+
+#: every attack the config accepts, by name; an attack's module registers its class with
+#: ``@ATTACKS.register`` (its ``name``). ``"none"`` is None: no attack
+ATTACKS: Registry[type[Attack] | None] = Registry("attack")
+ATTACKS.register("none")(None)
 
 
 def reference_rows(malicious: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
@@ -159,8 +186,7 @@ def pick_malicious(num_clients: int, fraction: float, seed: int) -> np.ndarray:
     return np.sort(rng.choice(num_clients, size=k, replace=False)).astype(np.int64)
 
 
-def redraw_malicious(selected: np.ndarray, fraction: float,
-                     rng: np.random.Generator) -> np.ndarray:
+def redraw_malicious(selected: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
     """Sageflow's setting: ``round(fraction * len(selected))`` of this round's selected clients,
     re-drawn every round from ``rng``; sorted ids (int64)."""
     sel = np.asarray(selected, dtype=np.int64).ravel()

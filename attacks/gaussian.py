@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from attacks.base import AttackContext, ModelAttack
+from attacks.base import ATTACKS, AttackContext, ModelAttack
 
 
+@ATTACKS.register
 class Gaussian(ModelAttack):
     """Send ``N(0, sigma^2)`` noise, i.i.d. per coordinate, drawn from ``ctx.rng``.
 

@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from attacks.base import AttackContext, ModelAttack, reference_rows
+from attacks.base import ATTACKS, AttackContext, ModelAttack, reference_rows
 
 
+@ATTACKS.register
 class IPM(ModelAttack):
     """Send ``-eps * mean(benign)``.
 

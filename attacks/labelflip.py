@@ -14,11 +14,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from attacks.base import DataAttack
+from attacks.base import ATTACKS, DataAttack
 
 MODES = ("reverse", "shift", "targeted")
 
 
+@ATTACKS.register
 class LabelFlip(DataAttack):
     """Relabel every sample of a malicious client.
 
@@ -36,17 +37,22 @@ class LabelFlip(DataAttack):
 
     def check(self) -> None:
         if self.params["mode"] not in MODES:
-            raise ValueError(f"attack 'labelflip': parameter 'mode' must be one of "
-                             f"{list(MODES)}, got {self.params['mode']!r}")
+            raise ValueError(
+                f"attack 'labelflip': parameter 'mode' must be one of "
+                f"{list(MODES)}, got {self.params['mode']!r}"
+            )
         for key in ("source", "target"):
             v = self.number(key, low=0)
             if v is None or not float(v).is_integer():
-                raise ValueError(f"attack 'labelflip': parameter {key!r} must be a class "
-                                 f"index >= 0, got {self.params[key]!r}")
+                raise ValueError(
+                    f"attack 'labelflip': parameter {key!r} must be a class "
+                    f"index >= 0, got {self.params[key]!r}"
+                )
             self.params[key] = int(v)
 
-    def poison(self, x: torch.Tensor, y: torch.Tensor, *, num_classes: int, seed: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def poison(
+        self, x: torch.Tensor, y: torch.Tensor, *, num_classes: int, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         mode = self.params["mode"]
         if mode == "reverse":
             return x, num_classes - 1 - y
@@ -54,6 +60,8 @@ class LabelFlip(DataAttack):
             return x, (y + 1) % num_classes
         src, dst = self.params["source"], self.params["target"]
         if max(src, dst) >= num_classes:
-            raise ValueError(f"attack 'labelflip': source/target {src}/{dst} out of range for "
-                             f"{num_classes} classes")
+            raise ValueError(
+                f"attack 'labelflip': source/target {src}/{dst} out of range for "
+                f"{num_classes} classes"
+            )
         return x, torch.where(y == src, torch.full_like(y, dst), y)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from attacks.base import AttackContext, ModelAttack, column_std, reference_rows
+from attacks.base import ATTACKS, AttackContext, ModelAttack, column_std, reference_rows
 
 DIRECTIONS = ("std", "unit", "sign")
 
@@ -31,8 +31,14 @@ def perturbation(rows: torch.Tensor, direction: str) -> torch.Tensor:
     return -torch.sign(mean)
 
 
-def search_gamma(rows: torch.Tensor, p: torch.Tensor, objective: str, gamma_init: float = 10.0,
-                 tau: float = 1e-5, max_iters: int = 100) -> float:
+def search_gamma(
+    rows: torch.Tensor,
+    p: torch.Tensor,
+    objective: str,
+    gamma_init: float = 10.0,
+    tau: float = 1e-5,
+    max_iters: int = 100,
+) -> float:
     """Largest ``gamma >= 0`` (within ``tau``) such that ``m = mean(rows) + gamma * p`` obeys
 
     - ``"minmax"``: ``max_i ||m - b_i|| <= max_{i,j} ||b_i - b_j||``;
@@ -48,18 +54,21 @@ def search_gamma(rows: torch.Tensor, p: torch.Tensor, objective: str, gamma_init
     pp = float(p @ p)
     if pp == 0.0:
         return 0.0
-    d = rows.mean(dim=0, keepdim=True) - rows                    # [B, P]
-    a, c = (d * d).sum(dim=1), d @ p                               # [B], [B]
-    sq = torch.cdist(rows, rows).square()                          # [B, B]
+    d = rows.mean(dim=0, keepdim=True) - rows  # [B, P]
+    a, c = (d * d).sum(dim=1), d @ p  # [B], [B]
+    sq = torch.cdist(rows, rows).square()  # [B, B]
     if objective == "minmax":
         bound = float(sq.max())
+
         def score(g: float) -> float:
             return float((a + 2 * g * c + g * g * pp).max())
     else:
         bound = float(sq.sum(dim=1).max())
+
         def score(g: float) -> float:
             return float((a + 2 * g * c + g * g * pp).sum())
-    bound *= 1 + 1e-12                                             # rounding at gamma = 0
+
+    bound *= 1 + 1e-12  # rounding at gamma = 0
     lo, hi = 0.0, float(gamma_init)
     for _ in range(max_iters):
         if score(hi) > bound:
@@ -75,6 +84,7 @@ def search_gamma(rows: torch.Tensor, p: torch.Tensor, objective: str, gamma_init
     return lo
 
 
+@ATTACKS.register
 class MinMax(ModelAttack):
     """Send ``mean(benign) + gamma * p`` with ``gamma`` from :func:`search_gamma` (Min-Max).
 
@@ -92,28 +102,42 @@ class MinMax(ModelAttack):
 
     name: ClassVar[str] = "minmax"
     objective: ClassVar[str] = "minmax"
-    defaults: ClassVar[dict[str, Any]] = {"direction": "std", "gamma_init": 10.0,
-                                          "tau": 1e-5, "max_iters": 100}
+    defaults: ClassVar[dict[str, Any]] = {
+        "direction": "std",
+        "gamma_init": 10.0,
+        "tau": 1e-5,
+        "max_iters": 100,
+    }
 
     def check(self) -> None:
         if self.params["direction"] not in DIRECTIONS:
-            raise ValueError(f"attack {self.name!r}: parameter 'direction' must be one of "
-                             f"{list(DIRECTIONS)}, got {self.params['direction']!r}")
+            raise ValueError(
+                f"attack {self.name!r}: parameter 'direction' must be one of "
+                f"{list(DIRECTIONS)}, got {self.params['direction']!r}"
+            )
         self.number("gamma_init", positive=True)
         self.number("tau", positive=True)
         it = self.params["max_iters"]
         if isinstance(it, bool) or not isinstance(it, int) or it < 1:
-            raise ValueError(f"attack {self.name!r}: parameter 'max_iters' must be an int >= 1, "
-                             f"got {it!r}")
+            raise ValueError(
+                f"attack {self.name!r}: parameter 'max_iters' must be an int >= 1, got {it!r}"
+            )
 
     def attack(self, malicious: torch.Tensor, ctx: AttackContext) -> torch.Tensor:
         rows = reference_rows(malicious, ctx)
         p = perturbation(rows, self.params["direction"])
-        gamma = search_gamma(rows, p, self.objective, self.params["gamma_init"],
-                             self.params["tau"], self.params["max_iters"])
+        gamma = search_gamma(
+            rows,
+            p,
+            self.objective,
+            self.params["gamma_init"],
+            self.params["tau"],
+            self.params["max_iters"],
+        )
         return (rows.mean(dim=0) + gamma * p).unsqueeze(0)
 
 
+@ATTACKS.register
 class MinSum(MinMax):
     """Min-Sum: as :class:`MinMax` with the sum-of-squared-distances constraint."""
 

@@ -32,12 +32,13 @@ from typing import Any, ClassVar
 import torch
 
 from attacks.backdoor import Backdoor
-from attacks.base import AttackContext, ModelAttack
+from attacks.base import ATTACKS, AttackContext, ModelAttack
 
 #: parameters passed through to the backdoor's data poisoning (None: not given)
 BACKDOOR_PARAMS = ("target", "poison_fraction", "pattern", "trigger_value")
 
 
+@ATTACKS.register
 class ModelReplacement(ModelAttack):
     """Send ``boost * delta`` in place of the honest update ``delta``.
 
@@ -64,9 +65,8 @@ class ModelReplacement(ModelAttack):
         try:
             self.data: Backdoor | None = Backdoor(**given) if given else None
         except ValueError as e:
-            raise ValueError(str(e).replace("attack 'backdoor'", f"attack {self.name!r}")
-                             ) from None
-        if self.data is not None:                 # record the backdoor's validated values
+            raise ValueError(str(e).replace("attack 'backdoor'", f"attack {self.name!r}")) from None
+        if self.data is not None:  # record the backdoor's validated values
             self.params.update({k: self.data.params[k] for k in given})
 
     def boost_for(self, ctx: AttackContext) -> float:

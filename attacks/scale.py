@@ -13,9 +13,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from attacks.base import AttackContext, ModelAttack
+from attacks.base import ATTACKS, AttackContext, ModelAttack
 
 
+@ATTACKS.register
 class ScaleModel(ModelAttack):
     """Send the model ``factor * w`` with ``w = global + delta``, i.e. the update
     ``factor * (global + delta) - global``.

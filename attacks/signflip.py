@@ -13,9 +13,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from attacks.base import AttackContext, ModelAttack
+from attacks.base import ATTACKS, AttackContext, ModelAttack
 
 
+@ATTACKS.register
 class SignFlip(ModelAttack):
     """Send ``-scale * delta`` in place of the honest update ``delta``.
 

@@ -46,7 +46,8 @@ if str(ROOT) not in sys.path:
 from benchmarks.fused import interleaved  # noqa: E402
 from benchmarks.throughput import EPOCHS, TASKS, Task, task_config  # noqa: E402
 from simulator.algorithms import ALGORITHMS  # noqa: E402
-from simulator.config.sections import Config, ConfigError  # noqa: E402
+from simulator.config.fields import ConfigError  # noqa: E402
+from simulator.config.sections import Config  # noqa: E402
 from simulator.round.engine import Simulation  # noqa: E402
 from simulator.run.federation import build_federation  # noqa: E402
 
@@ -81,21 +82,29 @@ def arm_config(base: Config, name: str, params: dict[str, Any]) -> Config:
     return dataclasses.replace(base, algorithm=alg)
 
 
-def measure(task: Task, arms: dict[str, tuple[str, dict[str, Any]]], seed: int, actors: int,
-            backend: str, warmup: int, rounds: int, min_seconds: float
-            ) -> dict[str, dict[str, Any]]:
+def measure(
+    task: Task,
+    arms: dict[str, tuple[str, dict[str, Any]]],
+    seed: int,
+    actors: int,
+    backend: str,
+    warmup: int,
+    rounds: int,
+    min_seconds: float,
+) -> dict[str, dict[str, Any]]:
     """One measurement, ``{arm: rates}``. In-process (``local``): every arm's engine rounds
     timed in turns. With ``ray`` each Simulation's actors hold the CPUs, so two cannot live at
     once: the arms are timed one after another instead (less robust to the machine's drift)."""
     base = task_config(task, seed, actors)
     if backend != base.execution.backend:
-        base = dataclasses.replace(base, execution=dataclasses.replace(base.execution,
-                                                                       backend=backend))
+        base = dataclasses.replace(
+            base, execution=dataclasses.replace(base.execution, backend=backend)
+        )
     t0 = time.perf_counter()
 
     def open_arm(name: str, params: dict[str, Any]) -> tuple[Simulation, Any]:
         cfg = arm_config(base, name, params)
-        fed = build_federation(cfg)              # the model depends on the algorithm
+        fed = build_federation(cfg)  # the model depends on the algorithm
         sim = Simulation(cfg, federation=fed)
 
         def run(r: int) -> tuple[int, int]:
@@ -125,31 +134,57 @@ def measure(task: Task, arms: dict[str, tuple[str, dict[str, Any]]], seed: int, 
             sim.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (every flag explained in ``--help``)."""
     p = argparse.ArgumentParser(
         description="Client-updates/s of algorithms vs FedAvg on a task of "
-                    "benchmarks/throughput.py, timed in turns in one process.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--algorithm", action="append", default=None, metavar="NAME[:K=V,...]",
-                   help="an algorithm to compare with FedAvg (repeatable; default: those of "
-                        f"{list(BAR_ALGORITHMS)} that are registered)")
+        "benchmarks/throughput.py, timed in turns in one process.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--algorithm",
+        action="append",
+        default=None,
+        metavar="NAME[:K=V,...]",
+        help="an algorithm to compare with FedAvg (repeatable; default: those of "
+        f"{list(BAR_ALGORITHMS)} that are registered)",
+    )
     p.add_argument("--task", default="digits-mlp-k100", choices=[t.name for t in TASKS])
-    p.add_argument("--backend", default="local", choices=["local", "ray"],
-                   help="local: in-process, algorithms timed in turns; ray: throughput.py's "
-                        "backend, algorithms timed one after another (its actors hold the "
-                        "CPUs). On digits-mlp-k100 a round is below the inline threshold "
-                        "(300 MFLOP), so ray trains it in the driver too")
+    p.add_argument(
+        "--backend",
+        default="local",
+        choices=["local", "ray"],
+        help="local: in-process, algorithms timed in turns; ray: throughput.py's "
+        "backend, algorithms timed one after another (its actors hold the "
+        "CPUs). On digits-mlp-k100 a round is below the inline threshold "
+        "(300 MFLOP), so ray trains it in the driver too",
+    )
     p.add_argument("--actors", type=int, default=0, help="device actors (0 = one per CPU)")
     p.add_argument("--quick", action="store_true", help="fewer timed rounds and repeats")
-    p.add_argument("--rounds", type=int, default=None,
-                   help="timed rounds per algorithm (default 20; quick: 8)")
-    p.add_argument("--min-seconds", type=float, default=None,
-                   help="timed seconds per algorithm at least (default 5; quick: 2)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="measurements; each algorithm's best is reported (default 3; quick 2)")
+    p.add_argument(
+        "--rounds", type=int, default=None, help="timed rounds per algorithm (default 20; quick: 8)"
+    )
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        default=None,
+        help="timed seconds per algorithm at least (default 5; quick: 2)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="measurements; each algorithm's best is reported (default 3; quick 2)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time the arms; print their rates and ratios to FedAvg; write ``--json``. Returns the
+    exit code (2 on bad input, with a one-line error)."""
+    args = build_parser().parse_args(argv)
     try:
         wanted = args.algorithm or [a for a in BAR_ALGORITHMS if a in ALGORITHMS]
         arms = {"fedavg": ("fedavg", {})}
@@ -166,37 +201,75 @@ def main(argv: list[str] | None = None) -> int:
     min_s = args.min_seconds if args.min_seconds is not None else (2.0 if args.quick else 5.0)
     repeats = args.repeats or (2 if args.quick else 3)
     if rounds < 1 or repeats < 1 or not 0 <= min_s < float("inf"):
-        print("error: --rounds and --repeats must be >= 1, --min-seconds finite >= 0",
-              file=sys.stderr)
+        print(
+            "error: --rounds and --repeats must be >= 1, --min-seconds finite >= 0", file=sys.stderr
+        )
         return 2
     task = next(t for t in TASKS if t.name == args.task)
     backend = args.backend
     runs: list[dict[str, dict[str, Any]]] = []
     for rep in range(repeats):
-        print(f"[{task.name}] {list(arms)} ({rep + 1}/{repeats}) ...",
-              file=sys.stderr, flush=True)
-        runs.append(measure(task, arms, args.seed, args.actors, backend, warmup=3,
-                            rounds=rounds, min_seconds=min_s))
-    best = {a: max(r[a]["updates_per_s"] for r in runs) for a in arms}
-    rows = [{"algorithm": a, "updates_per_s": best[a], "ratio_to_fedavg": best[a] / best["fedavg"],
-             "repeats": [r[a]["updates_per_s"] for r in runs],
-             "samples_per_s": max(r[a]["samples_per_s"] for r in runs)} for a in arms]
-    hdr = f"{'algorithm':<24} {'updates/s':>10} {'/ fedavg':>9}  bar"
+        print(f"[{task.name}] {list(arms)} ({rep + 1}/{repeats}) ...", file=sys.stderr, flush=True)
+        runs.append(
+            measure(
+                task,
+                arms,
+                args.seed,
+                args.actors,
+                backend,
+                warmup=3,
+                rounds=rounds,
+                min_seconds=min_s,
+            )
+        )
+    rows = best_rows(runs, list(arms))
     how = "timed in turns" if backend == "local" else "timed one after another"
     print(f"{task.name}, backend {backend}, best of {repeats} ({how})")
+    print_rows(rows)
+    if args.json:
+        meta = {
+            "task": task.name,
+            "backend": backend,
+            "repeats": repeats,
+            "bar": BAR,
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        }
+        Path(args.json).write_text(json.dumps({"algorithms": rows, "meta": meta}, indent=2))
+    return 0
+
+
+def best_rows(runs: list[dict[str, dict[str, Any]]], arms: list[str]) -> list[dict[str, Any]]:
+    """One row per arm: its best rate over the measurements, the ratio to FedAvg's best, every
+    measurement's rate and the best samples/s."""
+    best = {a: max(r[a]["updates_per_s"] for r in runs) for a in arms}
+    return [
+        {
+            "algorithm": a,
+            "updates_per_s": best[a],
+            "ratio_to_fedavg": best[a] / best["fedavg"],
+            "repeats": [r[a]["updates_per_s"] for r in runs],
+            "samples_per_s": max(r[a]["samples_per_s"] for r in runs),
+        }
+        for a in arms
+    ]
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    """The table: updates/s, ratio to FedAvg and whether it meets :data:`BAR`."""
+    hdr = f"{'algorithm':<24} {'updates/s':>10} {'/ fedavg':>9}  bar"
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
-        bar = ("" if r["algorithm"] == "fedavg"
-               else ("ok" if r["ratio_to_fedavg"] >= BAR else f"below {BAR}"))
-        print(f"{r['algorithm']:<24} {r['updates_per_s']:>10.1f} {r['ratio_to_fedavg']:>9.2f}  "
-              f"{bar}")
-    if args.json:
-        meta = {"task": task.name, "backend": backend, "repeats": repeats, "bar": BAR,
-                "device": "cuda" if torch.cuda.is_available() else "cpu",
-                "torch": torch.__version__, "threads": torch.get_num_threads()}
-        Path(args.json).write_text(json.dumps({"algorithms": rows, "meta": meta}, indent=2))
-    return 0
+        bar = (
+            ""
+            if r["algorithm"] == "fedavg"
+            else ("ok" if r["ratio_to_fedavg"] >= BAR else f"below {BAR}")
+        )
+        print(
+            f"{r['algorithm']:<24} {r['updates_per_s']:>10.1f} {r['ratio_to_fedavg']:>9.2f}  {bar}"
+        )
 
 
 if __name__ == "__main__":

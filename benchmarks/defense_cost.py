@@ -71,19 +71,29 @@ def synthetic(n: int, d: int, seed: int) -> tuple[UpdateBatch, DefenseContext, i
     direction = torch.randn(d, generator=g) * 1e-2
     x = direction + torch.randn(n, d, generator=g) * 1e-2
     x[:f] = -10 * direction + torch.randn(f, d, generator=g) * 1e-1
-    batch = UpdateBatch(x.contiguous(), np.arange(n, dtype=np.int64), np.full(n, 20, np.int64),
-                        np.zeros(n, np.int64), {"alarm": np.zeros(n, np.int64)})
+    batch = UpdateBatch(
+        x.contiguous(),
+        np.arange(n, dtype=np.int64),
+        np.full(n, 20, np.int64),
+        np.zeros(n, np.int64),
+        {"alarm": np.zeros(n, np.int64)},
+    )
 
     def score(models: torch.Tensor) -> dict[str, np.ndarray]:
         norm = models.double().norm(dim=1).numpy()
         acc = 1.0 / (1.0 + norm / (np.median(norm) + 1e-12))
         return {"accuracy": acc, "loss": 1 - acc, "entropy": 1 - acc}
 
-    ctx = DefenseContext(round=0, global_flat=torch.zeros(d), score_models=score,
-                         public_x=torch.zeros(100, 1, 28, 28),
-                         public_y=torch.zeros(100, dtype=torch.int64),
-                         base_model=lambda r: torch.zeros(d), server_update=lambda: direction,
-                         rng=np.random.default_rng(seed))
+    ctx = DefenseContext(
+        round=0,
+        global_flat=torch.zeros(d),
+        score_models=score,
+        public_x=torch.zeros(100, 1, 28, 28),
+        public_y=torch.zeros(100, dtype=torch.int64),
+        base_model=lambda r: torch.zeros(d),
+        server_update=lambda: direction,
+        rng=np.random.default_rng(seed),
+    )
     return batch, ctx, f
 
 
@@ -108,9 +118,13 @@ def load_byzfl() -> Any:
 
 
 def byzfl_rule(agg: Any, name: str, f: int, iters: int, nu: float) -> Callable | None:
-    table = {"krum": lambda: agg.Krum(f=f), "multikrum": lambda: agg.MultiKrum(f=f),
-             "median": lambda: agg.Median(), "trimmedmean": lambda: agg.TrMean(f=f),
-             "geomed": lambda: agg.GeometricMedian(nu=nu, T=iters)}
+    table = {
+        "krum": lambda: agg.Krum(f=f),
+        "multikrum": lambda: agg.MultiKrum(f=f),
+        "median": lambda: agg.Median(),
+        "trimmedmean": lambda: agg.TrMean(f=f),
+        "geomed": lambda: agg.GeometricMedian(nu=nu, T=iters),
+    }
     return None if agg is None or name not in table else table[name]()
 
 
@@ -129,7 +143,7 @@ def reference(name: str, batch: UpdateBatch, f: int, d2: np.ndarray | None) -> C
     def bulyan() -> torch.Tensor:
         chosen = select_exact(dists(), f, n - 2 * f, ids)
         s = torch.sort(x.double()[torch.tensor(chosen)], dim=0).values
-        close = torch.argsort((s - median_of_sorted(s)).abs(), dim=0, stable=True)[:n - 4 * f]
+        close = torch.argsort((s - median_of_sorted(s)).abs(), dim=0, stable=True)[: n - 4 * f]
         return torch.gather(s, 0, close).mean(dim=0)
 
     def geomed() -> torch.Tensor:
@@ -139,9 +153,14 @@ def reference(name: str, batch: UpdateBatch, f: int, d2: np.ndarray | None) -> C
     def sort() -> torch.Tensor:
         return torch.sort(x.double(), dim=0).values
 
-    table = {"krum": lambda: krum(1), "multikrum": lambda: krum(n - f), "bulyan": bulyan,
-             "geomed": geomed, "median": lambda: median_of_sorted(sort()),
-             "trimmedmean": lambda: sort()[f:n - f].mean(dim=0)}
+    table = {
+        "krum": lambda: krum(1),
+        "multikrum": lambda: krum(n - f),
+        "bulyan": bulyan,
+        "geomed": geomed,
+        "median": lambda: median_of_sorted(sort()),
+        "trimmedmean": lambda: sort()[f : n - f].mean(dim=0),
+    }
     return table.get(name)
 
 
@@ -168,7 +187,7 @@ def agreement(new: Any, ref_delta: torch.Tensor | None, kept: list[bool] | None)
     out: dict[str, Any] = {}
     if ref_delta is not None:
         den = float(ref_delta.double().norm()) or 1.0
-        ref32 = ref_delta.to(new.delta.dtype).double()      # both rounded to the row dtype
+        ref32 = ref_delta.to(new.delta.dtype).double()  # both rounded to the row dtype
         out["rel_err"] = float((new.delta.double() - ref32).norm()) / den
     if kept is not None:
         out["same_rows"] = [v.kept for v in new.verdicts] == kept
@@ -177,7 +196,7 @@ def agreement(new: Any, ref_delta: torch.Tensor | None, kept: list[bool] | None)
 
 def run_case(n: int, model: str, d: int, args: Any, byz: Any) -> list[dict[str, Any]]:
     batch, ctx, f = synthetic(n, d, args.seed)
-    d2 = exact_sq_dists(batch.updates)          # once per case: agreement + reference scores
+    d2 = exact_sq_dists(batch.updates)  # once per case: agreement + reference scores
     dcost, extrap = exact_cost(batch.updates, args.budget_s)
     rows = []
     for name in args.defenses:
@@ -190,20 +209,27 @@ def run_case(n: int, model: str, d: int, args: Any, byz: Any) -> list[dict[str, 
         kept = exact_kept(name, d2, batch, f) if name in DISTANCE_RULES else None
         ref_delta = ref() if ref is not None else None
         bz = byzfl_rule(byz, name, f, iters, 1e-6)
-        thunks: dict[str, Callable] = {"new": lambda nm=name, p=p: make_defense(nm, **p)(
-            batch, ctx)}
+        thunks: dict[str, Callable] = {
+            "new": lambda nm=name, p=p: make_defense(nm, **p)(batch, ctx)
+        }
         if ref is not None:
             thunks["ref"] = ref
         if bz is not None:
             thunks["byzfl"] = lambda bz=bz: bz(batch.updates)
         times: dict[str, list[float]] = {k: [] for k in thunks}
-        for _ in range(args.repeats):            # interleaved turns
+        for _ in range(args.repeats):  # interleaved turns
             for k, fn in thunks.items():
                 t0 = time.perf_counter()
                 fn()
                 times[k].append(time.perf_counter() - t0)
-        rec: dict[str, Any] = {"n": n, "model": model, "d": d, "defense": name, "f": f,
-                               **agreement(new, ref_delta, kept)}
+        rec: dict[str, Any] = {
+            "n": n,
+            "model": model,
+            "d": d,
+            "defense": name,
+            "f": f,
+            **agreement(new, ref_delta, kept),
+        }
         for k, ts in times.items():
             add = dcost if (k == "ref" and name in DISTANCE_RULES) else 0.0
             rec[f"{k}_s"] = statistics.median(ts) + add
@@ -226,7 +252,7 @@ def exact_kept(name: str, d2: np.ndarray, batch: UpdateBatch, f: int) -> list[bo
     if name == "bulyan":
         chosen = select_exact(d2, f, n - 2 * f, ids)
     else:
-        chosen = rank_rows(krum_scores(d2, n - f - 2), ids)[:1 if name == "krum" else n - f]
+        chosen = rank_rows(krum_scores(d2, n - f - 2), ids)[: 1 if name == "krum" else n - f]
     keep = np.zeros(n, dtype=bool)
     keep[list(chosen)] = True
     return keep.tolist()
@@ -251,8 +277,10 @@ def geomed_iterations(batch: UpdateBatch) -> int:
     return max(1, count["n"] - 1)
 
 
-HEAD = (f"{'n':>5} {'model':>5} {'d':>7} {'defense':<12} {'new s':>8} {'ref s':>9} "
-        f"{'byzfl s':>8} {'x ref':>7} {'x byzfl':>7} {'same':>5} {'rel err':>8}  note")
+HEAD = (
+    f"{'n':>5} {'model':>5} {'d':>7} {'defense':<12} {'new s':>8} {'ref s':>9} "
+    f"{'byzfl s':>8} {'x ref':>7} {'x byzfl':>7} {'same':>5} {'rel err':>8}  note"
+)
 
 
 def line(r: dict[str, Any]) -> str:
@@ -260,31 +288,55 @@ def line(r: dict[str, Any]) -> str:
         return format(r[k], fmt) if k in r else "-"
 
     ref = num("ref_s", ".3f") + ("*" if r.get("ref_extrapolated") else "")
-    return (f"{r['n']:>5} {r['model']:>5} {r['d']:>7} {r['defense']:<12} {num('new_s', '.3f'):>8} "
-            f"{ref:>9} {num('byzfl_s', '.3f'):>8} {num('speedup_vs_ref', '.1f'):>7} "
-            f"{num('speedup_vs_byzfl', '.1f'):>7} {str(r.get('same_rows', '-')):>5} "
-            f"{num('rel_err', '.1e'):>8}  {r.get('note', '')}")
+    return (
+        f"{r['n']:>5} {r['model']:>5} {r['d']:>7} {r['defense']:<12} {num('new_s', '.3f'):>8} "
+        f"{ref:>9} {num('byzfl_s', '.3f'):>8} {num('speedup_vs_ref', '.1f'):>7} "
+        f"{num('speedup_vs_byzfl', '.1f'):>7} {str(r.get('same_rows', '-')):>5} "
+        f"{num('rel_err', '.1e'):>8}  {r.get('note', '')}"
+    )
 
 
 def parse_args(argv: list[str] | None) -> Any:
-    p = OneLineParser(prog="python benchmarks/defense_cost.py",
-                      description="Aggregation time of every registered defense at n rows and "
-                                  "the MLP's / CNN's parameter count (mnist5k), against the "
-                                  "reference (exact) code and ByzFL, with agreement checks.")
-    p.add_argument("--sizes", default=None, metavar="N,N",
-                   help="row counts (default 100,1000; --quick: 100)")
-    p.add_argument("--dims", default=None, metavar="D,D",
-                   help="row lengths instead of the models' sizes (named d<D> in the table)")
-    p.add_argument("--defenses", default=None, metavar="NAME,NAME",
-                   help=f"defenses to time (default all: {','.join(sorted(DEFENSES))})")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="interleaved timing turns per case (default 3; --quick: 1)")
-    p.add_argument("--budget-s", type=float, default=30.0,
-                   help="time the exact distances in full only below this many seconds, else "
-                        "on a subset of rows, extrapolated (default 30)")
+    p = OneLineParser(
+        prog="python benchmarks/defense_cost.py",
+        description="Aggregation time of every registered defense at n rows and "
+        "the MLP's / CNN's parameter count (mnist5k), against the "
+        "reference (exact) code and ByzFL, with agreement checks.",
+    )
+    p.add_argument(
+        "--sizes", default=None, metavar="N,N", help="row counts (default 100,1000; --quick: 100)"
+    )
+    p.add_argument(
+        "--dims",
+        default=None,
+        metavar="D,D",
+        help="row lengths instead of the models' sizes (named d<D> in the table)",
+    )
+    p.add_argument(
+        "--defenses",
+        default=None,
+        metavar="NAME,NAME",
+        help=f"defenses to time (default all: {','.join(sorted(DEFENSES))})",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="interleaved timing turns per case (default 3; --quick: 1)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=30.0,
+        help="time the exact distances in full only below this many seconds, else "
+        "on a subset of rows, extrapolated (default 30)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic rows (default 0)")
-    p.add_argument("--quick", action="store_true",
-                   help="one turn, n=100 only (unless --sizes), for a smoke run")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="one turn, n=100 only (unless --sizes), for a smoke run",
+    )
     p.add_argument("--no-byzfl", action="store_true", help="skip the ByzFL comparison")
     p.add_argument("--json", metavar="FILE", help="also write every figure to FILE as JSON")
     a = p.parse_args(argv)
@@ -307,17 +359,21 @@ def parse_args(argv: list[str] | None) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    dims = ({f"d{d}": d for d in args.dims} if args.dims else model_sizes())
+    dims = {f"d{d}": d for d in args.dims} if args.dims else model_sizes()
     byz = None if args.no_byzfl else load_byzfl()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device "
-          f"{'cuda' if torch.cuda.is_available() else 'cpu'}; byzfl "
-          f"{'loaded' if byz is not None else 'not available'}; * = extrapolated reference")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, device "
+        f"{'cuda' if torch.cuda.is_available() else 'cpu'}; byzfl "
+        f"{'loaded' if byz is not None else 'not available'}; * = extrapolated reference"
+    )
     print(HEAD)
-    rows = [r for n in args.sizes for model, d in dims.items()
-            for r in run_case(n, model, d, args, byz)]
+    rows = [
+        r for n in args.sizes for model, d in dims.items() for r in run_case(n, model, d, args, byz)
+    ]
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "argv": argv or sys.argv[1:]},
-                                              indent=1))
+        Path(args.json).write_text(
+            json.dumps({"rows": rows, "argv": argv or sys.argv[1:]}, indent=1)
+        )
     return 0
 
 

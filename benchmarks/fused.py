@@ -29,14 +29,21 @@ from simulator.config.sections import Config
 from simulator.population.selection import select_clients
 from simulator.rng import Stream, client_seeds, stream
 from simulator.run.federation import Federation
-from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
+from simulator.training.flat import FlatLayout
+from simulator.training.stacked import LocalSpec, train_clients
 
 
 def chosen_clients(cfg: Config, fed: Federation, rnd: int) -> np.ndarray:
     """The clients a FedSentry run of ``cfg`` selects in round ``rnd`` (every device online)."""
-    return select_clients(fed.population, 0.0, cfg.experiment.clients_per_round,
-                          np.zeros(0, np.int64), stream(cfg.experiment.seed, rnd, Stream.SELECT),
-                          seed=cfg.experiment.seed, period_s=3600.0)
+    return select_clients(
+        fed.population,
+        0.0,
+        cfg.experiment.clients_per_round,
+        np.zeros(0, np.int64),
+        stream(cfg.experiment.seed, rnd, Stream.SELECT),
+        seed=cfg.experiment.seed,
+        period_s=3600.0,
+    )
 
 
 class _Trainer:
@@ -55,8 +62,17 @@ class _Trainer:
         x = torch.from_numpy(self.x if px is None else px)
         y = torch.from_numpy(self.y if py is None else py)
         seeds = client_seeds(self.seed, rnd, ids)
-        out = train_clients(self.model, self.layout, torch.from_numpy(g), x, y, idx,
-                            [self.epochs] * len(ids), seeds.tolist(), self.spec)
+        out = train_clients(
+            self.model,
+            self.layout,
+            torch.from_numpy(g),
+            x,
+            y,
+            idx,
+            [self.epochs] * len(ids),
+            seeds.tolist(),
+            self.spec,
+        )
         w = np.array([len(i) for i in idx], np.float64)
         s = (torch.from_numpy(w.astype(np.float32)) @ out.updates).double().numpy()
         return s, float(w.sum()), int(w.sum()) * self.epochs
@@ -134,9 +150,8 @@ class FusedProcesses(_Fused):
         parts = [c for c in np.array_split(ids, self.n) if len(c)]
         for conn, chunk in zip(self.pipes, parts, strict=False):
             conn.send((self.g, rnd, chunk))
-        res = [conn.recv() for conn in self.pipes[:len(parts)]]
-        return (np.sum([r[0] for r in res], axis=0), sum(r[1] for r in res),
-                sum(r[2] for r in res))
+        res = [conn.recv() for conn in self.pipes[: len(parts)]]
+        return (np.sum([r[0] for r in res], axis=0), sum(r[1] for r in res), sum(r[2] for r in res))
 
     def close(self) -> None:
         for conn in self.pipes:
@@ -146,14 +161,23 @@ class FusedProcesses(_Fused):
 
 
 def rates(updates: int, samples: int, seconds: float, rounds: int) -> dict[str, Any]:
-    return {"rounds_timed": rounds, "seconds": seconds, "client_updates": updates,
-            "samples": samples, "updates_per_s": updates / seconds,
-            "samples_per_s": samples / seconds}
+    return {
+        "rounds_timed": rounds,
+        "seconds": seconds,
+        "client_updates": updates,
+        "samples": samples,
+        "updates_per_s": updates / seconds,
+        "samples_per_s": samples / seconds,
+    }
 
 
-def interleaved(runners: dict[str, Any], warmup: int, rounds: int,
-                min_seconds: float = 0.0, block_seconds: float = 0.25
-                ) -> dict[str, dict[str, Any]]:
+def interleaved(
+    runners: dict[str, Any],
+    warmup: int,
+    rounds: int,
+    min_seconds: float = 0.0,
+    block_seconds: float = 0.25,
+) -> dict[str, dict[str, Any]]:
     """Time ``runners[name](r) -> (updates, samples)`` in turns: blocks of consecutive rounds
     of about ``block_seconds`` per runner, the runners taking turns, until each has run at least
     ``rounds`` timed rounds and ``min_seconds`` of its own time. Turns of a fraction of a second
@@ -163,7 +187,7 @@ def interleaved(runners: dict[str, Any], warmup: int, rounds: int,
     for run in runners.values():
         for r in range(warmup):
             run(r)
-    acc = {k: [0.0, 0, 0, warmup] for k in runners}   # seconds, updates, samples, next round
+    acc = {k: [0.0, 0, 0, warmup] for k in runners}  # seconds, updates, samples, next round
 
     def pending() -> bool:
         return any(a[3] - warmup < rounds or a[0] < min_seconds for a in acc.values())
@@ -179,8 +203,9 @@ def interleaved(runners: dict[str, Any], warmup: int, rounds: int,
                 a[1] += u
                 a[2] += n
                 a[3] += 1
-                if (time.perf_counter() - start >= block_seconds
-                        or (a[3] - warmup >= rounds and a[0] >= min_seconds)):
+                if time.perf_counter() - start >= block_seconds or (
+                    a[3] - warmup >= rounds and a[0] >= min_seconds
+                ):
                     break
     return {k: rates(a[1], a[2], a[0], a[3] - warmup) for k, a in acc.items()}
 
@@ -188,12 +213,16 @@ def interleaved(runners: dict[str, Any], warmup: int, rounds: int,
 def ceiling(results: dict[str, dict[str, Any]], modes: dict[str, str]) -> dict[str, Any]:
     """The best of the fused results (keys of ``modes``), with every mode's rate."""
     best = max(modes, key=lambda k: results[k]["updates_per_s"])
-    return {**results[best], "mode": modes[best],
-            "tried": {modes[k]: results[k]["updates_per_s"] for k in modes}}
+    return {
+        **results[best],
+        "mode": modes[best],
+        "tried": {modes[k]: results[k]["updates_per_s"] for k in modes},
+    }
 
 
-def measure_fused(cfg: Config, fed: Federation, warmup: int, rounds: int,
-                  min_seconds: float = 0.0) -> dict[str, Any]:
+def measure_fused(
+    cfg: Config, fed: Federation, warmup: int, rounds: int, min_seconds: float = 0.0
+) -> dict[str, Any]:
     """The ceiling alone: the faster of :class:`FusedThreads` and :class:`FusedProcesses`,
     timed in turns; both rates are kept under ``"tried"``."""
     runners = [FusedThreads(cfg, fed), FusedProcesses(cfg, fed)]

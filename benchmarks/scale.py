@@ -39,8 +39,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 POPULATIONS = (10_000, 100_000, 1_000_000)
-FIELDS = ("population", "algorithm", "startup_s", "round_s", "overhead_share",
-          "driver_peak_rss_gb", "total_peak_rss_gb", "state_mem_mb", "state_disk_mb")
+FIELDS = (
+    "population",
+    "algorithm",
+    "startup_s",
+    "round_s",
+    "overhead_share",
+    "driver_peak_rss_gb",
+    "total_peak_rss_gb",
+    "state_mem_mb",
+    "state_disk_mb",
+)
 
 
 # ------------------------------------------------------------------------------ child side
@@ -76,12 +85,17 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     walls = [e - s for s, e in zip(starts, clock.ends, strict=True)]
     shares = [(w - t) / w for w, t in zip(walls, clock.train, strict=True)]
     st = summary["state_store"]
-    return {"startup_s": clock.plans[0] - T0, "round_s": sum(walls) / len(walls),
-            "round_walls": walls, "train_s": clock.train,
-            "overhead_share": sum(shares) / len(shares),
-            "driver_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
-            "state_mem_mb": st["memory_bytes"] / 1e6, "state_disk_mb": st["disk_bytes"] / 1e6,
-            "final_accuracy": summary["final_accuracy"]}
+    return {
+        "startup_s": clock.plans[0] - T0,
+        "round_s": sum(walls) / len(walls),
+        "round_walls": walls,
+        "train_s": clock.train,
+        "overhead_share": sum(shares) / len(shares),
+        "driver_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+        "state_mem_mb": st["memory_bytes"] / 1e6,
+        "state_disk_mb": st["disk_bytes"] / 1e6,
+        "final_accuracy": summary["final_accuracy"],
+    }
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -115,8 +129,14 @@ def tree_rss(pid: int) -> int:
 def run_one(flat: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run one configuration in a child process while sampling its tree's memory."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps({"flat": flat})]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     peak = [0]
     stop = threading.Event()
 
@@ -133,8 +153,9 @@ def run_one(flat: dict[str, Any], timeout: float) -> dict[str, Any]:
         stop.set()
         th.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"run failed (exit {proc.returncode}): "
-                           f"{(err or out).strip().splitlines()[-1:]}")
+        raise RuntimeError(
+            f"run failed (exit {proc.returncode}): {(err or out).strip().splitlines()[-1:]}"
+        )
     res = json.loads(out.strip().splitlines()[-1])
     res["total_peak_rss_gb"] = peak[0] / 1e9
     return res
@@ -143,19 +164,32 @@ def run_one(flat: dict[str, Any], timeout: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from simulator.cli import OneLineParser
 
-    p = OneLineParser(description="Start-up, round time, engine overhead and memory of "
-                                  "FedSentry runs of 10^4-10^6 virtual clients (digits, MLP), "
-                                  "each in a fresh process.")
-    p.add_argument("--populations", type=int, nargs="+", default=list(POPULATIONS),
-                   help="population sizes (devices = virtual clients)")
+    p = OneLineParser(
+        description="Start-up, round time, engine overhead and memory of "
+        "FedSentry runs of 10^4-10^6 virtual clients (digits, MLP), "
+        "each in a fresh process."
+    )
+    p.add_argument(
+        "--populations",
+        type=int,
+        nargs="+",
+        default=list(POPULATIONS),
+        help="population sizes (devices = virtual clients)",
+    )
     p.add_argument("--clients-per-round", type=int, default=1000, help="cohort size")
     p.add_argument("--rounds", type=int, default=5, help="rounds per run")
     p.add_argument("--local-epochs", type=int, default=1, help="local epochs E")
-    p.add_argument("--state-algorithm", default="feddyn",
-                   help="algorithm of the extra run with per-client state at the largest "
-                        "population ('' to skip)")
-    p.add_argument("--state-memory", default="64MB",
-                   help="client-state store budget of that run (it must spill beyond it)")
+    p.add_argument(
+        "--state-algorithm",
+        default="feddyn",
+        help="algorithm of the extra run with per-client state at the largest "
+        "population ('' to skip)",
+    )
+    p.add_argument(
+        "--state-memory",
+        default="64MB",
+        help="client-state store budget of that run (it must spill beyond it)",
+    )
     p.add_argument("--actors", type=int, default=0, help="Ray actors (0 = one per CPU)")
     p.add_argument("--seed", type=int, default=0, help="seed of every run")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
@@ -167,30 +201,48 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if min(args.populations) < 1 or args.rounds < 1 or args.clients_per_round < 1:
         p.error("--populations, --rounds and --clients-per-round must be >= 1")
-    base = {"dataset": "digits", "model": "mlp", "partition": "virtual",
-            "clients_per_round": args.clients_per_round, "rounds": args.rounds,
-            "local_epochs": args.local_epochs, "seed": args.seed, "num_actors": args.actors,
-            "progress": False, "plots": False}
+    base = {
+        "dataset": "digits",
+        "model": "mlp",
+        "partition": "virtual",
+        "clients_per_round": args.clients_per_round,
+        "rounds": args.rounds,
+        "local_epochs": args.local_epochs,
+        "seed": args.seed,
+        "num_actors": args.actors,
+        "progress": False,
+        "plots": False,
+    }
     plan = [(n, "fedavg", {}) for n in args.populations]
     if args.state_algorithm:
-        plan.append((max(args.populations), args.state_algorithm,
-                     {"state_memory": args.state_memory}))
+        plan.append(
+            (max(args.populations), args.state_algorithm, {"state_memory": args.state_memory})
+        )
     runs = []
     from tqdm import tqdm
 
     with tempfile.TemporaryDirectory(prefix="fedsentry-scale-") as tmp:
         for n, algo, extra in tqdm(plan, desc="runs", unit="run"):
-            flat = {**base, "num_clients": n, "algorithm": algo,
-                    "out": str(Path(tmp) / f"{algo}-{n}"), **extra}
+            flat = {
+                **base,
+                "num_clients": n,
+                "algorithm": algo,
+                "out": str(Path(tmp) / f"{algo}-{n}"),
+                **extra,
+            }
             res = run_one(flat, args.timeout)
             runs.append({"population": n, "algorithm": algo, **res})
-    print(f"{'population':>10} {'algorithm':>9} {'startup s':>9} {'round s':>8} "
-          f"{'overhead':>8} {'driver GB':>9} {'total GB':>8} {'state MB':>8} {'disk MB':>8}")
+    print(
+        f"{'population':>10} {'algorithm':>9} {'startup s':>9} {'round s':>8} "
+        f"{'overhead':>8} {'driver GB':>9} {'total GB':>8} {'state MB':>8} {'disk MB':>8}"
+    )
     for r in runs:
-        print(f"{r['population']:>10,} {r['algorithm']:>9} {r['startup_s']:>9.1f} "
-              f"{r['round_s']:>8.2f} {r['overhead_share']:>8.1%} "
-              f"{r['driver_peak_rss_gb']:>9.2f} {r['total_peak_rss_gb']:>8.2f} "
-              f"{r['state_mem_mb']:>8.1f} {r['state_disk_mb']:>8.1f}")
+        print(
+            f"{r['population']:>10,} {r['algorithm']:>9} {r['startup_s']:>9.1f} "
+            f"{r['round_s']:>8.2f} {r['overhead_share']:>8.1%} "
+            f"{r['driver_peak_rss_gb']:>9.2f} {r['total_peak_rss_gb']:>8.2f} "
+            f"{r['state_mem_mb']:>8.1f} {r['state_disk_mb']:>8.1f}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": runs, "settings": base}, indent=2))
     return 0

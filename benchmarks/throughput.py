@@ -71,16 +71,31 @@ LR, EPOCHS, BATCH = 0.05, 1, 10
 
 
 def task_config(task: Task, seed: int, num_actors: int) -> Config:
-    return build_config(flat=dict(
-        dataset=task.dataset, model=task.model, num_clients=task.clients,
-        partition=task.partition, clients_per_round=task.clients_per_round,
-        local_epochs=EPOCHS, batch_size=BATCH, lr=LR, rounds=10**9, eval_every=10**9,
-        seed=seed, backend="ray", num_actors=num_actors, progress=False, plots=False,
-        out="/tmp/fedsentry-throughput"))
+    return build_config(
+        flat=dict(
+            dataset=task.dataset,
+            model=task.model,
+            num_clients=task.clients,
+            partition=task.partition,
+            clients_per_round=task.clients_per_round,
+            local_epochs=EPOCHS,
+            batch_size=BATCH,
+            lr=LR,
+            rounds=10**9,
+            eval_every=10**9,
+            seed=seed,
+            backend="ray",
+            num_actors=num_actors,
+            progress=False,
+            plots=False,
+            out="/tmp/fedsentry-throughput",
+        )
+    )
 
 
-def measure(cfg: Config, fed: Federation, warmup: int, rounds: int,
-            min_seconds: float = 0.0) -> tuple[dict[str, Any], dict[str, Any]]:
+def measure(
+    cfg: Config, fed: Federation, warmup: int, rounds: int, min_seconds: float = 0.0
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """FedSentry (full engine rounds) and the fused ceiling, timed round by round in turns
     (see :func:`benchmarks.fused.interleaved`): at least ``rounds`` timed rounds each and at
     least ``min_seconds`` of each one's own time (a cheap round is a few ms)."""
@@ -95,8 +110,12 @@ def measure(cfg: Config, fed: Federation, warmup: int, rounds: int,
         return len(rec.participants), int(fed.sizes(rec.participants).sum()) * EPOCHS
 
     try:
-        res = interleaved({"fedsentry": fedsentry, **{f.mode: f.round for f in fused}},
-                          warmup, rounds, min_seconds)
+        res = interleaved(
+            {"fedsentry": fedsentry, **{f.mode: f.round for f in fused}},
+            warmup,
+            rounds,
+            min_seconds,
+        )
     finally:
         sim.close()
         for f in fused:
@@ -109,8 +128,9 @@ def _build(spec: ModelSpec) -> torch.nn.Module:
     return spec.build(seed=0)
 
 
-def measure_flower(fed: Federation, task: Task, seed: int, rounds: int,
-                   cpus: tuple[float, ...]) -> dict[str, Any]:
+def measure_flower(
+    fed: Federation, task: Task, seed: int, rounds: int, cpus: tuple[float, ...]
+) -> dict[str, Any]:
     from benchmarks.peers.flower_peer import best_flower
 
     if task.partition == "virtual":
@@ -120,45 +140,91 @@ def measure_flower(fed: Federation, task: Task, seed: int, rounds: int,
     # a 1,000-client Flower round takes minutes here: its actor start-up is a negligible part
     # of it, so the large task times its first round instead of discarding it as warm-up
     warmup = 0 if task.clients_per_round >= 1000 else 1
-    return best_flower(data, functools.partial(_build, fed.model_spec), rounds=rounds + warmup,
-                       clients_per_round=task.clients_per_round, epochs=EPOCHS,
-                       batch_size=BATCH, lr=LR, seed=seed, warmup_rounds=warmup,
-                       cpus_options=cpus)
+    return best_flower(
+        data,
+        functools.partial(_build, fed.model_spec),
+        rounds=rounds + warmup,
+        clients_per_round=task.clients_per_round,
+        epochs=EPOCHS,
+        batch_size=BATCH,
+        lr=LR,
+        seed=seed,
+        warmup_rounds=warmup,
+        cpus_options=cpus,
+    )
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (every flag explained in ``--help``)."""
     p = argparse.ArgumentParser(
         description="Client-update throughput of FedSentry vs Flower vs the fused reference "
-                    "(the faster of one process x all threads and one process per core) on "
-                    "identical tasks (E=1, B=10, lr=0.05; 100 clients, or 100,000 virtual "
-                    "clients with 1,000 a round).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="fewer timed rounds (finishes in a few minutes on 2 cores)")
-    p.add_argument("--tasks", nargs="*", default=[t.name for t in TASKS],
-                   help=f"subset of tasks: {[t.name for t in TASKS]}")
-    p.add_argument("--flower-rounds-large", type=int, default=None,
-                   help="timed Flower rounds on the 1,000-a-round virtual task (default 2; "
-                        "quick: 1; no warm-up round): a Flower round there takes minutes")
-    p.add_argument("--rounds", type=int, default=None,
-                   help="timed rounds for FedSentry and fused (default 30; quick: 10)")
-    p.add_argument("--min-seconds", type=float, default=None,
-                   help="FedSentry and fused: keep timing rounds until this much wall time "
-                        "has passed (default 5; quick: 2)")
-    p.add_argument("--flower-rounds", type=int, default=None,
-                   help="timed Flower rounds (default 5; quick: 2)")
-    p.add_argument("--flower-cpus", type=float, nargs="*", default=[1.0, 2.0],
-                   help="Flower client CPU settings to try; the fastest is reported")
+        "(the faster of one process x all threads and one process per core) on "
+        "identical tasks (E=1, B=10, lr=0.05; 100 clients, or 100,000 virtual "
+        "clients with 1,000 a round).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer timed rounds (finishes in a few minutes on 2 cores)",
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="*",
+        default=[t.name for t in TASKS],
+        help=f"subset of tasks: {[t.name for t in TASKS]}",
+    )
+    p.add_argument(
+        "--flower-rounds-large",
+        type=int,
+        default=None,
+        help="timed Flower rounds on the 1,000-a-round virtual task (default 2; "
+        "quick: 1; no warm-up round): a Flower round there takes minutes",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="timed rounds for FedSentry and fused (default 30; quick: 10)",
+    )
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        default=None,
+        help="FedSentry and fused: keep timing rounds until this much wall time "
+        "has passed (default 5; quick: 2)",
+    )
+    p.add_argument(
+        "--flower-rounds", type=int, default=None, help="timed Flower rounds (default 5; quick: 2)"
+    )
+    p.add_argument(
+        "--flower-cpus",
+        type=float,
+        nargs="*",
+        default=[1.0, 2.0],
+        help="Flower client CPU settings to try; the fastest is reported",
+    )
     p.add_argument("--no-flower", action="store_true", help="skip the Flower peer")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="measurements of FedSentry and fused (each timed round by round in "
-                        "turns); each system's best is reported (default 3; quick: 2)")
-    p.add_argument("--actors", type=int, default=0,
-                   help="FedSentry device actors (0 = one per CPU)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="measurements of FedSentry and fused (each timed round by round in "
+        "turns); each system's best is reported (default 3; quick: 2)",
+    )
+    p.add_argument(
+        "--actors", type=int, default=0, help="FedSentry device actors (0 = one per CPU)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of partition and sampling")
     p.add_argument("--json", metavar="FILE", help="write results as JSON")
     p.add_argument("--plot", metavar="PNG", help="write a bar chart of updates/s per task")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure the tasks; print the table; write ``--json`` / ``--plot``. Returns the exit
+    code (2 on bad input, with a one-line error)."""
+    args = build_parser().parse_args(argv)
     known = {t.name: t for t in TASKS}
     bad = [t for t in args.tasks if t not in known]
     if bad:
@@ -174,50 +240,81 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= min_s < float("inf"):
         print(f"error: --min-seconds must be a finite number >= 0; got {min_s}", file=sys.stderr)
         return 2
-    results = []
-    for name in args.tasks:
-        task = known[name]
-        cfg = task_config(task, args.seed, args.actors)
-        fed = build_federation(cfg)
-        # FedSentry and the ceiling are timed round by round in turns (this machine's speed
-        # drifts by tens of percent within minutes); --repeats such measurements, each best
-        pairs = []
-        for rep in range(repeats):
-            print(f"[{name}] fedsentry and fused ({rep + 1}/{repeats}) ...", file=sys.stderr,
-                  flush=True)
-            pairs.append(measure(cfg, fed, warmup=3, rounds=rounds, min_seconds=min_s))
-        fs = {**max((p[0] for p in pairs), key=lambda r: r["updates_per_s"]),
-              "repeats": [p[0]["updates_per_s"] for p in pairs]}
-        fu = {**max((p[1] for p in pairs), key=lambda r: r["updates_per_s"]),
-              "repeats": [p[1]["updates_per_s"] for p in pairs]}
-        fl = None
-        if not args.no_flower:
-            print(f"[{name}] flower ...", file=sys.stderr, flush=True)
-            fr, cpus = frounds, tuple(args.flower_cpus)
-            if task.clients_per_round >= 1000:   # minutes a round; 2 CPUs a client is slower
-                fr = args.flower_rounds_large or (1 if args.quick else 2)
-                cpus = cpus[:1]
-            fl = measure_flower(fed, task, args.seed, fr, cpus)
-        rec = {"name": name, "fedsentry": fs, "flower": fl, "fused": fu,
-               "speedup_vs_flower": fs["updates_per_s"] / fl["updates_per_s"] if fl else None,
-               "fraction_of_fused": fs["updates_per_s"] / fu["updates_per_s"]}
-        results.append(rec)
-    hdr = (f"{'task':<29} {'fedsentry upd/s':>15} {'flower upd/s':>13} {'fused upd/s':>12} "
-           f"{'x flower':>9} {'/ fused':>8}")
-    print(hdr)
-    print("-" * len(hdr))
-    for r in results:
-        fl = r["flower"]["updates_per_s"] if r["flower"] else float("nan")
-        sp = r["speedup_vs_flower"] if r["speedup_vs_flower"] else float("nan")
-        print(f"{r['name']:<29} {r['fedsentry']['updates_per_s']:>15.1f} {fl:>13.1f} "
-              f"{r['fused']['updates_per_s']:>12.1f} {sp:>9.1f} {r['fraction_of_fused']:>8.2f}")
-    meta = {"device": "cuda" if torch.cuda.is_available() else "cpu",
-            "torch": torch.__version__, "cpus": torch.get_num_threads()}
+    results = [
+        measure_task(known[name], args, rounds, frounds, min_s, repeats) for name in args.tasks
+    ]
+    print_table(results)
+    meta = {
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "torch": torch.__version__,
+        "cpus": torch.get_num_threads(),
+    }
     if args.json:
         Path(args.json).write_text(json.dumps({"tasks": results, "meta": meta}, indent=2))
     if args.plot:
         plot(results, Path(args.plot))
     return 0
+
+
+def measure_task(
+    task: Task, args: argparse.Namespace, rounds: int, frounds: int, min_s: float, repeats: int
+) -> dict[str, Any]:
+    """One task's record: FedSentry's and the fused ceiling's best of ``repeats``
+    measurements (timed round by round in turns), Flower's (unless ``--no-flower``) and the
+    ratios."""
+    name = task.name
+    cfg = task_config(task, args.seed, args.actors)
+    fed = build_federation(cfg)
+    # FedSentry and the ceiling are timed round by round in turns (this machine's speed
+    # drifts by tens of percent within minutes); --repeats such measurements, each best
+    pairs = []
+    for rep in range(repeats):
+        print(
+            f"[{name}] fedsentry and fused ({rep + 1}/{repeats}) ...", file=sys.stderr, flush=True
+        )
+        pairs.append(measure(cfg, fed, warmup=3, rounds=rounds, min_seconds=min_s))
+    fs = {
+        **max((p[0] for p in pairs), key=lambda r: r["updates_per_s"]),
+        "repeats": [p[0]["updates_per_s"] for p in pairs],
+    }
+    fu = {
+        **max((p[1] for p in pairs), key=lambda r: r["updates_per_s"]),
+        "repeats": [p[1]["updates_per_s"] for p in pairs],
+    }
+    fl = None
+    if not args.no_flower:
+        print(f"[{name}] flower ...", file=sys.stderr, flush=True)
+        fr, cpus = frounds, tuple(args.flower_cpus)
+        if task.clients_per_round >= 1000:  # minutes a round; 2 CPUs a client is slower
+            fr = args.flower_rounds_large or (1 if args.quick else 2)
+            cpus = cpus[:1]
+        fl = measure_flower(fed, task, args.seed, fr, cpus)
+    return {
+        "name": name,
+        "fedsentry": fs,
+        "flower": fl,
+        "fused": fu,
+        "speedup_vs_flower": fs["updates_per_s"] / fl["updates_per_s"] if fl else None,
+        "fraction_of_fused": fs["updates_per_s"] / fu["updates_per_s"],
+    }
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    """Updates/s of each system per task, FedSentry's speed-up over Flower and its share of
+    the fused ceiling."""
+    hdr = (
+        f"{'task':<29} {'fedsentry upd/s':>15} {'flower upd/s':>13} {'fused upd/s':>12} "
+        f"{'x flower':>9} {'/ fused':>8}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    for r in results:
+        fl = r["flower"]["updates_per_s"] if r["flower"] else float("nan")
+        sp = r["speedup_vs_flower"] if r["speedup_vs_flower"] else float("nan")
+        print(
+            f"{r['name']:<29} {r['fedsentry']['updates_per_s']:>15.1f} {fl:>13.1f} "
+            f"{r['fused']['updates_per_s']:>12.1f} {sp:>9.1f} {r['fraction_of_fused']:>8.2f}"
+        )
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:

@@ -7,6 +7,9 @@ model, server-held public data, an evaluation function). It returns an :class:`A
 the aggregated update ``delta`` (``[P]``) and one :class:`Verdict` per row. State that a defense
 keeps across rounds (Siren's credits, Sageflow's staleness groups) lives on the defense object and
 is exposed through ``state_dict`` / ``load_state_dict`` for checkpoints.
+
+Every rule is one module of this package whose class is decorated with ``@DEFENSES.register``
+(its ``name``); the package discovers its modules, so adding a rule touches no other file.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from simulator.registry import Registry
 
 
 class PreconditionError(ValueError):
@@ -33,10 +38,10 @@ class PreconditionError(ValueError):
 class UpdateBatch:
     """The rows aggregated this round."""
 
-    updates: torch.Tensor                 # [K, P] float32
-    client_ids: np.ndarray                # [K] int64
-    num_samples: np.ndarray               # [K] int64
-    base_rounds: np.ndarray               # [K] int64, round of the global model each row built on
+    updates: torch.Tensor  # [K, P] float32
+    client_ids: np.ndarray  # [K] int64
+    num_samples: np.ndarray  # [K] int64
+    base_rounds: np.ndarray  # [K] int64, round of the global model each row built on
     signals: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. "loss", "alarm"
 
     def __len__(self) -> int:
@@ -48,9 +53,13 @@ class UpdateBatch:
         r = np.asarray(rows, dtype=np.int64)
         if len(r) == len(self) and np.array_equal(r, np.arange(len(self))):
             return self
-        return UpdateBatch(self.updates[torch.from_numpy(r)], self.client_ids[r],
-                           self.num_samples[r], self.base_rounds[r],
-                           {k: v[r] for k, v in self.signals.items()})
+        return UpdateBatch(
+            self.updates[torch.from_numpy(r)],
+            self.client_ids[r],
+            self.num_samples[r],
+            self.base_rounds[r],
+            {k: v[r] for k, v in self.signals.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -59,14 +68,18 @@ class Verdict:
 
     client_id: int
     kept: bool
-    weight: float          # share of the aggregate (0 when rejected); weights of kept rows sum to 1
-    score: float           # defense-specific score (distance, entropy, accuracy, ...); nan if none
-    reason: str = ""       # why rejected (or a short note)
+    weight: float  # share of the aggregate (0 when rejected); weights of kept rows sum to 1
+    score: float  # defense-specific score (distance, entropy, accuracy, ...); nan if none
+    reason: str = ""  # why rejected (or a short note)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"client": self.client_id, "kept": self.kept, "weight": round(self.weight, 8),
-                "score": None if np.isnan(self.score) else float(self.score),
-                "reason": self.reason}
+        return {
+            "client": self.client_id,
+            "kept": self.kept,
+            "weight": round(self.weight, 8),
+            "score": None if np.isnan(self.score) else float(self.score),
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,7 @@ class DefenseContext:
 
 @dataclass(frozen=True)
 class AggregateResult:
-    delta: torch.Tensor                  # [P]
+    delta: torch.Tensor  # [P]
     verdicts: tuple[Verdict, ...]
 
 
@@ -101,9 +114,9 @@ class Defense:
     """Base class: subclasses implement :meth:`aggregate`; parameters are keyword arguments."""
 
     name = "base"
-    #: rows averaged per bucket before the rule (``bucket=S`` on any rule of
-    #: :data:`defenses.bucketing.BUCKETABLE`; 1 = no bucketing)
-    bucket = 1
+    #: the rule reads only its rows (no public set, signals or stale bases), so it also takes
+    #: ``bucket=S``; True on the subclasses of :class:`defenses.bucketing.BucketableDefense`
+    bucketable = False
     #: a linear rule's aggregate is sum_k w_k u_k / sum_k w_k with weights known before training
     #: (``row_weights``); the engine may then pre-aggregate rows on the actors.
     linear = False
@@ -118,8 +131,9 @@ class Defense:
 
     def __init__(self, **params: Any) -> None:
         if params:
-            raise ValueError(f"defense {self.name!r}: unknown parameter "
-                             f"{sorted(params)[0]!r}; valid: []")
+            raise ValueError(
+                f"defense {self.name!r}: unknown parameter {sorted(params)[0]!r}; valid: []"
+            )
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         raise NotImplementedError
@@ -138,19 +152,13 @@ class Defense:
             raise PreconditionError(f"defense {self.name!r}: needs {why}")
 
     def rule_precondition(self, n: int) -> str | None:
-        """:meth:`precondition` of a round with ``n`` rows, counted after bucketing."""
-        from defenses.bucketing import rows_for_rule
-
-        why = self.precondition(rows_for_rule(n, self.bucket))
-        return why if why is None or self.bucket == 1 else f"{why} in buckets of {self.bucket}"
+        """:meth:`precondition` of a round with ``n`` rows as the rule will see them (a
+        bucketable rule counts its buckets)."""
+        return self.precondition(n)
 
     def __call__(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if len(batch) == 0:
             return AggregateResult(torch.zeros_like(ctx.global_flat), ())
-        if self.bucket > 1:
-            from defenses.bucketing import bucketed
-
-            return bucketed(self, batch, ctx, self.bucket)
         return self.aggregate(batch, ctx)
 
     def state_dict(self) -> dict[str, Any]:
@@ -158,6 +166,10 @@ class Defense:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state
+
+
+#: every defense by name; a rule's module registers its class with ``@DEFENSES.register``
+DEFENSES: Registry[type[Defense]] = Registry("defense")
 
 
 def check_choice(rule: str, param: str, value: Any, valid: Sequence[str]) -> str:
@@ -205,11 +217,15 @@ def screen_malformed(batch: UpdateBatch, size: int) -> tuple[np.ndarray, list[Ve
     defense sees the batch.
     """
     if batch.updates.dim() != 2 or batch.updates.shape[1] != size:
-        return np.zeros(0, np.int64), [Verdict(int(c), False, 0.0, float("nan"), "bad-shape")
-                                       for c in batch.client_ids]
+        return np.zeros(0, np.int64), [
+            Verdict(int(c), False, 0.0, float("nan"), "bad-shape") for c in batch.client_ids
+        ]
     finite = finite_rows(batch.updates).numpy()
-    bad = [Verdict(int(c), False, 0.0, float("nan"), "non-finite")
-           for c, ok in zip(batch.client_ids, finite, strict=True) if not ok]
+    bad = [
+        Verdict(int(c), False, 0.0, float("nan"), "non-finite")
+        for c, ok in zip(batch.client_ids, finite, strict=True)
+        if not ok
+    ]
     return np.flatnonzero(finite), bad
 
 
@@ -219,8 +235,9 @@ def base_models(batch: UpdateBatch, ctx: DefenseContext, name: str) -> torch.Ten
     bases = {}
     for tau in sorted({int(b) for b in batch.base_rounds}):
         if tau > ctx.round:
-            raise ValueError(f"defense {name!r}: base round {tau} is after the current round "
-                             f"{ctx.round}")
+            raise ValueError(
+                f"defense {name!r}: base round {tau} is after the current round {ctx.round}"
+            )
         if ctx.base_model is not None:
             bases[tau] = ctx.base_model(tau)
         elif tau == ctx.round:

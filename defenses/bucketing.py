@@ -20,26 +20,44 @@ bucket stands for its smallest client id in the rule's tie-breaks.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch
+from defenses.base import (
+    AggregateResult,
+    Defense,
+    DefenseContext,
+    PreconditionError,
+    UpdateBatch,
+    Verdict,
+)
 
-#: rules that read only the rows (no public set, signals or stale bases): bucketing applies
-BUCKETABLE = frozenset({"krum", "multikrum", "bulyan", "median", "trimmedmean", "geomed",
-                        "centeredclip"})
+
+class BucketableDefense(Defense):
+    """Base class of the rules that read only their rows (no public set, signals or stale
+    bases): they also take ``bucket=S`` and then aggregate the means of random buckets of
+    ``S`` rows (:func:`bucketed`)."""
+
+    bucketable = True
+    #: rows averaged per bucket before the rule (``bucket=S``; 1 = no bucketing)
+    bucket = 1
+
+    def rule_precondition(self, n: int) -> str | None:
+        """:meth:`precondition` of a round with ``n`` rows, counted after bucketing."""
+        why = self.precondition(rows_for_rule(n, self.bucket))
+        return why if why is None or self.bucket == 1 else f"{why} in buckets of {self.bucket}"
+
+    def __call__(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
+        if len(batch) > 0 and self.bucket > 1:
+            return bucketed(self, batch, ctx, self.bucket)
+        return super().__call__(batch, ctx)
 
 
 def check_bucket(rule: str, value: object) -> int:
-    """The ``bucket`` parameter: an integer >= 1, on a rule that only reads its rows."""
+    """The ``bucket`` parameter of a bucketable rule: an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"defense {rule!r}: bucket {value!r} invalid; valid: integer >= 1")
-    if value > 1 and rule not in BUCKETABLE:
-        raise ValueError(f"defense {rule!r}: bucket {value!r} invalid; bucketing applies to "
-                         f"{sorted(BUCKETABLE)}")
     return int(value)
 
 
@@ -47,16 +65,13 @@ def buckets(n: int, s: int, rng: np.random.Generator) -> list[np.ndarray]:
     """A random partition of positions ``0..n-1`` into ``ceil(n / s)`` buckets of ``s`` (the
     last one smaller when ``s`` does not divide ``n``)."""
     perm = rng.permutation(n)
-    return [np.sort(perm[i:i + s]) for i in range(0, n, s)]
+    return [np.sort(perm[i : i + s]) for i in range(0, n, s)]
 
 
-def bucketed(rule: Defense, batch: UpdateBatch, ctx: DefenseContext, s: int
-             ) -> AggregateResult:
+def bucketed(rule: Defense, batch: UpdateBatch, ctx: DefenseContext, s: int) -> AggregateResult:
     """``rule`` on the sample-weighted means of random buckets of ``s`` rows; each client's
     verdict is its bucket's (kept, reason, score), its weight the bucket's weight times its
     share of the bucket's samples."""
-    from defenses.base import AggregateResult, PreconditionError, UpdateBatch, Verdict
-
     order = np.argsort(batch.client_ids, kind="stable")
     rng = ctx.rng if ctx.rng is not None else np.random.default_rng(ctx.round)
     groups = [order[g] for g in buckets(len(batch), s, rng)]
@@ -69,8 +84,12 @@ def bucketed(rule: Defense, batch: UpdateBatch, ctx: DefenseContext, s: int
         ids.append(int(batch.client_ids[g].min()))
         counts.append(int(batch.num_samples[g].sum()))
         bases.append(int(batch.base_rounds[g].min()))
-    inner = UpdateBatch(torch.stack(means).to(batch.updates.dtype), np.array(ids, np.int64),
-                        np.array(counts, np.int64), np.array(bases, np.int64))
+    inner = UpdateBatch(
+        torch.stack(means).to(batch.updates.dtype),
+        np.array(ids, np.int64),
+        np.array(counts, np.int64),
+        np.array(bases, np.int64),
+    )
     try:
         res = rule.aggregate(inner, ctx)
     except PreconditionError as e:
@@ -80,8 +99,9 @@ def bucketed(rule: Defense, batch: UpdateBatch, ctx: DefenseContext, s: int
         total = samples[g].sum()
         for r in g.tolist():
             share = samples[r] / total if total > 0 else 1.0 / len(g)
-            out[r] = Verdict(int(batch.client_ids[r]), v.kept, v.weight * float(share),
-                             v.score, v.reason)
+            out[r] = Verdict(
+                int(batch.client_ids[r]), v.kept, v.weight * float(share), v.score, v.reason
+            )
     return AggregateResult(res.delta, tuple(out[r] for r in range(len(batch))))
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import DEFENSES, AggregateResult, DefenseContext, UpdateBatch, Verdict
+from defenses.bucketing import BucketableDefense
 from defenses.distances import (
     U64,
     GramDistances,
@@ -62,7 +63,7 @@ def select_fast(gd: GramDistances, f: int, theta: int, client_ids: np.ndarray) -
     n = len(gd.d2)
     ids = np.asarray(client_ids)
     dist = gd.d2.copy()
-    np.fill_diagonal(dist, np.inf)                      # self sorts last, never in a prefix
+    np.fill_diagonal(dist, np.inf)  # self sorts last, never in a prefix
     order = np.argsort(dist, axis=1, kind="stable")
     sd = np.take_along_axis(dist, order, axis=1)
     pos = np.empty_like(order)
@@ -71,7 +72,7 @@ def select_fast(gd: GramDistances, f: int, theta: int, client_ids: np.ndarray) -
     k = neighbours_at(n, f)
     p = np.full(n, k)
     s = sd[:, :k].sum(axis=1)
-    err = gamma(k) * s                                  # rounding of the running sums
+    err = gamma(k) * s  # rounding of the running sums
     chosen: list[int] = []
     while True:
         act = np.flatnonzero(alive)
@@ -105,8 +106,16 @@ def select_fast(gd: GramDistances, f: int, theta: int, client_ids: np.ndarray) -
         k = k_new
 
 
-def _winner(gd: GramDistances, act: np.ndarray, s: np.ndarray, err: np.ndarray,
-            kth: np.ndarray, k: int, ids: np.ndarray, alive: np.ndarray) -> int:
+def _winner(
+    gd: GramDistances,
+    act: np.ndarray,
+    s: np.ndarray,
+    err: np.ndarray,
+    kth: np.ndarray,
+    k: int,
+    ids: np.ndarray,
+    alive: np.ndarray,
+) -> int:
     """The row of ``act`` with the lowest exact-path score (ties: client id)."""
     sa = s[act]
     b = krum_bounds(gd, act, sa, kth, k, err[act])
@@ -130,7 +139,7 @@ def closest_to_median(s: torch.Tensor, beta: int) -> torch.Tensor:
     lo = torch.zeros(s.shape[1], dtype=torch.int64, device=s.device)
     hi = torch.full_like(lo, theta - beta)
     while bool((lo < hi).any()):
-        mid = ((lo + hi) // 2).clamp_max(theta - beta - 1)   # in range for finished columns
+        mid = ((lo + hi) // 2).clamp_max(theta - beta - 1)  # in range for finished columns
         left = med - s.gather(0, mid[None])[0]
         right = s.gather(0, (mid + beta)[None])[0] - med
         go = (left > right) & (lo < hi)
@@ -140,7 +149,8 @@ def closest_to_median(s: torch.Tensor, beta: int) -> torch.Tensor:
     return torch.gather(s, 0, idx).mean(dim=0)
 
 
-class BulyanDefense(Defense):
+@DEFENSES.register
+class BulyanDefense(BucketableDefense):
     """Krum selection of ``theta = n - 2f`` rows, then a coordinate-wise trimmed mean.
 
     Parameters
@@ -192,7 +202,9 @@ class BulyanDefense(Defense):
         keep = np.zeros(n, dtype=bool)
         keep[chosen] = True
         verdicts = tuple(
-            Verdict(int(c), True, 1.0 / theta, float(sc), "coordinate-wise") if kp
+            Verdict(int(c), True, 1.0 / theta, float(sc), "coordinate-wise")
+            if kp
             else Verdict(int(c), False, 0.0, float(sc), "bulyan-excluded")
-            for c, sc, kp in zip(batch.client_ids, scores, keep, strict=True))
+            for c, sc, kp in zip(batch.client_ids, scores, keep, strict=True)
+        )
         return AggregateResult(delta, verdicts)

@@ -14,18 +14,20 @@ import numpy as np
 import torch
 
 from defenses.base import (
+    DEFENSES,
     AggregateResult,
-    Defense,
     DefenseContext,
     UpdateBatch,
     Verdict,
     check_weighting,
 )
+from defenses.bucketing import BucketableDefense
 from defenses.geomed import check_positive
 from defenses.krum import check_count
 
 
-class CenteredClipDefense(Defense):
+@DEFENSES.register
+class CenteredClipDefense(BucketableDefense):
     """Iterate ``v <- v + (1/n) sum_k clip_tau(u_k - v)`` from the previous round's aggregate.
 
     Parameters
@@ -56,16 +58,21 @@ class CenteredClipDefense(Defense):
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         n, p = batch.updates.shape
         if self.center is not None and self.center.shape != (p,):
-            raise ValueError(f"defense {self.name!r}: needs the center's size to match the "
-                             f"updates (center {tuple(self.center.shape)}, updates P={p})")
-        order = np.argsort(batch.client_ids, kind="stable")   # row-order independent sums
+            raise ValueError(
+                f"defense {self.name!r}: needs the center's size to match the "
+                f"updates (center {tuple(self.center.shape)}, updates P={p})"
+            )
+        order = np.argsort(batch.client_ids, kind="stable")  # row-order independent sums
         x = batch.updates.double()[torch.from_numpy(order)]
         v = torch.zeros(p, dtype=torch.float64) if self.center is None else self.center.clone()
         start = (x - v).norm(dim=1)
         clipped = torch.zeros(n, dtype=torch.bool)
         samples = batch.num_samples[order].astype(np.float64)
-        w = (torch.from_numpy(samples / samples.sum())
-             if self.weighting == "samples" and samples.sum() > 0 else None)
+        w = (
+            torch.from_numpy(samples / samples.sum())
+            if self.weighting == "samples" and samples.sum() > 0
+            else None
+        )
         for _ in range(self.n_iter):
             z = x - v
             norm = z.norm(dim=1)
@@ -75,8 +82,10 @@ class CenteredClipDefense(Defense):
         self.center = v.clone()
         dist, clip = np.empty(n), np.empty(n, dtype=bool)
         dist[order], clip[order] = start.numpy(), clipped.numpy()
-        verdicts = tuple(Verdict(int(c), True, 1.0 / n, float(d), "clipped" if k else "")
-                         for c, d, k in zip(batch.client_ids, dist, clip, strict=True))
+        verdicts = tuple(
+            Verdict(int(c), True, 1.0 / n, float(d), "clipped" if k else "")
+            for c, d, k in zip(batch.client_ids, dist, clip, strict=True)
+        )
         return AggregateResult(v.to(batch.updates.dtype), verdicts)
 
     def state_dict(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 #: unit roundoff of float64
-U64 = 2.0 ** -53
+U64 = 2.0**-53
 EXACT_MODE = "donot_use_mm_for_euclid_dist"
 
 
@@ -50,7 +50,7 @@ def gamma(k: int) -> float:
 
 #: below this many coordinate operations (``n^2 d``) the exact path is used anyway: it costs
 #: under a few ms there, and small hand-checked cases then keep their exact values
-EXACT_WORK = 2 ** 24
+EXACT_WORK = 2**24
 
 
 def use_exact(n: int, d: int, exact: bool) -> bool:
@@ -92,12 +92,12 @@ def robust_center(x: torch.Tensor) -> torch.Tensor:
 class GramDistances:
     """Fast squared distances of ``x``'s rows and what is needed to bound and repair them."""
 
-    x: torch.Tensor               # [n, d] the rows (CPU)
-    d2: np.ndarray                # [n, n] float64, symmetric, zero diagonal, >= 0
-    radius: np.ndarray            # [n] r_i >= ||x_i - mu||
-    c: float                      # |d2_ij - D_ij| <= c (r_i + r_j)^2
-    group: np.ndarray             # [n] smallest position of a bit-identical row
-    exact_calls: int = 0          # rows computed with the exact path (for tests and reports)
+    x: torch.Tensor  # [n, d] the rows (CPU)
+    d2: np.ndarray  # [n, n] float64, symmetric, zero diagonal, >= 0
+    radius: np.ndarray  # [n] r_i >= ||x_i - mu||
+    c: float  # |d2_ij - D_ij| <= c (r_i + r_j)^2
+    group: np.ndarray  # [n] smallest position of a bit-identical row
+    exact_calls: int = 0  # rows computed with the exact path (for tests and reports)
     _xd: torch.Tensor | None = field(default=None, repr=False)
     _rows: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
@@ -110,8 +110,11 @@ class GramDistances:
             for r, row in zip(todo, exact_sq_dist_rows(self._xd, todo), strict=True):
                 self._rows[r] = row
             self.exact_calls += len(todo)
-        return np.stack([self._rows[int(r)] for r in rows]) if len(rows) else np.zeros(
-            (0, len(self.radius)))
+        return (
+            np.stack([self._rows[int(r)] for r in rows])
+            if len(rows)
+            else np.zeros((0, len(self.radius)))
+        )
 
 
 def duplicate_groups(x: torch.Tensor, d2: np.ndarray, bound: np.ndarray) -> np.ndarray:
@@ -151,7 +154,7 @@ def centered_gram(x: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
     edges = [round(i * n / GRAM_BLOCKS) for i in range(GRAM_BLOCKS + 1)]
     spans = [(a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
     for c0 in range(0, d, GRAM_COLUMNS):
-        y = x[:, c0:c0 + GRAM_COLUMNS].double() - mu[c0:c0 + GRAM_COLUMNS]
+        y = x[:, c0 : c0 + GRAM_COLUMNS].double() - mu[c0 : c0 + GRAM_COLUMNS]
         for i, (a, b) in enumerate(spans):
             for c, e in spans[i:]:
                 g[a:b, c:e] += y[a:b] @ y[c:e].T
@@ -178,17 +181,24 @@ def gram_sq_dists(x: torch.Tensor) -> GramDistances:
     return GramDistances(x.detach().cpu(), d2, radius, c, group)
 
 
-def share_copies(d2: np.ndarray, radius: np.ndarray, group: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def share_copies(
+    d2: np.ndarray, radius: np.ndarray, group: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Give bit-identical rows their group's first row's distances (0 between them) and
     radius, so copies get equal fast scores (the matrix multiply may round them apart)."""
     if (group == np.arange(len(group))).all():
         return d2, radius
-    return d2[np.ix_(group, group)], radius[group]     # the diagonal stays 0
+    return d2[np.ix_(group, group)], radius[group]  # the diagonal stays 0
 
 
-def krum_bounds(gd: GramDistances, rows: np.ndarray, fast: np.ndarray, kth: np.ndarray,
-                k: int, rounding: np.ndarray | float = 0.0) -> np.ndarray:
+def krum_bounds(
+    gd: GramDistances,
+    rows: np.ndarray,
+    fast: np.ndarray,
+    kth: np.ndarray,
+    k: int,
+    rounding: np.ndarray | float = 0.0,
+) -> np.ndarray:
     """Bound on ``|fast - exact|`` for Krum-type scores of ``rows``.
 
     ``fast`` is the sum of the ``k`` smallest fast distances from each row to a set of others,

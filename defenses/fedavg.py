@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from defenses.base import (
+    DEFENSES,
     AggregateResult,
     Defense,
     DefenseContext,
@@ -15,6 +16,7 @@ from defenses.base import (
 )
 
 
+@DEFENSES.register
 class FedAvgDefense(Defense):
     """Keeps every row; weight_k = n_k / sum n (``weighting='uniform'`` for 1/K)."""
 
@@ -31,6 +33,8 @@ class FedAvgDefense(Defense):
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         w = self.row_weights(batch.num_samples)
         w = w / w.sum()
-        verdicts = tuple(Verdict(int(c), True, float(wi), float("nan"))
-                         for c, wi in zip(batch.client_ids, w, strict=True))
+        verdicts = tuple(
+            Verdict(int(c), True, float(wi), float("nan"))
+            for c, wi in zip(batch.client_ids, w, strict=True)
+        )
         return AggregateResult(weighted_mean(batch.updates, w), verdicts)

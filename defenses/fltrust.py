@@ -13,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import DEFENSES, AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
 
 
+@DEFENSES.register
 class FLTrustDefense(Defense):
     """Trust-bootstrapped aggregation; verdict score = trust score TS_k (0 = rejected).
 
@@ -56,5 +57,6 @@ def fltrust(batch: UpdateBatch, g0: torch.Tensor, eps: float = 1e-12) -> Aggrega
         delta = ((weights * (n0 / norms.clamp_min(eps))) @ u).to(torch.float32)
     verdicts = tuple(
         Verdict(int(c), bool(t > 0), float(w), float(t), "" if t > 0 else "zero-trust")
-        for c, t, w in zip(batch.client_ids, trust.tolist(), weights.tolist(), strict=True))
+        for c, t, w in zip(batch.client_ids, trust.tolist(), weights.tolist(), strict=True)
+    )
     return AggregateResult(delta, verdicts)

@@ -14,32 +14,47 @@ from typing import Any
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import DEFENSES, AggregateResult, DefenseContext, UpdateBatch, Verdict
+from defenses.bucketing import BucketableDefense
 from defenses.distances import compute_device
 from defenses.krum import check_count
 
 
 def check_positive(rule: str, param: str, value: Any, allow_zero: bool = False) -> float:
     """A finite float ``> 0`` (``>= 0`` with ``allow_zero``); else ValueError naming it."""
-    ok = (not isinstance(value, bool) and isinstance(value, int | float)
-          and math.isfinite(value) and (value >= 0 if allow_zero else value > 0))
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
     if not ok:
-        raise ValueError(f"defense {rule!r}: {param} {value!r} invalid; valid: finite float "
-                         f"{'>=' if allow_zero else '>'} 0")
+        raise ValueError(
+            f"defense {rule!r}: {param} {value!r} invalid; valid: finite float "
+            f"{'>=' if allow_zero else '>'} 0"
+        )
     return float(value)
 
 
 def check_unit(rule: str, param: str, value: Any, include_one: bool = False) -> float:
     """A real in ``(0, 1)`` (``(0, 1]`` with ``include_one``); else ValueError naming it."""
-    ok = (not isinstance(value, bool) and isinstance(value, int | float)
-          and math.isfinite(value) and 0 < value and (value <= 1 if include_one else value < 1))
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and 0 < value
+        and (value <= 1 if include_one else value < 1)
+    )
     if not ok:
-        raise ValueError(f"defense {rule!r}: {param} {value!r} invalid; valid: 0 < {param} "
-                         f"{'<=' if include_one else '<'} 1")
+        raise ValueError(
+            f"defense {rule!r}: {param} {value!r} invalid; valid: 0 < {param} "
+            f"{'<=' if include_one else '<'} 1"
+        )
     return float(value)
 
 
-class GeoMedDefense(Defense):
+@DEFENSES.register
+class GeoMedDefense(BucketableDefense):
     """Sample-weighted geometric median ``argmin_v sum_k a_k ||v - u_k||`` (RFA).
 
     Parameters
@@ -70,7 +85,7 @@ class GeoMedDefense(Defense):
         self.tol = check_positive(self.name, "tol", tol, allow_zero=True)
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
-        order = np.argsort(batch.client_ids, kind="stable")   # row-order independent sums
+        order = np.argsort(batch.client_ids, kind="stable")  # row-order independent sums
         a = torch.from_numpy(batch.num_samples[order].astype(np.float64))
         if not bool((a > 0).all()):
             raise ValueError(f"defense {self.name!r}: needs num_samples > 0 for every row")
@@ -83,8 +98,10 @@ class GeoMedDefense(Defense):
         v, w = weiszfeld(x, a, self.nu, self.max_iter, self.tol)
         weights = np.empty(len(batch))
         weights[order] = w.cpu().numpy()
-        verdicts = tuple(Verdict(int(c), True, float(wi), float(wi))
-                         for c, wi in zip(batch.client_ids, weights, strict=True))
+        verdicts = tuple(
+            Verdict(int(c), True, float(wi), float(wi))
+            for c, wi in zip(batch.client_ids, weights, strict=True)
+        )
         return AggregateResult(v.cpu().to(batch.updates.dtype), verdicts)
 
 
@@ -93,8 +110,9 @@ def row_distances(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.cdist(x, v[None], compute_mode="donot_use_mm_for_euclid_dist")[:, 0]
 
 
-def weiszfeld(x: torch.Tensor, a: torch.Tensor, nu: float, max_iter: int, tol: float
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+def weiszfeld(
+    x: torch.Tensor, a: torch.Tensor, nu: float, max_iter: int, tol: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Smoothed Weiszfeld from the weighted mean: ``(v, last normalized weights)``.
 
     One distance pass per iteration: the distances at the new ``v`` give both the objective
@@ -117,9 +135,9 @@ def weiszfeld(x: torch.Tensor, a: torch.Tensor, nu: float, max_iter: int, tol: f
     return v, w
 
 
-
-def weiszfeld_reference(x: torch.Tensor, a: torch.Tensor, nu: float, max_iter: int,
-                        tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+def weiszfeld_reference(
+    x: torch.Tensor, a: torch.Tensor, nu: float, max_iter: int, tol: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The loop before the cohort-scale rewrite (two ``(x - v).norm`` per iteration); kept as
     the reference for tests and ``benchmarks/defense_cost.py``."""
     v = a @ x

@@ -14,13 +14,14 @@ import numpy as np
 import torch
 
 from defenses.base import (
+    DEFENSES,
     AggregateResult,
-    Defense,
     DefenseContext,
     UpdateBatch,
     Verdict,
     check_weighting,
 )
+from defenses.bucketing import BucketableDefense
 from defenses.distances import (
     GramDistances,
     exact_sq_dists,
@@ -67,8 +68,9 @@ def rank_rows(scores: np.ndarray, client_ids: np.ndarray) -> np.ndarray:
 SCORE_RTOL = 1e-7
 
 
-def exact_scores_of(gd: GramDistances, rows: np.ndarray, alive: np.ndarray,
-                    neighbours: int) -> np.ndarray:
+def exact_scores_of(
+    gd: GramDistances, rows: np.ndarray, alive: np.ndarray, neighbours: int
+) -> np.ndarray:
     """The exact path's Krum scores of ``rows`` among the rows marked ``alive`` (bit for bit
     :func:`krum_scores` of the exact matrix restricted to ``alive``). A row is scored from
     its duplicate group's first row: bit-identical rows have identical exact distances."""
@@ -76,8 +78,7 @@ def exact_scores_of(gd: GramDistances, rows: np.ndarray, alive: np.ndarray,
     if len(rows) == 0:
         return np.zeros(0)
     full = gd.exact_rows(gd.group[rows])
-    vals = np.stack([full[t][alive & (np.arange(len(alive)) != r)]
-                     for t, r in enumerate(rows)])
+    vals = np.stack([full[t][alive & (np.arange(len(alive)) != r)] for t, r in enumerate(rows)])
     return np.sort(vals, axis=1)[:, :neighbours].sum(axis=1)
 
 
@@ -94,8 +95,14 @@ def fast_krum_scores(gd: GramDistances, neighbours: int) -> tuple[np.ndarray, np
     return scores, bound
 
 
-def select_lowest(gd: GramDistances, scores: np.ndarray, bound: np.ndarray,
-                  client_ids: np.ndarray, neighbours: int, m: int) -> np.ndarray:
+def select_lowest(
+    gd: GramDistances,
+    scores: np.ndarray,
+    bound: np.ndarray,
+    client_ids: np.ndarray,
+    neighbours: int,
+    m: int,
+) -> np.ndarray:
     """The ``m`` rows of lowest exact-path score (ties: client id), in rank order.
 
     ``scores`` are within ``bound`` of the exact path's. The first ``m`` by fast score are
@@ -113,8 +120,7 @@ def select_lowest(gd: GramDistances, scores: np.ndarray, bound: np.ndarray,
     cand, rest = order[:m], order[m:]
     lo, hi = scores - bound, scores + bound
     unsure = np.concatenate([cand[hi[cand] >= lo[rest].min()], rest[lo[rest] <= hi[cand].max()]])
-    one_copy = (len(np.unique(gd.group[unsure])) <= 1
-                and len(np.unique(scores[unsure])) <= 1)
+    one_copy = len(np.unique(gd.group[unsure])) <= 1 and len(np.unique(scores[unsure])) <= 1
     todo = unsure[bound[unsure] > 0]
     if len(todo) and not one_copy:
         scores[todo] = exact_scores_of(gd, todo, np.ones(n, dtype=bool), neighbours)
@@ -123,8 +129,9 @@ def select_lowest(gd: GramDistances, scores: np.ndarray, bound: np.ndarray,
     return order[:m]
 
 
-def krum_select(x: torch.Tensor, client_ids: np.ndarray, neighbours: int, m: int,
-                exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def krum_select(
+    x: torch.Tensor, client_ids: np.ndarray, neighbours: int, m: int, exact: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """``(chosen rows in rank order, Krum scores)``: the exact path (``exact=True``) or the
     Gram path with exact re-scoring near the selection boundary (same selection); small
     batches (:func:`~defenses.distances.use_exact`) take the exact path."""
@@ -136,7 +143,8 @@ def krum_select(x: torch.Tensor, client_ids: np.ndarray, neighbours: int, m: int
     return select_lowest(gd, scores, bound, client_ids, neighbours, m), scores
 
 
-class MultiKrumDefense(Defense):
+@DEFENSES.register
+class MultiKrumDefense(BucketableDefense):
     """Multi-Krum: average the ``m`` rows with the lowest Krum scores.
 
     Parameters
@@ -164,8 +172,9 @@ class MultiKrumDefense(Defense):
 
     name = "multikrum"
 
-    def __init__(self, f: int = 1, m: int | None = None, exact: bool = False,
-                 weighting: str = "uniform") -> None:
+    def __init__(
+        self, f: int = 1, m: int | None = None, exact: bool = False, weighting: str = "uniform"
+    ) -> None:
         self.f = check_count(self.name, "f", f, 0)
         self.m = None if m is None else check_count(self.name, "m", m, 1)
         self.exact = check_flag(self.name, "exact", exact)
@@ -186,23 +195,27 @@ class MultiKrumDefense(Defense):
         n = len(batch)
         self.check_rows(n)
         m = self.selection_size(n)
-        chosen, scores = krum_select(batch.updates, batch.client_ids, n - self.f - 2, m,
-                                     self.exact)           # summed in rank order
+        chosen, scores = krum_select(
+            batch.updates, batch.client_ids, n - self.f - 2, m, self.exact
+        )  # summed in rank order
         weight = np.zeros(n)
         if self.weighting == "samples" and batch.num_samples[chosen].sum() > 0:
             w = batch.num_samples[chosen].astype(np.float64)
             weight[chosen] = w / w.sum()
-            delta = torch.from_numpy(weight[chosen]) @ batch.updates[
-                torch.from_numpy(chosen)].double()
+            delta = (
+                torch.from_numpy(weight[chosen]) @ batch.updates[torch.from_numpy(chosen)].double()
+            )
         else:
             weight[chosen] = 1.0 / m
             delta = mean_of_rows(batch.updates, chosen)
         keep = np.zeros(n, dtype=bool)
         keep[chosen] = True
         verdicts = tuple(
-            Verdict(int(c), True, float(wt), float(s)) if k
+            Verdict(int(c), True, float(wt), float(s))
+            if k
             else Verdict(int(c), False, 0.0, float(s), "krum-excluded")
-            for c, s, k, wt in zip(batch.client_ids, scores, keep, weight, strict=True))
+            for c, s, k, wt in zip(batch.client_ids, scores, keep, weight, strict=True)
+        )
         return AggregateResult(delta.to(batch.updates.dtype), verdicts)
 
 
@@ -221,10 +234,12 @@ def mean_of_rows(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
     if len(idx) * x.shape[1] <= MEAN_BLOCK:
         return x[idx].double().mean(dim=0)
     cols = max(1, MEAN_BLOCK // len(idx))
-    return torch.cat([x[idx, c:c + cols].double().mean(dim=0)
-                      for c in range(0, x.shape[1], cols)])
+    return torch.cat(
+        [x[idx, c : c + cols].double().mean(dim=0) for c in range(0, x.shape[1], cols)]
+    )
 
 
+@DEFENSES.register
 class KrumDefense(MultiKrumDefense):
     """Krum: the single row with the lowest Krum score (Multi-Krum with ``m = 1``).
 

@@ -12,13 +12,14 @@ import numpy as np
 import torch
 
 from defenses.base import (
+    DEFENSES,
     AggregateResult,
-    Defense,
     DefenseContext,
     UpdateBatch,
     Verdict,
     check_weighting,
 )
+from defenses.bucketing import BucketableDefense
 from defenses.distances import compute_device
 
 
@@ -28,8 +29,10 @@ def coordinate_verdicts(batch: UpdateBatch, delta: torch.Tensor) -> tuple[Verdic
     aggregate. (The weights are nominal: the aggregate is not a weighted mean of the rows.)"""
     n = len(batch)
     dist = (batch.updates.double() - delta.double()).norm(dim=1).tolist()
-    return tuple(Verdict(int(c), True, 1.0 / n, float(s), "coordinate-wise")
-                 for c, s in zip(batch.client_ids, dist, strict=True))
+    return tuple(
+        Verdict(int(c), True, 1.0 / n, float(s), "coordinate-wise")
+        for c, s in zip(batch.client_ids, dist, strict=True)
+    )
 
 
 def sort_columns(x: torch.Tensor) -> torch.Tensor:
@@ -65,7 +68,7 @@ def weighted_median(x: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
     xs = np.take_along_axis(v, order, axis=0).astype(np.float64)
     cw = np.cumsum(np.asarray(weights, dtype=np.int64)[order], axis=0)
     total = int(cw[-1, 0])
-    k = (2 * cw < total).sum(axis=0)                  # first row reaching half the weight
+    k = (2 * cw < total).sum(axis=0)  # first row reaching half the weight
     cols = np.arange(v.shape[1])
     lo = xs[k, cols]
     tie = 2 * cw[k, cols] == total
@@ -73,7 +76,8 @@ def weighted_median(x: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.where(tie, (lo + hi) / 2, lo))
 
 
-class MedianDefense(Defense):
+@DEFENSES.register
+class MedianDefense(BucketableDefense):
     """Coordinate-wise median of the updates.
 
     Parameters

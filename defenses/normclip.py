@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import DEFENSES, AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
 from defenses.geomed import check_positive
 
 
+@DEFENSES.register
 class NormClipDefense(Defense):
     """Clip every row to ``||u|| <= tau`` and average with weights ``n_k / sum n``.
 
@@ -36,7 +37,7 @@ class NormClipDefense(Defense):
         self.tau = check_positive(self.name, "tau", tau)
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
-        order = np.argsort(batch.client_ids, kind="stable")   # row-order independent sums
+        order = np.argsort(batch.client_ids, kind="stable")  # row-order independent sums
         x = batch.updates.double()[torch.from_numpy(order)]
         norms = x.norm(dim=1)
         scale = (self.tau / norms.clamp_min(1e-300)).clamp_max(1.0)
@@ -45,7 +46,8 @@ class NormClipDefense(Defense):
         delta = (w * scale) @ x
         weights, norm_k = np.empty(len(batch)), np.empty(len(batch))
         weights[order], norm_k[order] = w.numpy(), norms.numpy()
-        verdicts = tuple(Verdict(int(c), True, float(wi), float(s),
-                                 "clipped" if s > self.tau else "")
-                         for c, wi, s in zip(batch.client_ids, weights, norm_k, strict=True))
+        verdicts = tuple(
+            Verdict(int(c), True, float(wi), float(s), "clipped" if s > self.tau else "")
+            for c, wi, s in zip(batch.client_ids, weights, norm_k, strict=True)
+        )
         return AggregateResult(delta.to(batch.updates.dtype), verdicts)

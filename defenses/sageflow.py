@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from defenses.base import (
+    DEFENSES,
     AggregateResult,
     Defense,
     DefenseContext,
@@ -37,6 +38,7 @@ def sageflow_gamma(gamma0: float, halving_rounds: int, rnd: int) -> float:
     return gamma0 if halving_rounds == 0 else gamma0 * 0.5 ** (max(rnd, 0) // halving_rounds)
 
 
+@DEFENSES.register
 class SageflowDefense(Defense):
     """Sageflow (Park et al., NeurIPS 2021), Algorithm 1, one server round.
 
@@ -91,17 +93,23 @@ class SageflowDefense(Defense):
 
     name = "sageflow"
 
-    def __init__(self, entropy_threshold: float = 1.0, delta: float = 1.0,
-                 staleness_lambda: float = 0.5, gamma0: float = 1.0,
-                 gamma_halving_rounds: int = 0) -> None:
-        self.entropy_threshold = check_positive(self.name, "entropy_threshold",
-                                                entropy_threshold)
+    def __init__(
+        self,
+        entropy_threshold: float = 1.0,
+        delta: float = 1.0,
+        staleness_lambda: float = 0.5,
+        gamma0: float = 1.0,
+        gamma_halving_rounds: int = 0,
+    ) -> None:
+        self.entropy_threshold = check_positive(self.name, "entropy_threshold", entropy_threshold)
         self.delta = check_positive(self.name, "delta", delta, allow_zero=True)
-        self.staleness_lambda = check_positive(self.name, "staleness_lambda", staleness_lambda,
-                                               allow_zero=True)
+        self.staleness_lambda = check_positive(
+            self.name, "staleness_lambda", staleness_lambda, allow_zero=True
+        )
         self.gamma0 = check_unit(self.name, "gamma0", gamma0, include_one=True)
-        self.gamma_halving_rounds = check_count(self.name, "gamma_halving_rounds",
-                                                gamma_halving_rounds, 0)
+        self.gamma_halving_rounds = check_count(
+            self.name, "gamma_halving_rounds", gamma_halving_rounds, 0
+        )
 
     def base_models(self, batch: UpdateBatch, ctx: DefenseContext) -> torch.Tensor:
         """``[K, P]``: the global model each row trained from (its full model minus update)."""
@@ -109,15 +117,18 @@ class SageflowDefense(Defense):
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if ctx.score_models is None:
-            raise ValueError(f"defense {self.name!r}: needs a server public set "
-                             "(--public-fraction > 0)")
+            raise ValueError(
+                f"defense {self.name!r}: needs a server public set (--public-fraction > 0)"
+            )
         bases = self.base_models(batch, ctx)
         scores = ctx.score_models(bases + batch.updates)
         ent = np.asarray(scores["entropy"], dtype=np.float64).reshape(-1)
         loss = np.asarray(scores["loss"], dtype=np.float64).reshape(-1)
         if ent.shape != (len(batch),) or loss.shape != (len(batch),):
-            raise ValueError(f"defense {self.name!r}: score_models must return one entropy "
-                             f"and one loss per row ({len(batch)})")
+            raise ValueError(
+                f"defense {self.name!r}: score_models must return one entropy "
+                f"and one loss per row ({len(batch)})"
+            )
         m = batch.num_samples.astype(np.float64)
         taus = batch.base_rounds.astype(np.int64)
         finite = np.isfinite(ent) & np.isfinite(loss)
@@ -128,9 +139,12 @@ class SageflowDefense(Defense):
         logw[kept] = np.log(m[kept]) - self.delta * np.log(np.maximum(loss[kept], MIN_LOSS))
         weights = np.zeros(len(batch))
         groups = sorted({int(t) for t in taus[kept]})
-        alpha = np.array([m[kept & (taus == tau)].sum()
-                          * float(ctx.round - tau + 1) ** -self.staleness_lambda
-                          for tau in groups])
+        alpha = np.array(
+            [
+                m[kept & (taus == tau)].sum() * float(ctx.round - tau + 1) ** -self.staleness_lambda
+                for tau in groups
+            ]
+        )
         if len(groups) and alpha.sum() > 0:
             alpha = alpha / alpha.sum()
             for a, tau in zip(alpha, groups, strict=True):
@@ -140,34 +154,45 @@ class SageflowDefense(Defense):
         kept &= weights > 0
         gamma = sageflow_gamma(self.gamma0, self.gamma_halving_rounds, ctx.round)
         delta = self._delta(batch, ctx, bases, weights, kept, gamma)
-        verdicts = tuple(self._verdict(int(c), bool(k), float(w), float(e), bool(f), bool(lo),
-                                       int(tau) < ctx.round)
-                         for c, k, w, e, f, lo, tau in zip(
-                             batch.client_ids, kept, weights, ent, finite, low, taus,
-                             strict=True))
+        verdicts = tuple(
+            self._verdict(
+                int(c), bool(k), float(w), float(e), bool(f), bool(lo), int(tau) < ctx.round
+            )
+            for c, k, w, e, f, lo, tau in zip(
+                batch.client_ids, kept, weights, ent, finite, low, taus, strict=True
+            )
+        )
         return AggregateResult(delta, verdicts)
 
     @staticmethod
-    def _delta(batch: UpdateBatch, ctx: DefenseContext, bases: torch.Tensor,
-               weights: np.ndarray, kept: np.ndarray, gamma: float) -> torch.Tensor:
+    def _delta(
+        batch: UpdateBatch,
+        ctx: DefenseContext,
+        bases: torch.Tensor,
+        weights: np.ndarray,
+        kept: np.ndarray,
+        gamma: float,
+    ) -> torch.Tensor:
         """``gamma * sum_k w_k (base_k - global + u_k)``: client-id order, float64."""
         out = torch.zeros(bases.shape[1], dtype=torch.float64)
         if not kept.any():
             return out.to(ctx.global_flat.dtype)
         g = ctx.global_flat.double()
-        order = np.lexsort((batch.base_rounds, batch.client_ids))   # row-order independent sums
+        order = np.lexsort((batch.base_rounds, batch.client_ids))  # row-order independent sums
         for i in order[kept[order]]:
             # fresh rows: base - global is exactly 0, so the update itself is summed
             out += weights[i] * ((bases[i].double() - g) + batch.updates[i].double())
         return (gamma * out).to(ctx.global_flat.dtype)
 
     @staticmethod
-    def _verdict(cid: int, kept: bool, weight: float, ent: float, finite: bool, low: bool,
-                 stale: bool) -> Verdict:
+    def _verdict(
+        cid: int, kept: bool, weight: float, ent: float, finite: bool, low: bool, stale: bool
+    ) -> Verdict:
         if kept:
             return Verdict(cid, True, weight, ent, "stale" if stale else "")
-        reason = ("non-finite-score" if not finite else
-                  "entropy>=threshold" if not low else "zero-weight")
+        reason = (
+            "non-finite-score" if not finite else "entropy>=threshold" if not low else "zero-weight"
+        )
         return Verdict(cid, False, 0.0, ent, reason)
 
     def state_dict(self) -> dict[str, Any]:

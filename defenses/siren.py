@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from defenses.base import (
+    DEFENSES,
     AggregateResult,
     Defense,
     DefenseContext,
@@ -66,18 +67,30 @@ from defenses.siren_screen import (
     screen_robust,
 )
 
-__all__ = ["ABNORMAL_ACCURACY", "ABNORMAL_COSINE", "ALARMER_DROPPED", "BANNED",
-           "NON_ALARMER_DROPPED", "ROLLBACK", "SirenDefense", "screen", "screen_robust"]
+__all__ = [
+    "ABNORMAL_ACCURACY",
+    "ABNORMAL_COSINE",
+    "ALARMER_DROPPED",
+    "BANNED",
+    "NON_ALARMER_DROPPED",
+    "ROLLBACK",
+    "SirenDefense",
+    "screen",
+    "screen_robust",
+]
 
 #: verdict reason of a banned client's row
 BANNED = "banned"
 #: note on kept rows of a round whose aggregate was applied to the previous round's global model
 ROLLBACK = "rollback"
 #: the variants and the (alarm, screen, rule, weighting) each stands for
-VARIANTS = {"calibrated": ("mcnemar", "robust", "population", "samples"),
-            "paper": ("paper", "paper", "paper", "uniform")}
+VARIANTS = {
+    "calibrated": ("mcnemar", "robust", "population", "samples"),
+    "paper": ("paper", "paper", "paper", "uniform"),
+}
 
 
+@DEFENSES.register
 class SirenDefense(Defense):
     """Siren (Guo et al., SoCC 2021), the server's decision in one round.
 
@@ -179,26 +192,49 @@ class SirenDefense(Defense):
     client_side = SirenClient
     name = "siren"
 
-    def __init__(self, cs: float = 0.1, rounds_total: int = 100, ban_fraction: float = 0.45,
-                 reward: float = 0.5, rollback: bool | None = None, variant: str = "calibrated",
-                 alarm: str | None = None, screen: str | None = None, rule: str | None = None,
-                 trigger: str = "alarm", weighting: str | None = None, alpha: float = 0.05,
-                 z: float = 2.0, cc: float = 0.04, holdout: float = 0.1) -> None:
+    def __init__(
+        self,
+        cs: float = 0.1,
+        rounds_total: int = 100,
+        ban_fraction: float = 0.45,
+        reward: float = 0.5,
+        rollback: bool | None = None,
+        variant: str = "calibrated",
+        alarm: str | None = None,
+        screen: str | None = None,
+        rule: str | None = None,
+        trigger: str = "alarm",
+        weighting: str | None = None,
+        alpha: float = 0.05,
+        z: float = 2.0,
+        cc: float = 0.04,
+        holdout: float = 0.1,
+    ) -> None:
         self.cs = check_unit(self.name, "cs", cs)
         self.rounds_total = check_count(self.name, "rounds_total", rounds_total, 1)
         self.ban_fraction = check_unit(self.name, "ban_fraction", ban_fraction, include_one=True)
         self.reward = check_positive(self.name, "reward", reward, allow_zero=True)
         if rollback is not None and not isinstance(rollback, bool | np.bool_):
-            raise ValueError(f"defense {self.name!r}: rollback {rollback!r} invalid; valid: "
-                             "True, False or None")
+            raise ValueError(
+                f"defense {self.name!r}: rollback {rollback!r} invalid; valid: True, False or None"
+            )
         self.variant = check_choice(self.name, "variant", variant, list(VARIANTS))
-        given = {"alarm": (alarm, ["mcnemar", "paper"]), "screen": (screen, ["robust", "paper"]),
-                 "rule": (rule, ["population", "paper"]),
-                 "weighting": (weighting, ["samples", "uniform"])}
-        part = {k: check_choice(self.name, k, d if v is None else v, valid)
-                for (k, (v, valid)), d in zip(given.items(), VARIANTS[variant], strict=True)}
+        given = {
+            "alarm": (alarm, ["mcnemar", "paper"]),
+            "screen": (screen, ["robust", "paper"]),
+            "rule": (rule, ["population", "paper"]),
+            "weighting": (weighting, ["samples", "uniform"]),
+        }
+        part = {
+            k: check_choice(self.name, k, d if v is None else v, valid)
+            for (k, (v, valid)), d in zip(given.items(), VARIANTS[variant], strict=True)
+        }
         self.alarm, self.screen, self.rule, self.weighting = (
-            part["alarm"], part["screen"], part["rule"], part["weighting"])
+            part["alarm"],
+            part["screen"],
+            part["rule"],
+            part["weighting"],
+        )
         self.rollback = self.rule == "paper" if rollback is None else bool(rollback)
         self.trigger = check_choice(self.name, "trigger", trigger, ["alarm", "always"])
         self.alpha = check_unit(self.name, "alpha", alpha)
@@ -217,11 +253,13 @@ class SirenDefense(Defense):
     # -- one round -------------------------------------------------------------------------
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if ctx.score_models is None:
-            raise ValueError(f"defense {self.name!r}: needs a server root set "
-                             "(--public-fraction > 0)")
+            raise ValueError(
+                f"defense {self.name!r}: needs a server root set (--public-fraction > 0)"
+            )
         if self.screen == "robust" and ctx.public_y is None:
-            raise ValueError(f"defense {self.name!r}: screen 'robust' needs the root set's "
-                             "size (ctx.public_y)")
+            raise ValueError(
+                f"defense {self.name!r}: screen 'robust' needs the root set's size (ctx.public_y)"
+            )
         n = len(batch)
         ids = batch.client_ids.astype(np.int64)
         alarm = self._alarms(batch)
@@ -235,8 +273,16 @@ class SirenDefense(Defense):
             if self.screen == "paper":
                 return screen(rows, acc, batch.updates, batch.client_ids, self.cs)
             assert ctx.public_y is not None
-            return screen_robust(rows, acc, batch.updates, batch.client_ids, alarm,
-                                 len(ctx.public_y), self.cs, self.z)
+            return screen_robust(
+                rows,
+                acc,
+                batch.updates,
+                batch.client_ids,
+                alarm,
+                len(ctx.public_y),
+                self.cs,
+                self.z,
+            )
 
         if self.rule == "paper":
             reasons = paper_rule(live, alarm, screening, self.cs)
@@ -244,8 +290,9 @@ class SirenDefense(Defense):
                 reasons[int(r)] = BANNED
             detected = any(why != BANNED for why in reasons.values())
         else:
-            reasons, detected = population_rule(live, alarm, screening, acc,
-                                                self._margin(ctx), self.trigger == "always")
+            reasons, detected = population_rule(
+                live, alarm, screening, acc, self._margin(ctx), self.trigger == "always"
+            )
         kept = np.array([r not in reasons for r in range(n)], dtype=bool)
         base_prev = self._rollback_base(ctx) if detected and not self.in_episode else None
         self.in_episode = detected
@@ -255,9 +302,12 @@ class SirenDefense(Defense):
         if self.rule == "paper":
             self._penalize(ids, kept)
         note = ROLLBACK if base_prev is not None else ""
-        verdicts = tuple(Verdict(int(c), True, float(w[r]), float(acc[r]), note) if kept[r]
-                         else Verdict(int(c), False, 0.0, float(acc[r]), reasons[r])
-                         for r, c in enumerate(ids))
+        verdicts = tuple(
+            Verdict(int(c), True, float(w[r]), float(acc[r]), note)
+            if kept[r]
+            else Verdict(int(c), False, 0.0, float(acc[r]), reasons[r])
+            for r, c in enumerate(ids)
+        )
         return AggregateResult(delta, verdicts)
 
     def _margin(self, ctx: DefenseContext) -> Callable[[float, np.ndarray], float]:
@@ -274,20 +324,24 @@ class SirenDefense(Defense):
             return np.zeros(len(batch), dtype=bool)
         a = np.asarray(raw).reshape(-1)
         if a.shape != (len(batch),):
-            raise ValueError(f"defense {self.name!r}: signal 'alarm' has {a.shape[0]} entries "
-                             f"for {len(batch)} rows")
+            raise ValueError(
+                f"defense {self.name!r}: signal 'alarm' has {a.shape[0]} entries "
+                f"for {len(batch)} rows"
+            )
         return a.astype(bool)
 
-    def _accuracy(self, batch: UpdateBatch, ctx: DefenseContext, rows: np.ndarray
-                  ) -> np.ndarray:
+    def _accuracy(self, batch: UpdateBatch, ctx: DefenseContext, rows: np.ndarray) -> np.ndarray:
         """Root-set accuracy of the full models of ``rows`` (one ``score_models`` call)."""
         assert ctx.score_models is not None
         sub = batch.subset(rows)
-        acc = np.asarray(ctx.score_models(full_models(sub, ctx, self.name))["accuracy"],
-                         dtype=np.float64).reshape(-1)
+        acc = np.asarray(
+            ctx.score_models(full_models(sub, ctx, self.name))["accuracy"], dtype=np.float64
+        ).reshape(-1)
         if acc.shape != (len(rows),):
-            raise ValueError(f"defense {self.name!r}: score_models must return one accuracy "
-                             f"per row ({len(rows)})")
+            raise ValueError(
+                f"defense {self.name!r}: score_models must return one accuracy "
+                f"per row ({len(rows)})"
+            )
         return acc
 
     def _rollback_base(self, ctx: DefenseContext) -> torch.Tensor | None:
@@ -303,17 +357,20 @@ class SirenDefense(Defense):
         """One strike per rejected row; ``reward`` forgiven when all of a client's rows pass."""
         for c in sorted({int(c) for c in ids}):
             mine = ids == c
-            self.strikes[c] = next_strikes(self.strikes.get(c, 0.0), int((~kept[mine]).sum()),
-                                           self.reward)
+            self.strikes[c] = next_strikes(
+                self.strikes.get(c, 0.0), int((~kept[mine]).sum()), self.reward
+            )
             if self.strikes[c] >= self.ban_threshold:
                 self.banned.add(c)
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Strikes, banned clients and whether a detection episode is open (plain values)."""
-        return {"strikes": {int(c): float(s) for c, s in sorted(self.strikes.items())},
-                "banned": sorted(int(c) for c in self.banned),
-                "in_episode": bool(self.in_episode)}
+        return {
+            "strikes": {int(c): float(s) for c, s in sorted(self.strikes.items())},
+            "banned": sorted(int(c) for c in self.banned),
+            "in_episode": bool(self.in_episode),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict`'s output; an empty dict resets to the fresh state."""
@@ -322,8 +379,9 @@ class SirenDefense(Defense):
             return
         want = {"strikes", "banned", "in_episode"}
         if set(state) != want:
-            raise ValueError(f"defense {self.name!r}: state keys {sorted(state)} invalid; "
-                             f"valid: {sorted(want)}")
+            raise ValueError(
+                f"defense {self.name!r}: state keys {sorted(state)} invalid; valid: {sorted(want)}"
+            )
         self.strikes = {int(c): float(s) for c, s in state["strikes"].items()}
         self.banned = {int(c) for c in state["banned"]}
         self.in_episode = bool(state["in_episode"])

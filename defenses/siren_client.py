@@ -57,7 +57,7 @@ def mcnemar_p(b: int, c: int) -> float:
     pair (``b = c = 0``) gives 1.
     """
     m = b + c
-    return sum(math.comb(m, k) for k in range(b, m + 1)) / 2 ** m
+    return sum(math.comb(m, k) for k in range(b, m + 1)) / 2**m
 
 
 class SirenClient:
@@ -85,8 +85,9 @@ class SirenClient:
     #: the local models are remembered from the honest rows, so the round keeps them
     needs_rows = False
 
-    def __init__(self, cc: float = 0.04, holdout: float = 0.1, alarm: str = "mcnemar",
-                 alpha: float = 0.05) -> None:
+    def __init__(
+        self, cc: float = 0.04, holdout: float = 0.1, alarm: str = "mcnemar", alpha: float = 0.05
+    ) -> None:
         if not 0.0 < cc < 1.0:
             raise ValueError(f"siren client: cc {cc!r} invalid; valid: 0 < cc < 1")
         if not 0.0 < holdout < 1.0:
@@ -119,11 +120,14 @@ class SirenClient:
         lr, gr = np.asarray(local_right, bool), np.asarray(global_right, bool)
         return mcnemar_p(int((lr & ~gr).sum()), int((~lr & gr).sum())) <= self.alpha
 
-    def alarms(self, selected: np.ndarray, malicious: set[int],
-               previous: dict[int, np.ndarray | None],
-               accuracy: Callable[[torch.Tensor | None, int], float | None],
-               correct: Callable[[torch.Tensor | None, int], np.ndarray | None] | None = None
-               ) -> dict[int, bool]:
+    def alarms(
+        self,
+        selected: np.ndarray,
+        malicious: set[int],
+        previous: dict[int, np.ndarray | None],
+        accuracy: Callable[[torch.Tensor | None, int], float | None],
+        correct: Callable[[torch.Tensor | None, int], np.ndarray | None] | None = None,
+    ) -> dict[int, bool]:
         """Which selected clients raise an alarm this round.
 
         ``previous[c]`` is client c's last local model (None before its first round);
@@ -153,11 +157,15 @@ class SirenClient:
             out[c] = right is not None and self.alarm_paired(right, correct(None, c))
         return out
 
-    def start_models(self, alarms: dict[int, bool], malicious: set[int],
-                     previous: dict[int, np.ndarray | None]) -> dict[int, np.ndarray]:
+    def start_models(
+        self, alarms: dict[int, bool], malicious: set[int], previous: dict[int, np.ndarray | None]
+    ) -> dict[int, np.ndarray]:
         """Benign alarming clients train from their previous local model."""
-        return {c: previous[c] for c, a in alarms.items()
-                if a and c not in malicious and previous.get(c) is not None}
+        return {
+            c: previous[c]
+            for c, a in alarms.items()
+            if a and c not in malicious and previous.get(c) is not None
+        }
 
     # -- round hook ----------------------------------------------------------------------------
     def attach(self, sim: Any) -> ClientData:
@@ -166,8 +174,12 @@ class SirenClient:
         train on."""
         d = sim.defense
         if getattr(d, "name", None) == "siren":
-            self.cc, self.holdout_fraction, self.test, self.alpha = (d.cc, d.holdout, d.alarm,
-                                                                     d.alpha)
+            self.cc, self.holdout_fraction, self.test, self.alpha = (
+                d.cc,
+                d.holdout,
+                d.alarm,
+                d.alpha,
+            )
             self.reputation = (d.ban_threshold, d.reward) if d.rule == "population" else None
         sim.store.declare(TABLE, (sim.fed.layout.size,))
         if self.reputation is not None:
@@ -182,8 +194,10 @@ class SirenClient:
             refused = reputation.refuse_banned(sim.store, plan, self.reputation[0])
             sel = np.array([c for c in sel.tolist() if c not in refused], np.int64)
         rows, present = sim.store.get(TABLE, sel)
-        previous = {int(c): (r if ok else None)
-                    for c, r, ok in zip(sel.tolist(), rows, present.tolist(), strict=True)}
+        previous = {
+            int(c): (r if ok else None)
+            for c, r, ok in zip(sel.tolist(), rows, present.tolist(), strict=True)
+        }
 
         def holdout(c: int) -> tuple[np.ndarray, np.ndarray]:
             ((x, y),) = sim.fed.arrays(self.holdout, np.array([c]))
@@ -217,10 +231,13 @@ class SirenClient:
             # own store row when it trains next
             g, sp = sim.global_flat, sim.space
             gs = sp.shared_of(g).numpy()
-            sim.store.put(TABLE, ids, np.stack([
-                sp.full_of(torch.from_numpy(gs + returned[int(c)].row), g).numpy()
-                for c in ids]))
-
-
-#: defenses whose method has a client side, and the class that implements it
-CLIENT_SIDE: dict[str, type[SirenClient]] = {"siren": SirenClient}
+            sim.store.put(
+                TABLE,
+                ids,
+                np.stack(
+                    [
+                        sp.full_of(torch.from_numpy(gs + returned[int(c)].row), g).numpy()
+                        for c in ids
+                    ]
+                ),
+            )

@@ -49,8 +49,11 @@ def refuse_banned(store: Any, plan: Any, threshold: int) -> set[int]:
     sel = np.asarray(plan.selected, np.int64)
     if not len(sel):
         return set()
-    out = {int(c) for c, s in zip(sel.tolist(), strikes_of(store, sel).tolist(), strict=True)
-           if s >= threshold}
+    out = {
+        int(c)
+        for c, s in zip(sel.tolist(), strikes_of(store, sel).tolist(), strict=True)
+        if s >= threshold
+    }
     if not out:
         return out
     rnd = plan.round
@@ -60,8 +63,11 @@ def refuse_banned(store: Any, plan: Any, threshold: int) -> set[int]:
 
     o = plan.outcome
     plan.device_seconds -= sum(a.compute_s for a in o.arrived if gone(a))
-    plan.outcome = dataclasses.replace(o, arrived=tuple(a for a in o.arrived if not gone(a)),
-                                       pending=tuple(a for a in o.pending if not gone(a)))
+    plan.outcome = dataclasses.replace(
+        o,
+        arrived=tuple(a for a in o.arrived if not gone(a)),
+        pending=tuple(a for a in o.pending if not gone(a)),
+    )
     plan.now -= out
     plan.hold -= out
     plan.verdicts.extend(Verdict(c, False, 0.0, float("nan"), BANNED) for c in sorted(out))
@@ -84,8 +90,12 @@ def update_strikes(store: Any, verdicts: Iterable[dict[str, Any]], reward: float
     if not rejected:
         return
     ids = np.array(sorted(rejected), np.int64)
-    new = np.array([next_strikes(s, rejected[c], reward) for c, s in
-                    zip(ids.tolist(), strikes_of(store, ids).tolist(), strict=True)])
+    new = np.array(
+        [
+            next_strikes(s, rejected[c], reward)
+            for c, s in zip(ids.tolist(), strikes_of(store, ids).tolist(), strict=True)
+        ]
+    )
     pos = new > 0
     if pos.any():
         store.put(STRIKES, ids[pos], new[pos])

@@ -39,8 +39,7 @@ def next_strikes(strikes: float, rejected: int, reward: float) -> float:
     return strikes + rejected if rejected else max(0.0, strikes - reward)
 
 
-def paper_rule(live: np.ndarray, alarm: np.ndarray, screen: Screen, cs: float
-               ) -> dict[int, str]:
+def paper_rule(live: np.ndarray, alarm: np.ndarray, screen: Screen, cs: float) -> dict[int, str]:
     """``{row: reason}`` of the non-banned rows ``live`` that the paper's decision rejects.
 
     With ``A`` the alarming rows of ``live`` and ``N`` the others:
@@ -73,9 +72,14 @@ def paper_rule(live: np.ndarray, alarm: np.ndarray, screen: Screen, cs: float
     return out
 
 
-def population_rule(live: np.ndarray, alarm: np.ndarray, screen: Screen, acc: np.ndarray,
-                    margin: Callable[[float, np.ndarray], float], always: bool = False
-                    ) -> tuple[dict[int, str], bool]:
+def population_rule(
+    live: np.ndarray,
+    alarm: np.ndarray,
+    screen: Screen,
+    acc: np.ndarray,
+    margin: Callable[[float, np.ndarray], float],
+    always: bool = False,
+) -> tuple[dict[int, str], bool]:
     """``({row: reason} of rejected rows, confirmed)``: our rule for sampled cohorts.
 
     A round with an alarm among ``live`` (every round with ``always``) screens all of ``live``
@@ -118,8 +122,14 @@ def kept_weights(kept: np.ndarray, num_samples: np.ndarray, uniform: bool) -> np
     return n / n.sum()
 
 
-def kept_mean(batch: UpdateBatch, global_flat: torch.Tensor, kept: np.ndarray, w: np.ndarray,
-              uniform: bool, base_prev: torch.Tensor | None) -> torch.Tensor:
+def kept_mean(
+    batch: UpdateBatch,
+    global_flat: torch.Tensor,
+    kept: np.ndarray,
+    w: np.ndarray,
+    uniform: bool,
+    base_prev: torch.Tensor | None,
+) -> torch.Tensor:
     """The weighted mean of the kept updates, plus ``base_prev - global`` on a roll-back.
 
     Summed in float64 in (client id, base round) order, so the result does not depend on row

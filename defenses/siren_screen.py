@@ -34,8 +34,9 @@ ABNORMAL_ACCURACY = "abnormal-accuracy"
 ABNORMAL_COSINE = "abnormal-cosine"
 
 
-def screen(rows: np.ndarray, acc: np.ndarray, updates: torch.Tensor, client_ids: np.ndarray,
-           cs: float) -> tuple[dict[int, str], float]:
+def screen(
+    rows: np.ndarray, acc: np.ndarray, updates: torch.Tensor, client_ids: np.ndarray, cs: float
+) -> tuple[dict[int, str], float]:
     """Siren's screening of the rows ``rows``: ``({row: reason} of abnormal rows, best acc)``.
 
     The best row ``b`` has the highest finite root-set accuracy (ties: smallest client id).
@@ -79,9 +80,16 @@ def robust_margin(ref: float, acc: np.ndarray, n_root: int, cs: float, z: float)
     return max(cs * ref, z * difference_se(ref, n_root), z * spread)
 
 
-def screen_robust(rows: np.ndarray, acc: np.ndarray, updates: torch.Tensor,
-                  client_ids: np.ndarray, alarm: np.ndarray, n_root: int, cs: float, z: float
-                  ) -> tuple[dict[int, str], float]:
+def screen_robust(
+    rows: np.ndarray,
+    acc: np.ndarray,
+    updates: torch.Tensor,
+    client_ids: np.ndarray,
+    alarm: np.ndarray,
+    n_root: int,
+    cs: float,
+    z: float,
+) -> tuple[dict[int, str], float]:
     """Screening against the non-alarmers' median and mean update (ours; module docstring).
 
     The *reference rows* are the rows of ``rows`` with a finite accuracy that raised no alarm

@@ -13,12 +13,14 @@ import math
 import numpy as np
 import torch
 
-from defenses.base import AggregateResult, Defense, DefenseContext, UpdateBatch, check_weighting
+from defenses.base import DEFENSES, AggregateResult, DefenseContext, UpdateBatch, check_weighting
+from defenses.bucketing import BucketableDefense
 from defenses.krum import check_count
 from defenses.median import coordinate_verdicts, sorted_rows
 
 
-class TrimmedMeanDefense(Defense):
+@DEFENSES.register
+class TrimmedMeanDefense(BucketableDefense):
     """Per coordinate, drop the ``k`` largest and ``k`` smallest values and average the rest.
 
     Parameters
@@ -40,19 +42,21 @@ class TrimmedMeanDefense(Defense):
 
     name = "trimmedmean"
 
-    def __init__(self, f: int | None = None, beta: float | None = None,
-                 weighting: str = "uniform") -> None:
+    def __init__(
+        self, f: int | None = None, beta: float | None = None, weighting: str = "uniform"
+    ) -> None:
         self.weighting = check_weighting(self.name, weighting)
         if f is not None and beta is not None:
-            raise ValueError(f"defense {self.name!r}: give f or beta, not both (f={f!r}, "
-                             f"beta={beta!r})")
+            raise ValueError(
+                f"defense {self.name!r}: give f or beta, not both (f={f!r}, beta={beta!r})"
+            )
         self.beta: float | None = None
         self.f: int | None = None
         if beta is not None:
-            if (isinstance(beta, bool) or not isinstance(beta, int | float)
-                    or not 0 <= beta < 0.5):
-                raise ValueError(f"defense {self.name!r}: beta {beta!r} invalid; valid: "
-                                 "0 <= beta < 0.5")
+            if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 <= beta < 0.5:
+                raise ValueError(
+                    f"defense {self.name!r}: beta {beta!r} invalid; valid: 0 <= beta < 0.5"
+                )
             self.beta = float(beta)
         else:
             self.f = check_count(self.name, "f", 1 if f is None else f, 0)
@@ -82,7 +86,7 @@ class TrimmedMeanDefense(Defense):
         if self.weighting == "samples" and (batch.num_samples > 0).all():
             delta = weighted_trimmed_mean(batch.updates, batch.num_samples, k)
         else:
-            delta = sorted_rows(batch)[k:n - k].mean(dim=0).cpu()
+            delta = sorted_rows(batch)[k : n - k].mean(dim=0).cpu()
         delta = delta.to(batch.updates.dtype)
         return AggregateResult(delta, coordinate_verdicts(batch, delta))
 
@@ -92,7 +96,7 @@ def weighted_trimmed_mean(x: torch.Tensor, weights: np.ndarray, k: int) -> torch
     and average the rest with their rows' ``weights`` (float64)."""
     v = x.detach().cpu().numpy()
     n = len(v)
-    order = np.argsort(v, axis=0, kind="stable")[k:n - k]
+    order = np.argsort(v, axis=0, kind="stable")[k : n - k]
     w = np.asarray(weights, dtype=np.float64)[order]
     vals = np.take_along_axis(v, order, axis=0).astype(np.float64)
     return torch.from_numpy((w * vals).sum(axis=0) / w.sum(axis=0))

@@ -30,19 +30,19 @@ from ledger.audit_checks import AuditInputError, RunAudit
 #: every check the audit makes (a finding's ``check``): what it guarantees and how it is checked
 CHECKS: dict[str, str] = {
     "chain-block": "every block of the devnet export re-imports with py-evm's full validation "
-                   "(parent hash, devnet header rule, re-executed transactions and roots) up to "
-                   "the head recorded in head.json",
+    "(parent hash, devnet header rule, re-executed transactions and roots) up to "
+    "the head recorded in head.json",
     "contract-code": "the code deployed at the channel address hashes to the code compiled from "
-                     "ledger/contracts/FLChain.vy, and to the manifest's hash",
+    "ledger/contracts/FLChain.vy, and to the manifest's hash",
     "contract-setup": "the contract's aggregator, channel id, quorum, committee size and keys "
-                      "and verification flag equal the manifest's",
+    "and verification flag equal the manifest's",
     "committee-pop": "every committee key's proof of possession verifies (blspy PopVerify)",
     "round-order": "rounds.jsonl lists rounds 0, 1, 2, ... in order",
     "round-off-chain": "every round committed on chain has its line in rounds.jsonl",
     "round-on-chain": "every line of rounds.jsonl has its Committed event on chain",
     "commitment": "each rounds.jsonl line equals its Committed event, field by field",
     "pack": "the pack the commitment names exists, is a round pack of that round and its index "
-            "hashes to the pack id",
+    "hashes to the pack id",
     "update-blob": "each update entry is present and hashes to its index digest",
     "record-blob": "each signed record is present, hashes to its index digest and parses",
     "global-blob": "the global model entry hashes to its digest, which is the committed global",
@@ -51,7 +51,7 @@ CHECKS: dict[str, str] = {
     "verdict-document": "the accepted clients are exactly the kept clients that submitted",
     "admitted-root": "the Merkle root of the admission list equals the committed root",
     "admission": "each admitted key is the client's key; a client is admitted once, before or "
-                 "in its first submission",
+    "in its first submission",
     "record-client": "a record names the client whose entry holds it",
     "replayed-submission": "a record names the round it is committed in",
     "record-channel": "a record names this run's channel, contract and chain id",
@@ -60,12 +60,12 @@ CHECKS: dict[str, str] = {
     "base-model": "a record's base model hash is the global model of its base round",
     "merkle-root": "the Merkle root of the round's submission leaves equals the committed root",
     "recompute-global": "the global model re-derived from the round's rows with the recorded "
-                        "defense, algorithm and config is the committed one (bit for bit)",
+    "defense, algorithm and config is the committed one (bit for bit)",
     "recompute-verdicts": "the re-derived verdicts keep exactly the accepted clients",
     "committee-signature": "the commitment carries a valid BLS aggregate signature of a quorum "
-                           "of the committee over the commitment message (batched)",
+    "of the committee over the commitment message (batched)",
     "inclusion-proof": "a client's receipt (leaf and Merkle proof) leads to the committed "
-                       "submissions root (python -m ledger.proof --verify)",
+    "submissions root (python -m ledger.proof --verify)",
 }
 
 
@@ -82,8 +82,10 @@ class Finding:
     def line(self) -> str:
         r = "-" if self.round is None else str(self.round)
         c = "-" if self.client is None else str(self.client)
-        return f"round {r:>4}  client {c:>5}  {self.check:<22} expected {self.expected}  " \
-               f"found {self.found}"
+        return (
+            f"round {r:>4}  client {c:>5}  {self.check:<22} expected {self.expected}  "
+            f"found {self.found}"
+        )
 
 
 @dataclass
@@ -110,25 +112,35 @@ class AuditReport:
 
     def text(self) -> str:
         rate = f"{self.rounds / self.seconds:.2f} rounds/s" if self.seconds > 0 else ""
-        head = (f"{self.run_dir}: {self.rounds} rounds, {self.submissions} submissions, "
-                f"{'CLEAN' if self.clean else f'{len(self.findings)} FINDINGS'} "
-                f"({self.seconds:.1f} s, {rate})")
-        return "\n".join([head] + ["  " + f.line() for f in self.findings]
-                         + ["  note: " + n for n in self.notes])
+        head = (
+            f"{self.run_dir}: {self.rounds} rounds, {self.submissions} submissions, "
+            f"{'CLEAN' if self.clean else f'{len(self.findings)} FINDINGS'} "
+            f"({self.seconds:.1f} s, {rate})"
+        )
+        return "\n".join(
+            [head] + ["  " + f.line() for f in self.findings] + ["  note: " + n for n in self.notes]
+        )
 
 
-def audit_run(run_dir: str | Path, ledger_url: str | None = None, replay: bool = True,
-              bls: bool = True, progress: bool = False, jobs: int = 1) -> AuditReport:
+def audit_run(
+    run_dir: str | Path,
+    ledger_url: str | None = None,
+    replay: bool = True,
+    bls: bool = True,
+    progress: bool = False,
+    jobs: int = 1,
+) -> AuditReport:
     """Audit one run directory (raises :class:`AuditInputError` on bad input); ``jobs``
     processes check its rounds' packs."""
     t0 = time.perf_counter()
     a = RunAudit(Path(run_dir), ledger_url=ledger_url)
     rep = AuditReport(str(run_dir))
-    for rnd, client, check, expected, found in a.run(replay=replay, bls=bls, progress=progress,
-                                                     jobs=jobs):
+    for rnd, client, check, expected, found in a.run(
+        replay=replay, bls=bls, progress=progress, jobs=jobs
+    ):
         rep.findings.append(Finding(rnd, client, check, str(expected), str(found)))
     # run-wide findings first, then by round (signatures are checked in batches, after the rest)
-    rep.findings.sort(key=lambda f: (-1 if f.round is None else f.round))
+    rep.findings.sort(key=lambda f: -1 if f.round is None else f.round)
     rep.rounds, rep.submissions, rep.notes = a.rounds_checked, a.submissions, a.notes
     rep.gas_per_round = a.gas_per_round
     rep.seconds = time.perf_counter() - t0
@@ -146,33 +158,58 @@ def find_runs(paths: list[str]) -> list[Path]:
         else:
             runs += sorted(m.parent.parent for m in p.rglob("ledger/manifest.json"))
     if not runs:
-        raise AuditInputError(f"{', '.join(paths)}: no recorded run found (no ledger/manifest.json"
-                              "; was the run made with --ledger?)")
+        raise AuditInputError(
+            f"{', '.join(paths)}: no recorded run found (no ledger/manifest.json"
+            "; was the run made with --ledger?)"
+        )
     return runs
 
 
 def build_parser() -> argparse.ArgumentParser:
     from simulator.cli import OneLineParser
 
-    p = OneLineParser(prog="python -m ledger.audit",
-                      description="Audit FedSentry runs recorded on FLChain: re-validate the "
-                                  "chain and re-derive every global model from the signed, "
-                                  "accepted updates. Exit 0 clean, 1 findings, 2 bad input.")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                   help="a run directory (holding ledger/manifest.json) or a directory of runs "
-                        "(e.g. a robustness benchmark's --out), searched recursively")
-    p.add_argument("--json", metavar="FILE", default=None,
-                   help="also write the full report as JSON ('-' for stdout)")
-    p.add_argument("--ledger-url", default=None,
-                   help="read the chain from this JSON-RPC node instead of the URL in the "
-                        "manifest (runs recorded with --ledger-url)")
-    p.add_argument("--no-replay", action="store_true",
-                   help="skip re-deriving global models (hash, signature and chain checks only)")
-    p.add_argument("--no-bls", action="store_true",
-                   help="skip the committee's BLS checks (about 0.5 ms a round with blspy)")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="processes to use (default 1): several runs are audited one per "
-                        "process; a single run's round packs are checked on all of them")
+    p = OneLineParser(
+        prog="python -m ledger.audit",
+        description="Audit FedSentry runs recorded on FLChain: re-validate the "
+        "chain and re-derive every global model from the signed, "
+        "accepted updates. Exit 0 clean, 1 findings, 2 bad input.",
+    )
+    p.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="a run directory (holding ledger/manifest.json) or a directory of runs "
+        "(e.g. a robustness benchmark's --out), searched recursively",
+    )
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        default=None,
+        help="also write the full report as JSON ('-' for stdout)",
+    )
+    p.add_argument(
+        "--ledger-url",
+        default=None,
+        help="read the chain from this JSON-RPC node instead of the URL in the "
+        "manifest (runs recorded with --ledger-url)",
+    )
+    p.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="skip re-deriving global models (hash, signature and chain checks only)",
+    )
+    p.add_argument(
+        "--no-bls",
+        action="store_true",
+        help="skip the committee's BLS checks (about 0.5 ms a round with blspy)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="processes to use (default 1): several runs are audited one per "
+        "process; a single run's round packs are checked on all of them",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print one line per run only")
     return p
 
@@ -184,8 +221,9 @@ def _audit_one(d: Path, kw: dict[str, Any]) -> AuditReport:
     return audit_run(d, **kw)
 
 
-def _reports(runs: list[Path], jobs: int, kw: dict[str, Any], progress: bool = True
-             ) -> Iterator[AuditReport]:
+def _reports(
+    runs: list[Path], jobs: int, kw: dict[str, Any], progress: bool = True
+) -> Iterator[AuditReport]:
     """Reports of ``runs``: one process per run with ``jobs`` > 1 and several runs, else in
     turn (a single run spreads its packs over ``jobs`` processes)."""
     if jobs <= 1 or len(runs) == 1:
@@ -222,8 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         bad = sum(not r.clean for r in reports)
         rounds = sum(r.rounds for r in reports)
         secs = sum(r.seconds for r in reports)
-        print(f"{len(reports)} runs, {rounds} rounds, {bad} with findings "
-              f"({rounds / secs if secs else 0:.2f} rounds/s)")
+        print(
+            f"{len(reports)} runs, {rounds} rounds, {bad} with findings "
+            f"({rounds / secs if secs else 0:.2f} rounds/s)"
+        )
     if args.json:
         text = json.dumps([r.to_dict() for r in reports], indent=1)
         if args.json == "-":

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ledger.attestation import Attestation, verify_attestations, verify_registration
 from ledger.audit_round import Commitment, PackFacts, check_pack
 from ledger.commitment import commit_message, g1_eip2537, g2_compress_eip2537
-from ledger.committee import Attestation, verify_attestations, verify_registration
 from ledger.errors import FORMAT
 from ledger.records import DEV_KEY, hx, unhx
 from simulator.run.appendlog import CorruptLogError, read_jsonl
@@ -49,15 +49,18 @@ class RunAudit:
         except (OSError, ValueError) as exc:
             raise AuditInputError(f"{run_dir}: ledger/manifest.json unreadable: {exc}") from None
         if self.manifest.get("format") != FORMAT:
-            raise AuditInputError(f"{run_dir}: ledger format {self.manifest.get('format')!r}; "
-                                  f"this audit reads {FORMAT!r} (record the run again)")
+            raise AuditInputError(
+                f"{run_dir}: ledger format {self.manifest.get('format')!r}; "
+                f"this audit reads {FORMAT!r} (record the run again)"
+            )
         if not (self.dir / "rounds.jsonl").is_file():
             raise AuditInputError(f"{run_dir}: ledger/rounds.jsonl is missing")
         try:
             self.entries = read_jsonl(self.dir / "rounds.jsonl")
         except (OSError, CorruptLogError) as exc:
             raise AuditInputError(f"{run_dir}: ledger/rounds.jsonl unreadable: {exc}") from None
-        from simulator.config.sections import ConfigError, build_config
+        from simulator.config.fields import ConfigError
+        from simulator.config.sections import build_config
 
         try:
             self.cfg = build_config(self.manifest["config"])
@@ -84,9 +87,13 @@ class RunAudit:
                 raise AuditInputError(str(exc)) from None
             if res.error is not None:
                 self.chain_ends = self._round_of_block(res.error.block_number)
-                yield (self.chain_ends, None, "chain-block", res.error.expected,
-                       f"{res.error.found} (block {res.error.block_number}: "
-                       f"{res.error.message})")
+                yield (
+                    self.chain_ends,
+                    None,
+                    "chain-block",
+                    res.error.expected,
+                    f"{res.error.found} (block {res.error.block_number}: {res.error.message})",
+                )
             self.chain = res.chain
         else:
             from ledger.chain import Chain
@@ -116,21 +123,30 @@ class RunAudit:
             yield None, None, "contract-code", c.runtime_sha256, f"no code at {self.contract}"
             return
         found = self.chain.code_sha256(self.contract)
-        for want, what in ((c.runtime_sha256, "compiled source"),
-                           (self.manifest["compiler"]["runtime_sha256"], "manifest")):
+        for want, what in (
+            (c.runtime_sha256, "compiled source"),
+            (self.manifest["compiler"]["runtime_sha256"], "manifest"),
+        ):
             if found != want:
                 yield None, None, "contract-code", f"{want} ({what})", found
         k = self.chain.w3.eth.contract(address=self.contract, abi=c.abi)
         f = k.functions
         committee = self.manifest.get("committee") or []
         try:
-            want = {"aggregator": self.manifest["aggregator"], "channel_id": self.channel,
-                    "quorum": int(self.manifest.get("quorum", 0)),
-                    "committee_size": len(committee),
-                    "verify_signatures": bool(self.manifest.get("onchain_bls"))}
-            got = {"aggregator": f.aggregator().call(), "channel_id": hx(f.channel_id().call()),
-                   "quorum": f.quorum().call(), "committee_size": f.committee_size().call(),
-                   "verify_signatures": f.verify_signatures().call()}
+            want = {
+                "aggregator": self.manifest["aggregator"],
+                "channel_id": self.channel,
+                "quorum": int(self.manifest.get("quorum", 0)),
+                "committee_size": len(committee),
+                "verify_signatures": bool(self.manifest.get("onchain_bls")),
+            }
+            got = {
+                "aggregator": f.aggregator().call(),
+                "channel_id": hx(f.channel_id().call()),
+                "quorum": f.quorum().call(),
+                "committee_size": f.committee_size().call(),
+                "verify_signatures": f.verify_signatures().call(),
+            }
             for i, m in enumerate(committee):
                 want[f"committee_key({i})"] = hx(g1_eip2537(bytes.fromhex(m["pubkey"])))
                 got[f"committee_key({i})"] = hx(f.committee_key(i).call())
@@ -144,15 +160,28 @@ class RunAudit:
             a = lg["args"]
             sig = bytes(a["signature"])
             self.events[int(a["round"])] = Commitment(
-                int(a["round"]), hx(a["pack_id"]), hx(a["global_hash"]),
-                hx(a["submissions_root"]), hx(a["verdicts_hash"]), hx(a["admitted_root"]),
-                int(a["signers"]), g2_compress_eip2537(sig).hex() if sig else None)
+                int(a["round"]),
+                hx(a["pack_id"]),
+                hx(a["global_hash"]),
+                hx(a["submissions_root"]),
+                hx(a["verdicts_hash"]),
+                hx(a["admitted_root"]),
+                int(a["signers"]),
+                g2_compress_eip2537(sig).hex() if sig else None,
+            )
             self._gas_tx = getattr(self, "_gas_tx", []) + [lg["transactionHash"]]
 
     def _commitment_of(self, e: dict[str, Any]) -> Commitment:
-        return Commitment(int(e["round"]), e["pack"], e["global_hash"], e["submissions_root"],
-                          e["verdicts_hash"], e["admitted_root"], int(e["signers"]),
-                          e["signature"])
+        return Commitment(
+            int(e["round"]),
+            e["pack"],
+            e["global_hash"],
+            e["submissions_root"],
+            e["verdicts_hash"],
+            e["admitted_root"],
+            int(e["signers"]),
+            e["signature"],
+        )
 
     def _compare(self, e: dict[str, Any]) -> Iterator[Finding]:
         """The index entry against the chain's event for the same round."""
@@ -163,15 +192,28 @@ class RunAudit:
                 yield rnd, None, "round-on-chain", "a Committed event", "missing"
             return
         claimed = self._commitment_of(e)
-        for key in ("pack", "global_hash", "submissions_root", "verdicts_hash",
-                    "admitted_root", "signers", "signature"):
+        for key in (
+            "pack",
+            "global_hash",
+            "submissions_root",
+            "verdicts_hash",
+            "admitted_root",
+            "signers",
+            "signature",
+        ):
             if getattr(claimed, key) != getattr(ev, key):
-                yield rnd, None, "commitment", f"{key}={getattr(ev, key)}", \
-                    f"{key}={getattr(claimed, key)}"
+                yield (
+                    rnd,
+                    None,
+                    "commitment",
+                    f"{key}={getattr(ev, key)}",
+                    f"{key}={getattr(claimed, key)}",
+                )
 
     # -- the whole run ---------------------------------------------------------------------
-    def run(self, replay: bool = True, bls: bool = True, progress: bool = False,
-            jobs: int = 1) -> Iterator[Finding]:
+    def run(
+        self, replay: bool = True, bls: bool = True, progress: bool = False, jobs: int = 1
+    ) -> Iterator[Finding]:
         yield from self.open_chain()
         if self.chain is None:
             return
@@ -202,7 +244,7 @@ class RunAudit:
         trusted = {c.round: True for c in coms}
         if bls and committee:  # first: a round without a valid quorum signature proves nothing
             for k in range(0, len(coms), BLS_BATCH):
-                batch = [self._attestation(c) for c in coms[k:k + BLS_BATCH]]
+                batch = [self._attestation(c) for c in coms[k : k + BLS_BATCH]]
                 for finding in self._signatures(committee, batch):
                     trusted[finding[0]] = False
                     yield finding
@@ -218,10 +260,11 @@ class RunAudit:
         """:func:`check_pack` of every round, on ``jobs`` processes."""
         from tqdm import tqdm
 
-        args = [(self.dir, c, self.channel, self.contract, self.chain_id,
-                 self.manifest["account_seed"]) for c in coms]
-        bar = tqdm(total=len(args), desc="audit", unit="round", disable=not progress,
-                   leave=False)
+        args = [
+            (self.dir, c, self.channel, self.contract, self.chain_id, self.manifest["account_seed"])
+            for c in coms
+        ]
+        bar = tqdm(total=len(args), desc="audit", unit="round", disable=not progress, leave=False)
         try:
             if jobs <= 1 or len(args) < 2:
                 out = []
@@ -242,32 +285,51 @@ class RunAudit:
             bar.close()
 
     def _attestation(self, com: Commitment) -> tuple[int, Attestation, bytes]:
-        msg = commit_message(self.chain_id, self.contract, unhx(self.channel), com.round,
-                             unhx(com.global_hash), unhx(com.submissions_root),
-                             unhx(com.verdicts_hash), unhx(com.admitted_root), unhx(com.pack))
+        msg = commit_message(
+            self.chain_id,
+            self.contract,
+            unhx(self.channel),
+            com.round,
+            unhx(com.global_hash),
+            unhx(com.submissions_root),
+            unhx(com.verdicts_hash),
+            unhx(com.admitted_root),
+            unhx(com.pack),
+        )
         try:
             att = Attestation.from_bitmap(com.signers, bytes.fromhex(com.signature or ""), msg)
         except (ValueError, TypeError):
             att = Attestation((), b"", msg)
         return com.round, att, msg
 
-    def _signatures(self, committee: list[dict[str, Any]],
-                    signed: list[tuple[int, Attestation, bytes]]) -> Iterator[Finding]:
+    def _signatures(
+        self, committee: list[dict[str, Any]], signed: list[tuple[int, Attestation, bytes]]
+    ) -> Iterator[Finding]:
         """The committee checks of the rounds in ``signed``, verified as one batch."""
         if not signed:
             return
-        oks = verify_attestations(committee, [(att, msg) for _, att, msg in signed],
-                                  quorum=int(self.manifest.get("quorum") or 0) or None)
+        oks = verify_attestations(
+            committee,
+            [(att, msg) for _, att, msg in signed],
+            quorum=int(self.manifest.get("quorum") or 0) or None,
+        )
         for (rnd, att, _), ok in zip(signed, oks, strict=True):
             if not ok:
-                yield rnd, None, "committee-signature", "a valid BLS aggregate of a quorum", \
-                    f"signers {list(att.signers)}: invalid"
+                yield (
+                    rnd,
+                    None,
+                    "committee-signature",
+                    "a valid BLS aggregate of a quorum",
+                    f"signers {list(att.signers)}: invalid",
+                )
 
     def _gas(self) -> float | None:
         """Mean gas of the rounds' commitments (from their receipts)."""
         try:
-            gas = [int(self.chain.w3.eth.get_transaction_receipt(tx)["gasUsed"])
-                   for tx in getattr(self, "_gas_tx", [])]
+            gas = [
+                int(self.chain.w3.eth.get_transaction_receipt(tx)["gasUsed"])
+                for tx in getattr(self, "_gas_tx", [])
+            ]
         except Exception:  # noqa: BLE001 - a tampered chain may lack them; gas is informational
             return None
         return sum(gas) / len(gas) if gas else None

@@ -55,8 +55,7 @@ class RoundReplay:
         except (PackError, KeyError, BlobError) as exc:
             self.first.append((0, None, "pack", m.get("initial_pack"), f"initial model: {exc}"))
 
-    def round(self, com: Commitment, fact: PackFacts, trusted: bool = True
-              ) -> Iterator[Finding]:
+    def round(self, com: Commitment, fact: PackFacts, trusted: bool = True) -> Iterator[Finding]:
         """The cross-round checks and the replay of round ``com.round``.
 
         One bad round is reported once, in its round: a round whose admission list is lost
@@ -79,8 +78,13 @@ class RoundReplay:
                 self.admitted[c] = fact.admitted[c]
         for c in fact.signers:
             if c not in self.admitted and not self.blind:
-                yield r, c, "admission", "a client admitted in this or an earlier round", \
-                    "never admitted"
+                yield (
+                    r,
+                    c,
+                    "admission",
+                    "a client admitted in this or an earlier round",
+                    "never admitted",
+                )
         named: dict[int, str] = {}
         for c, (b, h) in fact.bases.items():
             alt = self.alt.get(b)
@@ -101,15 +105,16 @@ class RoundReplay:
         if not trusted:
             self.hashes[r + 1] = None
             self.history.pop(r + 1, None)
-            self.audit.notes.append(f"round {r}: unproven (no valid committee signature); "
-                                    "what later rounds build on it is not checked")
+            self.audit.notes.append(
+                f"round {r}: unproven (no valid committee signature); "
+                "what later rounds build on it is not checked"
+            )
         elif fact.global_ok:
             pack = fact.pack or Pack.read(self.audit.dir, unhx(com.pack))
             self.history[r + 1] = torch.from_numpy(decode(bytes(pack.raw("global")))["global"])
         elif new is not None:
             self.history[r + 1] = new
-        for old in [k for k in self.history if k < r - max(self.audit.cfg.clock.max_staleness,
-                                                              64)]:
+        for old in [k for k in self.history if k < r - max(self.audit.cfg.clock.max_staleness, 64)]:
             del self.history[old]
             self.alt.pop(old, None)
 
@@ -117,8 +122,9 @@ class RoundReplay:
         """Yields findings; returns the recomputed global model (``None`` if impossible)."""
         r = com.round
         if r not in self.history:
-            self.audit.notes.append(f"round {r}: not replayed (the global model it started "
-                                    "from is unavailable)")
+            self.audit.notes.append(
+                f"round {r}: not replayed (the global model it started from is unavailable)"
+            )
             return None
         from defenses import UpdateBatch
 
@@ -129,8 +135,9 @@ class RoundReplay:
             yield r, None, "recompute-global", com.global_hash, f"inputs unusable: {exc}"
             return None
         try:
-            new, verdicts = self.replayer.step(r, UpdateBatch(torch.from_numpy(rows), **fields),
-                                               self.history)
+            new, verdicts = self.replayer.step(
+                r, UpdateBatch(torch.from_numpy(rows), **fields), self.history
+            )
         except (KeyError, ValueError, RuntimeError) as exc:
             yield r, None, "recompute-global", com.global_hash, f"replay failed: {exc}"
             return None
@@ -149,12 +156,12 @@ class RoundReplay:
         g = decode(bytes(pack.raw("global")))["global"]
         err = float(np.max(np.abs(g - new.numpy()), initial=0.0) / max(1.0, np.abs(g).max()))
         if err <= TOLERANCE:
-            self.audit.notes.append(f"round {r}: recomputed global equal within {err:.1e} "
-                                    "(not bit-identical)")
+            self.audit.notes.append(
+                f"round {r}: recomputed global equal within {err:.1e} (not bit-identical)"
+            )
             return True
         return False
 
     def close(self) -> None:
         if self.replayer is not None:
             self.replayer.close()
-

@@ -22,8 +22,13 @@ from ledger.records import ClientKeys, hx, recover_key, unhx
 Finding = tuple[int | None, int | None, str, Any, Any]
 
 #: entry kind -> the check that reports a corrupt entry of that kind
-BLOB_CHECK = {"update": "update-blob", "record": "record-blob", "global": "global-blob",
-              "verdicts": "verdict-blob", "admitted": "admission-blob"}
+BLOB_CHECK = {
+    "update": "update-blob",
+    "record": "record-blob",
+    "global": "global-blob",
+    "verdicts": "verdict-blob",
+    "admitted": "admission-blob",
+}
 
 
 @dataclass
@@ -69,15 +74,17 @@ def _entry_ok(pack: Pack, name: str, rnd: int, facts: PackFacts) -> bool:
         return True
     kind = name.split("/")[0]
     c = int(name.split("/")[1]) if "/" in name else None
-    facts.findings.append((rnd, c, BLOB_CHECK.get(kind, "pack"), hx(pack.digest(name)),
-                           "bytes that hash differently"))
+    facts.findings.append(
+        (rnd, c, BLOB_CHECK.get(kind, "pack"), hx(pack.digest(name)), "bytes that hash differently")
+    )
     if kind in ("update", "record"):
         facts.inputs_ok = False
     return False
 
 
-def check_pack(ledger: Path, com: Commitment, channel: str, contract: str, chain_id: int,
-               account_seed: str) -> PackFacts:
+def check_pack(
+    ledger: Path, com: Commitment, channel: str, contract: str, chain_id: int, account_seed: str
+) -> PackFacts:
     """Check round ``com.round``'s pack against its commitment (see the module docstring).
 
     Client keys are derived from the run's account seed (:func:`ledger.records.client_secret`):
@@ -95,37 +102,19 @@ def check_pack(ledger: Path, com: Commitment, channel: str, contract: str, chain
     if pack.round != rnd:
         out.append((rnd, None, "pack", f"a pack of round {rnd}", f"round {pack.round}"))
     facts.readable, facts.pack = True, pack
-    for name, want, check in (("global", com.global_hash, "global-blob"),
-                              ("verdicts", com.verdicts_hash, "verdict-blob")):
+    for name, want, check in (
+        ("global", com.global_hash, "global-blob"),
+        ("verdicts", com.verdicts_hash, "verdict-blob"),
+    ):
         if name in pack.entries and hx(pack.digest(name)) != want:
             out.append((rnd, None, check, want, hx(pack.digest(name))))
-    facts.global_ok = (_entry_ok(pack, "global", rnd, facts)
-                       and hx(pack.digest("global")) == com.global_hash)
+    facts.global_ok = (
+        _entry_ok(pack, "global", rnd, facts) and hx(pack.digest("global")) == com.global_hash
+    )
     if _entry_ok(pack, "verdicts", rnd, facts):
-        try:
-            doc = json.loads(bytes(pack.raw("verdicts")))
-            facts.accepted = sorted(int(c) for c in doc["accepted"])
-            kept = sorted(int(v["client"]) for v in doc["verdicts"] if v["kept"])
-            if [c for c in kept if c in set(pack.clients("update"))] != facts.accepted:
-                out.append((rnd, None, "verdict-document", kept, facts.accepted))
-        except (ValueError, KeyError, TypeError):
-            out.append((rnd, None, "verdict-document", "a verdict document", "unreadable"))
+        _check_verdicts(pack, rnd, facts)
     if _entry_ok(pack, "admitted", rnd, facts):
-        try:
-            adm = json.loads(bytes(pack.raw("admitted")))["admitted"]
-            facts.admitted = {int(c): bytes.fromhex(k) for c, k in adm}
-            for c, k in facts.admitted.items():
-                if k != keys.get(c)[1]:
-                    out.append((rnd, c, "admission", f"client {c}'s key {keys.get(c)[1].hex()}",
-                                k.hex()))
-            root = merkle_root([admission_leaf(c, facts.admitted[c])
-                                for c in sorted(facts.admitted)])
-            facts.admitted_known = True
-        except (ValueError, KeyError, TypeError):
-            out.append((rnd, None, "admission-blob", "an admission list", "unreadable"))
-            root = None
-        if root is not None and hx(root) != com.admitted_root:
-            out.append((rnd, None, "admitted-root", com.admitted_root, hx(root)))
+        _check_admitted(pack, com, keys, facts)
     leaves: dict[int, bytes] = {}
     for c in pack.clients("update"):
         facts.submissions += 1
@@ -139,8 +128,48 @@ def check_pack(ledger: Path, com: Commitment, channel: str, contract: str, chain
     return facts
 
 
-def _check_client(pack: Pack, c: int, rnd: int, where: tuple[str, str, int], keys: ClientKeys,
-                  facts: PackFacts, leaves: dict[int, bytes]) -> None:
+def _check_verdicts(pack: Pack, rnd: int, facts: PackFacts) -> None:
+    """The verdict document: readable, and its kept submitters are the accepted clients."""
+    out = facts.findings
+    try:
+        doc = json.loads(bytes(pack.raw("verdicts")))
+        facts.accepted = sorted(int(c) for c in doc["accepted"])
+        kept = sorted(int(v["client"]) for v in doc["verdicts"] if v["kept"])
+        if [c for c in kept if c in set(pack.clients("update"))] != facts.accepted:
+            out.append((rnd, None, "verdict-document", kept, facts.accepted))
+    except (ValueError, KeyError, TypeError):
+        out.append((rnd, None, "verdict-document", "a verdict document", "unreadable"))
+
+
+def _check_admitted(pack: Pack, com: Commitment, keys: ClientKeys, facts: PackFacts) -> None:
+    """The admission list: readable, every key the client's own, its root the committed one."""
+    rnd, out = com.round, facts.findings
+    try:
+        adm = json.loads(bytes(pack.raw("admitted")))["admitted"]
+        facts.admitted = {int(c): bytes.fromhex(k) for c, k in adm}
+        for c, k in facts.admitted.items():
+            if k != keys.get(c)[1]:
+                out.append(
+                    (rnd, c, "admission", f"client {c}'s key {keys.get(c)[1].hex()}", k.hex())
+                )
+        root = merkle_root([admission_leaf(c, facts.admitted[c]) for c in sorted(facts.admitted)])
+        facts.admitted_known = True
+    except (ValueError, KeyError, TypeError):
+        out.append((rnd, None, "admission-blob", "an admission list", "unreadable"))
+        root = None
+    if root is not None and hx(root) != com.admitted_root:
+        out.append((rnd, None, "admitted-root", com.admitted_root, hx(root)))
+
+
+def _check_client(
+    pack: Pack,
+    c: int,
+    rnd: int,
+    where: tuple[str, str, int],
+    keys: ClientKeys,
+    facts: PackFacts,
+    leaves: dict[int, bytes],
+) -> None:
     out = facts.findings
     channel, contract, chain_id = where
     _entry_ok(pack, f"update/{c}", rnd, facts)
@@ -149,9 +178,17 @@ def _check_client(pack: Pack, c: int, rnd: int, where: tuple[str, str, int], key
     try:
         signed = json.loads(bytes(pack.raw(f"record/{c}")))
         rec = signed["record"]
-        fields = (int(rec["client"]), int(rec["round"]), rec["channel"], rec["contract"],
-                  int(rec["chain_id"]), rec["update_hash"], int(rec["samples"]),
-                  int(rec["base_round"]), rec["base_hash"])
+        fields = (
+            int(rec["client"]),
+            int(rec["round"]),
+            rec["channel"],
+            rec["contract"],
+            int(rec["chain_id"]),
+            rec["update_hash"],
+            int(rec["samples"]),
+            int(rec["base_round"]),
+            rec["base_hash"],
+        )
     except (ValueError, KeyError, TypeError):
         out.append((rnd, c, "record-blob", "a signed update record", "unreadable"))
         return
@@ -161,8 +198,15 @@ def _check_client(pack: Pack, c: int, rnd: int, where: tuple[str, str, int], key
     if r != rnd:
         out.append((rnd, c, "replayed-submission", f"round {rnd}", f"record of round {r}"))
     if (ch, addr.lower(), cid) != (channel, contract.lower(), chain_id):
-        out.append((rnd, c, "record-channel", f"{channel} {contract} chain {chain_id}",
-                    f"{ch} {addr} chain {cid}"))
+        out.append(
+            (
+                rnd,
+                c,
+                "record-channel",
+                f"{channel} {contract} chain {chain_id}",
+                f"{ch} {addr} chain {cid}",
+            )
+        )
     if uhash != hx(pack.digest(f"update/{c}")):
         out.append((rnd, c, "record-update", hx(pack.digest(f"update/{c}")), uhash))
     signer, want = recover_key(signed), keys.get(c)[1]
@@ -171,7 +215,8 @@ def _check_client(pack: Pack, c: int, rnd: int, where: tuple[str, str, int], key
     facts.signers[c] = signer
     facts.bases[c] = (base_round, base_hash)
     try:
-        leaves[c] = submission_leaf(c, unhx(uhash), samples, unhx(base_hash),
-                                    pack.digest(f"record/{c}"))
+        leaves[c] = submission_leaf(
+            c, unhx(uhash), samples, unhx(base_hash), pack.digest(f"record/{c}")
+        )
     except ValueError as exc:
         out.append((rnd, c, "record-blob", "a well-formed record", str(exc)))

@@ -5,22 +5,22 @@ finalization on a per-channel contract.  :class:`Chain` hides the backend:
 
 * :meth:`Chain.embedded` -- web3's ``EthereumTesterProvider`` over py-evm
   (:mod:`ledger.pyevm`) with a fixed genesis, seed-derived funded accounts and
-  deterministic blocks, so runs are reproducible;
+  deterministic blocks, so runs are reproducible (:meth:`Chain.on_devnet` for a devnet
+  rebuilt from its genesis manifest);
 * :meth:`Chain.rpc` -- any node (anvil, hardhat, geth --dev ...) by URL.
 
 Transactions are always signed locally and sent raw, and every receipt's
-status is checked; failures surface as :class:`LedgerRevert` whichever way the
-backend reports them (eth-tester's ``TransactionFailed``, web3's
+status is checked; failures surface as :class:`~ledger.chain_errors.LedgerRevert` whichever
+way the backend reports them (eth-tester's ``TransactionFailed``, web3's
 ``ContractLogicError`` or a mined receipt with status 0).
 
-This module holds the connection, single transactions and deployment;
-:meth:`Chain.send_batch` and its :class:`Call` come from :mod:`ledger.chain_batch`,
-:class:`LedgerRevert` from :mod:`ledger.chain_errors` (all importable from here).
+This module holds the connection and deployment; single transactions
+(:meth:`Chain.transact`) come from :mod:`ledger.chain_tx`, :meth:`Chain.send_batch` and its
+:class:`~ledger.chain_batch.Call` from :mod:`ledger.chain_batch`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,41 +35,12 @@ from web3.contract import Contract
 from web3.exceptions import ContractLogicError
 from web3.providers.eth_tester import EthereumTesterProvider
 
-from ledger.chain_batch import EMBEDDED_CALL_GAS, BatchSender, Call
+from ledger.chain_batch import EMBEDDED_CALL_GAS, BatchSender
 from ledger.chain_errors import LedgerRevert, revert_reason
 from ledger.compile import compile_flchain, runtime_code_sha256
+from ledger.pyevm import GENESIS_TIMESTAMP, DeterministicBackend, derive_accounts, genesis_spec
 
-__all__ = [
-    "EMBEDDED_CALL_GAS",
-    "GENESIS_TIMESTAMP",
-    "Call",
-    "Chain",
-    "LedgerRevert",
-    "derive_accounts",
-]
-
-#: Genesis timestamp of the embedded devnet (fixed so genesis is reproducible).
-GENESIS_TIMESTAMP = 1_700_000_000
-
-
-def derive_accounts(seed: int | str, n: int) -> list[LocalAccount]:
-    """Deterministic accounts: private key i = sha256(``"flchain:{seed}:{i}"``).
-
-    Parameters
-    ----------
-    seed : int or str
-        Run seed.
-    n : int
-        Number of accounts.
-
-    Returns
-    -------
-    list of LocalAccount
-        Account 0 is the channel aggregator by convention.
-    """
-    return [
-        Account.from_key(hashlib.sha256(f"flchain:{seed}:{i}".encode()).digest()) for i in range(n)
-    ]
+__all__ = ["Chain"]
 
 
 @dataclass
@@ -122,13 +93,24 @@ class Chain(BatchSender):
         Chain
         """
         if indexed:
-            from ledger.pyevm import make_embedded_chain
-
-            return make_embedded_chain(seed, n_accounts)
+            spec = genesis_spec(seed, n_accounts)
+            return cls.on_devnet(DeterministicBackend.from_spec(spec), spec)
         accounts = derive_accounts(seed, n_accounts)
         state = {bytes.fromhex(a.address[2:]): get_default_account_state() for a in accounts}
         params = get_default_genesis_params({"timestamp": GENESIS_TIMESTAMP})
-        backend = PyEVMBackend(genesis_parameters=params, genesis_state=state)
+        return cls._on_tester(
+            PyEVMBackend(genesis_parameters=params, genesis_state=state), accounts
+        )
+
+    @classmethod
+    def on_devnet(cls, backend: DeterministicBackend, spec: dict[str, Any]) -> Chain:
+        """The embedded chain on ``backend``, a devnet built from the
+        :func:`~ledger.pyevm.genesis_spec` manifest ``spec`` (a fresh genesis, or a devnet
+        re-imported from an export), signing with the accounts of its seed."""
+        return cls._on_tester(backend, derive_accounts(spec["seed"], spec["n_accounts"]))
+
+    @classmethod
+    def _on_tester(cls, backend: PyEVMBackend, accounts: list[LocalAccount]) -> Chain:
         # eth-tester lists (and defaults ``from`` to) its own unfunded keys 1..n
         # when a genesis state is given; make it list ours instead.
         backend.account_keys = tuple(keys.PrivateKey(a.key) for a in accounts)
@@ -186,68 +168,6 @@ class Chain(BatchSender):
     def aggregator(self) -> LocalAccount:
         """Default aggregator account (``accounts[0]``)."""
         return self.accounts[0]
-
-    def _send(self, tx: dict[str, Any], sender: LocalAccount, label: str) -> Any:
-        tx = dict(tx)
-        tx["nonce"] = self.w3.eth.get_transaction_count(sender.address, "pending")
-        try:
-            if "gas" not in tx:
-                tx["gas"] = self.w3.eth.estimate_gas(tx)
-            signed = sender.sign_transaction(tx)
-            tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
-        except (TransactionFailed, ContractLogicError) as exc:
-            raise LedgerRevert(revert_reason(exc)) from exc
-        receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash)
-        if receipt["status"] != 1:
-            raise LedgerRevert(self._replay_reason(tx, receipt), receipt)
-        self.gas_log.append((label, int(receipt["gasUsed"])))
-        return receipt
-
-    def _replay_reason(self, tx: dict[str, Any], receipt: Any) -> str:
-        """Recover the reason of a status-0 transaction by re-running it as a call."""
-        call = {k: tx[k] for k in ("from", "to", "data", "value") if k in tx}
-        try:
-            self.w3.eth.call(call, block_identifier=receipt["blockNumber"] - 1)
-        except (TransactionFailed, ContractLogicError) as exc:
-            return revert_reason(exc)
-        except Exception:  # best effort only
-            pass
-        return "execution reverted (status 0)"
-
-    def transact(self, fn: Any, sender: LocalAccount, gas: int | None = None) -> Any:
-        """Sign locally, send raw, wait, and check ``status == 1``.
-
-        Parameters
-        ----------
-        fn : ContractFunction
-            Bound call, e.g. ``contract.functions.submit(0, h, 10, b)``.
-        sender : LocalAccount
-            Signing account (a client submits from its own account).
-        gas : int, optional
-            Explicit gas; skips estimation, so a revert mines with status 0.
-
-        Returns
-        -------
-        AttributeDict
-            The successful receipt.
-
-        Raises
-        ------
-        LedgerRevert
-            On any revert, however the backend reports it.
-        """
-        params: dict[str, Any] = {"from": sender.address, "chainId": self.w3.eth.chain_id}
-        if gas is not None:
-            params["gas"] = gas
-        try:
-            if gas is None and self.call_gas is not None:
-                fn.call({"from": sender.address})  # pre-flight: revert reason, no mining
-                params["gas"] = self.call_gas
-            tx = fn.build_transaction(params)
-        except (TransactionFailed, ContractLogicError) as exc:
-            raise LedgerRevert(revert_reason(exc)) from exc
-        return self._send(tx, sender, fn.fn_name)
-
 
     def deploy(self, *constructor_args: Any, sender: LocalAccount | None = None) -> Contract:
         """Deploy one FLChain contract for a channel; ``sender`` becomes its aggregator.

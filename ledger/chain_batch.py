@@ -8,14 +8,17 @@ checks every receipt, raising :class:`~ledger.chain_errors.LedgerRevert` on a fa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from eth_account.signers.local import LocalAccount
 from eth_tester.exceptions import TransactionFailed
+from web3.contract import Contract
 from web3.exceptions import ContractLogicError, Web3RPCError
 
 from ledger.chain_errors import LedgerRevert, revert_reason
+from ledger.chain_tx import TxSender
 
 #: Gas cap for FLChain calls on the embedded devnet (submit/finalize use < 100k).
 EMBEDDED_CALL_GAS = 300_000
@@ -49,16 +52,26 @@ class Call:
     value: int = 0
 
     @classmethod
-    def of(cls, fn: Any, sender: LocalAccount, gas: int = EMBEDDED_CALL_GAS) -> Call:
-        """A contract function call, e.g. ``Call.of(c.functions.submit(...), client)``."""
-        return cls(sender, fn.address, fn._encode_transaction_data(), fn.fn_name, gas)
+    def of(
+        cls,
+        contract: Contract,
+        fn_name: str,
+        args: Sequence[Any],
+        sender: LocalAccount,
+        gas: int = EMBEDDED_CALL_GAS,
+    ) -> Call:
+        """A call of ``contract``'s function ``fn_name`` with ``args``, e.g.
+        ``Call.of(c, "commit", [rnd, ...], aggregator)``."""
+        return cls(
+            sender, contract.address, contract.encode_abi(fn_name, args=list(args)), fn_name, gas
+        )
 
 
-class BatchSender:
+class BatchSender(TxSender):
     """:meth:`send_batch` for :class:`ledger.chain.Chain`, kept apart from connecting and deploying.
 
-    Uses the ``Chain`` attributes ``w3``, ``backend``, ``gas_log`` and ``_nonces`` and its
-    ``_replay_reason`` method.
+    Uses the ``Chain`` attributes ``w3``, ``backend``, ``gas_log`` and ``_nonces``, and
+    :meth:`TxSender._replay_reason` for the reason of a status-0 receipt.
     """
 
     @staticmethod
@@ -111,8 +124,16 @@ class BatchSender:
                 addr = c.sender.address
                 if addr not in self._nonces:
                     self._nonces[addr] = self.w3.eth.get_transaction_count(addr, "pending")
-                tx = {"to": c.to, "data": c.data, "value": c.value, "gas": c.gas,
-                      "nonce": self._nonces[addr], "chainId": chain_id, "type": 2, **fees}
+                tx = {
+                    "to": c.to,
+                    "data": c.data,
+                    "value": c.value,
+                    "gas": c.gas,
+                    "nonce": self._nonces[addr],
+                    "chainId": chain_id,
+                    "type": 2,
+                    **fees,
+                }
                 raw = c.sender.sign_transaction(tx).raw_transaction
                 if evm is None:
                     hashes.append(self.w3.eth.send_raw_transaction(raw))
@@ -125,8 +146,9 @@ class BatchSender:
             raise LedgerRevert(revert_reason(exc)) from exc
         except Web3RPCError as exc:  # the node refused the transaction (funds, nonce, gas)
             self._nonces.clear()
-            raise LedgerRevert(f"{calls[len(txs)].label}: rejected by the node: "
-                               f"{revert_reason(exc)}") from exc
+            raise LedgerRevert(
+                f"{calls[len(txs)].label}: rejected by the node: {revert_reason(exc)}"
+            ) from exc
         except Exception:
             self._nonces.clear()
             raise

@@ -142,8 +142,9 @@ def _write_cached(path: Path, compiled: CompiledContract) -> None:
 
 
 @lru_cache(maxsize=8)
-def _compile(source: str, evm_version: str) -> CompiledContract:
-    """Compiled contract from the disk cache, or from Vyper (then cached)."""
+def compile_source(source: str, evm_version: str) -> CompiledContract:
+    """The Vyper ``source`` compiled for ``evm_version``: from memory, the disk cache, or Vyper
+    (then cached); :func:`compile_flchain` reads the contract's file."""
     key = (hashlib.sha256(source.encode()).hexdigest(), version("vyper"), evm_version)
     path = cache_dir() / f"FLChain-{key[0]}-vyper{key[1]}-{key[2]}.json"
     cached = _read_cached(path, key)
@@ -176,4 +177,4 @@ def compile_flchain(
         ABI, bytecodes, compiler version and runtime-code hash.
     """
     source = Path(path).read_text()
-    return _compile(source, evm_version)
+    return compile_source(source, evm_version)

@@ -1,14 +1,14 @@
-"""Reproducible embedded devnet, and export / re-import of its blocks for audits.
+"""Export / re-import of the reproducible embedded devnet's blocks, for audits.
 
 eth-tester mines with wall-clock timestamps and a random ``mix_hash``
 (``prevRandao``), so identical runs give different block hashes.
-:class:`DeterministicBackend` makes every mined block a pure function of
+:class:`~ledger.pyevm.DeterministicBackend` makes every mined block a pure function of
 its transactions: block ``n`` has timestamp ``genesis + 12 * n`` (one
 post-merge slot), ``mix_hash = keccak(b"flchain-devnet" || uint256(n))`` and
 the zero coinbase.  The pending header already carries these values, so the
 transactions see the same ``TIMESTAMP``/``PREVRANDAO`` as the sealed block.
 
-:class:`ChainExporter` writes ``genesis.json`` (the :func:`genesis_spec`
+:class:`ChainExporter` writes ``genesis.json`` (the :func:`~ledger.pyevm.genesis_spec`
 manifest plus the genesis hash) and appends each new canonical block to
 ``blocks.rlp`` as a record ``uint32 big-endian length || rlp(block)``;
 ``head.json`` is rewritten with the exported head on each flush. Blocks are appended one
@@ -28,25 +28,26 @@ from typing import Any
 import rlp
 
 from ledger.chain import Chain
-from ledger.pyevm import (  # noqa: F401 - re-exported: the devnet's public names
-    BLOCK_TIME,
-    DEVNET_COINBASE,
-    EXPORT_FORMAT,
-    DeterministicBackend,
-    _make_chain,
-    devnet_mix_hash,
-    genesis_spec,
-    make_embedded_chain,
-)
+from ledger.pyevm import DeterministicBackend
 from ledger.store import write_json_atomic
 from simulator.run.appendlog import AppendLog
 
 GENESIS_FILE, BLOCKS_FILE, HEAD_FILE = "genesis.json", "blocks.rlp", "head.json"
 # Header fields fixed by the devnet rule or by the parent; py-evm re-derives the rest
 # (roots, bloom, gas used) by re-executing the block.
-_RULE_FIELDS = ("coinbase", "timestamp", "mix_hash", "extra_data", "gas_limit", "difficulty",
-                "nonce", "uncles_hash", "base_fee_per_gas", "excess_blob_gas",
-                "parent_beacon_block_root")
+_RULE_FIELDS = (
+    "coinbase",
+    "timestamp",
+    "mix_hash",
+    "extra_data",
+    "gas_limit",
+    "difficulty",
+    "nonce",
+    "uncles_hash",
+    "base_fee_per_gas",
+    "excess_blob_gas",
+    "parent_beacon_block_root",
+)
 
 
 class ChainExportError(ValueError):
@@ -56,13 +57,12 @@ class ChainExportError(ValueError):
 def _devnet(chain: Chain) -> DeterministicBackend:
     backend = getattr(getattr(chain.w3.provider, "ethereum_tester", None), "backend", None)
     if not isinstance(backend, DeterministicBackend) or backend.spec is None:
-        raise ChainExportError("only a devnet from make_embedded_chain() can be exported")
+        raise ChainExportError("only a devnet from Chain.embedded() (indexed) can be exported")
     return backend
 
 
 def _hex(value: Any) -> str:
     return "0x" + bytes(value).hex() if isinstance(value, bytes) else str(value)
-
 
 
 class ChainExporter:
@@ -71,7 +71,7 @@ class ChainExporter:
     Parameters
     ----------
     chain : Chain
-        A chain from :func:`make_embedded_chain`.
+        A devnet chain (:meth:`Chain.embedded`, :meth:`Chain.on_devnet`).
     directory : str or Path
         Created if needed; an existing export there is replaced, unless ``append``.
     fsync : bool
@@ -81,8 +81,9 @@ class ChainExporter:
         rewritten, the next flush appends the blocks after its recorded head.
     """
 
-    def __init__(self, chain: Chain, directory: str | Path, fsync: bool = False,
-                 append: bool = False) -> None:
+    def __init__(
+        self, chain: Chain, directory: str | Path, fsync: bool = False, append: bool = False
+    ) -> None:
         backend = _devnet(chain)
         self._evm, self.directory, self.fsync = backend.chain, Path(directory), fsync
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -93,15 +94,18 @@ class ChainExporter:
             # behind: a kill between the two writes), so the export goes on from its head
             head = self._evm.get_canonical_head()
             self.exported, self._last_hash = head.block_number, head.hash
-            write_json_atomic(self.directory / HEAD_FILE,
-                              {"number": self.exported, "hash": _hex(head.hash)})
+            write_json_atomic(
+                self.directory / HEAD_FILE, {"number": self.exported, "hash": _hex(head.hash)}
+            )
         else:
-            manifest = {**backend.spec, "chain_id": self._evm.chain_id,
-                        "genesis_hash": _hex(genesis.hash)}
+            manifest = {
+                **backend.spec,
+                "chain_id": self._evm.chain_id,
+                "genesis_hash": _hex(genesis.hash),
+            }
             write_json_atomic(self.directory / GENESIS_FILE, manifest)
             (self.directory / BLOCKS_FILE).write_bytes(b"")
-            write_json_atomic(self.directory / HEAD_FILE,
-                              {"number": 0, "hash": _hex(genesis.hash)})
+            write_json_atomic(self.directory / HEAD_FILE, {"number": 0, "hash": _hex(genesis.hash)})
         self._log = AppendLog(self.directory / BLOCKS_FILE, "records")
 
     def flush(self) -> int:
@@ -118,10 +122,10 @@ class ChainExporter:
             self._log.sync()
         count = head.block_number - self.exported
         self.exported, self._last_hash = head.block_number, head.hash
-        write_json_atomic(self.directory / HEAD_FILE,
-                          {"number": self.exported, "hash": _hex(head.hash)})
+        write_json_atomic(
+            self.directory / HEAD_FILE, {"number": self.exported, "hash": _hex(head.hash)}
+        )
         return count
-
 
     def close(self) -> None:
         """Close the export's block file."""
@@ -184,8 +188,11 @@ def _records(data: bytes) -> Any:
     while pos < len(data):
         size = int.from_bytes(data[pos : pos + 4], "big")
         if pos + 4 + size > len(data):
-            yield None, f"truncated record at byte {pos}: {size} bytes announced, " \
-                        f"{max(0, len(data) - pos - 4)} present"
+            yield (
+                None,
+                f"truncated record at byte {pos}: {size} bytes announced, "
+                f"{max(0, len(data) - pos - 4)} present",
+            )
             return
         yield data[pos + 4 : pos + 4 + size], None
         pos += 4 + size
@@ -220,14 +227,19 @@ def _import_blocks(evm: Any, data: bytes) -> ImportErrorInfo | None:
             what = "missing from the export" if block.number > n else "duplicated or out of order"
             return ImportErrorInfo(n, f"block #{n}", f"block #{block.number}", f"block #{n} {what}")
         if block.header.parent_hash != parent.hash:
-            return ImportErrorInfo(n, _hex(parent.hash), _hex(block.header.parent_hash),
-                                   f"block #{n} does not extend block #{n - 1} (parent hash)")
+            return ImportErrorInfo(
+                n,
+                _hex(parent.hash),
+                _hex(block.header.parent_hash),
+                f"block #{n} does not extend block #{n - 1} (parent hash)",
+            )
         template = evm.create_header_from_parent(parent)
         for name in _RULE_FIELDS:
             want, got = getattr(template, name, None), getattr(block.header, name, None)
             if want != got:
-                return ImportErrorInfo(n, _hex(want), _hex(got),
-                                       f"block #{n} header {name} breaks the devnet rule")
+                return ImportErrorInfo(
+                    n, _hex(want), _hex(got), f"block #{n} header {name} breaks the devnet rule"
+                )
         try:
             evm.import_block(block)
         except Exception as exc:
@@ -244,14 +256,21 @@ def _check_head(evm: Any, want: dict[str, Any]) -> ImportErrorInfo | None:
     if not isinstance(number, int) or number < 0:
         raise ChainExportError(f"malformed {HEAD_FILE}: number {number!r}")
     if number > head.block_number:
-        return ImportErrorInfo(head.block_number + 1, f"head #{number} {digest}",
-                               f"head #{head.block_number} {_hex(head.hash)}",
-                               f"blocks #{head.block_number + 1}..#{number} missing at the end")
+        return ImportErrorInfo(
+            head.block_number + 1,
+            f"head #{number} {digest}",
+            f"head #{head.block_number} {_hex(head.hash)}",
+            f"blocks #{head.block_number + 1}..#{number} missing at the end",
+        )
     # blocks past the recorded head are tolerated (a crash between append and head.json)
     found = _hex(evm.get_canonical_block_hash(number))
     if found != digest:
-        return ImportErrorInfo(number, str(digest), found,
-                               f"block #{number} differs from the head recorded in {HEAD_FILE}")
+        return ImportErrorInfo(
+            number,
+            str(digest),
+            found,
+            f"block #{number} differs from the head recorded in {HEAD_FILE}",
+        )
     return None
 
 
@@ -287,12 +306,17 @@ def import_chain(directory: str | Path) -> ImportResult:
     evm = backend.chain
     genesis = evm.get_canonical_head()
     if (_hex(genesis.hash), evm.chain_id) != recorded:
-        err = ImportErrorInfo(0, f"{recorded[0]} chain {recorded[1]}",
-                              f"{_hex(genesis.hash)} chain {evm.chain_id}",
-                              "genesis rebuilt from genesis.json does not match its recorded hash")
+        err = ImportErrorInfo(
+            0,
+            f"{recorded[0]} chain {recorded[1]}",
+            f"{_hex(genesis.hash)} chain {evm.chain_id}",
+            "genesis rebuilt from genesis.json does not match its recorded hash",
+        )
         return ImportResult(None, 0, None, err)
     error = _import_blocks(evm, data)
     head = evm.get_canonical_head()
     if error is None and (d / HEAD_FILE).exists():
         error = _check_head(evm, _read_json(d / HEAD_FILE))
-    return ImportResult(_make_chain(backend, manifest), head.block_number, _hex(head.hash), error)
+    return ImportResult(
+        Chain.on_devnet(backend, manifest), head.block_number, _hex(head.hash), error
+    )

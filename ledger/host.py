@@ -46,10 +46,15 @@ class RecorderHost:
     def __init__(self) -> None:
         parent, child = socket.socketpair()
         root = str(Path(__file__).resolve().parent.parent)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-        self.proc = subprocess.Popen([sys.executable, "-m", "ledger.host", str(child.fileno()),
-                                      str(os.getpid())], pass_fds=(child.fileno(),), env=env)
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ledger.host", str(child.fileno()), str(os.getpid())],
+            pass_fds=(child.fileno(),),
+            env=env,
+        )
         child.close()
         self.conn = Connection(parent.detach())
         self.busy = False  # a session is open on it
@@ -141,7 +146,6 @@ class _Views:
             self.maps[i] = (name, _attach(name))
         return np.ndarray((n, d), "<f4", buffer=self.maps[i][1])
 
-
     def close(self) -> None:
         for _, m in self.maps.values():
             try:
@@ -159,13 +163,15 @@ def _attach(name: str) -> Any:
     from multiprocessing import resource_tracker, shared_memory
 
     shm = shared_memory.SharedMemory(name)
-    resource_tracker.unregister(shm._name, "shared_memory")  # the driver owns it
+    # the driver owns it; the tracker registered it under its POSIX name, with a leading slash
+    resource_tracker.unregister(f"/{shm.name}", "shared_memory")
     return shm.buf
 
 
 def _serve(conn: Connection) -> None:
+    from ledger.errors import LedgerError, LedgerRoundError
     from ledger.round_build import RoundRows
-    from ledger.session import LedgerError, LedgerRoundError, Session
+    from ledger.session import Session
     from simulator.config.sections import build_config
 
     views, session, failed = _Views(), None, False

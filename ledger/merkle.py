@@ -57,8 +57,9 @@ def _u64(value: object, what: str) -> bytes:
     return int(value).to_bytes(8, "big")
 
 
-def submission_leaf(client_id: int, update_hash: bytes, samples: int, base_hash: bytes,
-                    record_hash: bytes) -> bytes:
+def submission_leaf(
+    client_id: int, update_hash: bytes, samples: int, base_hash: bytes, record_hash: bytes
+) -> bytes:
     """Hash one submission of a round into a Merkle leaf.
 
     Parameters
@@ -85,9 +86,13 @@ def submission_leaf(client_id: int, update_hash: bytes, samples: int, base_hash:
         An id or count outside ``[0, 2**64)``, or a hash that is not 32 bytes.
     """
     return hashlib.sha256(
-        LEAF_PREFIX + SUBMISSION_TAG + _u64(client_id, "client_id")
-        + _check_hash(update_hash, "update_hash") + _u64(samples, "samples")
-        + _check_hash(base_hash, "base_hash") + _check_hash(record_hash, "record_hash")
+        LEAF_PREFIX
+        + SUBMISSION_TAG
+        + _u64(client_id, "client_id")
+        + _check_hash(update_hash, "update_hash")
+        + _u64(samples, "samples")
+        + _check_hash(base_hash, "base_hash")
+        + _check_hash(record_hash, "record_hash")
     ).digest()
 
 
@@ -95,8 +100,9 @@ def admission_leaf(client_id: int, public_key: bytes) -> bytes:
     """Hash one admitted client (its id and 33-byte compressed secp256k1 key) into a leaf."""
     if not isinstance(public_key, bytes | bytearray) or len(public_key) != 33:
         raise ValueError("public_key must be 33 bytes (compressed secp256k1)")
-    return hashlib.sha256(LEAF_PREFIX + ADMISSION_TAG + _u64(client_id, "client_id")
-                          + bytes(public_key)).digest()
+    return hashlib.sha256(
+        LEAF_PREFIX + ADMISSION_TAG + _u64(client_id, "client_id") + bytes(public_key)
+    ).digest()
 
 
 def _inner(left: bytes, right: bytes) -> bytes:

@@ -82,7 +82,7 @@ def write_pack(directory: Path, rnd: int, entries: Sequence[Entry]) -> bytes:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         for i in range(0, len(bufs), _IOV_MAX):
-            _writev_all(fd, bufs[i:i + _IOV_MAX])
+            _writev_all(fd, bufs[i : i + _IOV_MAX])
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -114,17 +114,18 @@ class Pack:
     def __init__(self, data: bytes, pack_id: bytes | None = None) -> None:
         if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 8:
             raise PackError("not a FedSentry round pack (bad magic)")
-        n = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
+        n = int.from_bytes(data[len(MAGIC) : len(MAGIC) + 8], "little")
         start = len(MAGIC) + 8
-        self.index_bytes = data[start:start + n]
+        self.index_bytes = data[start : start + n]
         self.id = hashlib.sha256(self.index_bytes).digest()
         if pack_id is not None and self.id != pack_id:
             raise PackError(f"index hashes to {self.id.hex()}, not to its name {pack_id.hex()}")
         try:
             index = json.loads(self.index_bytes)
             self.round = int(index["round"])
-            entries = [(str(a), bytes.fromhex(b), int(c), int(d)) for a, b, c, d in
-                       index["entries"]]
+            entries = [
+                (str(a), bytes.fromhex(b), int(c), int(d)) for a, b, c, d in index["entries"]
+            ]
         except (ValueError, KeyError, TypeError) as exc:
             raise PackError(f"unreadable index: {exc}") from None
         self._data = memoryview(data)
@@ -152,7 +153,7 @@ class Pack:
         """Entry ``name``'s bytes, unchecked (KeyError if absent; a truncated file gives fewer
         bytes, which :meth:`ok` reports)."""
         _, off, size = self.entries[name]
-        return self._data[self._payload + off:self._payload + off + size]
+        return self._data[self._payload + off : self._payload + off + size]
 
     def span(self, name: str) -> tuple[int, int]:
         """Where entry ``name`` lies in the file: (byte offset, length)."""
@@ -168,7 +169,7 @@ class Pack:
         prefix = kind + "/"
         for name in self.names:
             if name.startswith(prefix):
-                yield int(name[len(prefix):])
+                yield int(name[len(prefix) :])
 
     def to_entries(self) -> list[Entry]:
         """The entries as :class:`Entry` objects (for rewriting a pack, e.g. by the tamper

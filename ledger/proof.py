@@ -34,25 +34,43 @@ def receipt(run_dir: str | Path, rnd: int, client: int) -> dict[str, Any]:
     fields, leaves = {}, {}
     for c in pack.clients("record"):
         rec = json.loads(bytes(pack.raw(f"record/{c}")))["record"]
-        f = {"update_hash": rec["update_hash"], "samples": int(rec["samples"]),
-             "base_hash": rec["base_hash"], "record_hash": hx(pack.digest(f"record/{c}"))}
+        f = {
+            "update_hash": rec["update_hash"],
+            "samples": int(rec["samples"]),
+            "base_hash": rec["base_hash"],
+            "record_hash": hx(pack.digest(f"record/{c}")),
+        }
         fields[c] = f
-        leaves[c] = _leaf(c, f)
+        leaves[c] = receipt_leaf(c, f)
     if client not in fields:
         raise ValueError(f"client {client} did not submit in round {rnd}")
     order = sorted(leaves)
     proof = merkle_proof([leaves[c] for c in order], order.index(client))
-    return {"run": str(run_dir), "round": rnd, "client": client, **fields[client],
-            "leaf": hx(leaves[client]), "proof": [[hx(s), left] for s, left in proof]}
+    return {
+        "run": str(run_dir),
+        "round": rnd,
+        "client": client,
+        **fields[client],
+        "leaf": hx(leaves[client]),
+        "proof": [[hx(s), left] for s, left in proof],
+    }
 
 
-def _leaf(client: int, f: dict[str, Any]) -> bytes:
-    return submission_leaf(client, unhx(f["update_hash"]), int(f["samples"]),
-                           unhx(f["base_hash"]), unhx(f["record_hash"]))
+def receipt_leaf(client: int, f: dict[str, Any]) -> bytes:
+    """The submission leaf of ``client`` from a receipt's fields (``update_hash``, ``samples``,
+    ``base_hash``, ``record_hash``): what the round's submissions root commits to."""
+    return submission_leaf(
+        client,
+        unhx(f["update_hash"]),
+        int(f["samples"]),
+        unhx(f["base_hash"]),
+        unhx(f["record_hash"]),
+    )
 
 
-def verify_receipt(run_dir: str | Path, rec: dict[str, Any], ledger_url: str | None = None
-                   ) -> list[Finding]:
+def verify_receipt(
+    run_dir: str | Path, rec: dict[str, Any], ledger_url: str | None = None
+) -> list[Finding]:
     """Findings (check ``inclusion-proof``) if ``rec`` does not prove its client's submission
     against the submissions root committed on chain for its round; ``[]`` if it does."""
     audit = RunAudit(Path(run_dir), ledger_url=ledger_url)
@@ -66,13 +84,20 @@ def verify_receipt(run_dir: str | Path, rec: dict[str, Any], ledger_url: str | N
     if com is None:
         return [(rnd, client, "inclusion-proof", f"round {rnd} committed on chain", "missing")]
     try:
-        leaf = _leaf(client, rec)
+        leaf = receipt_leaf(client, rec)
         proof = [(unhx(s), bool(left)) for s, left in rec["proof"]]
     except (KeyError, TypeError, ValueError) as exc:
         return [(rnd, client, "inclusion-proof", "a well-formed receipt", str(exc))]
     if hx(leaf) != rec.get("leaf") or not verify_proof(leaf, proof, unhx(com.submissions_root)):
-        return [(rnd, client, "inclusion-proof", com.submissions_root,
-                 "a leaf and proof that do not lead to it")]
+        return [
+            (
+                rnd,
+                client,
+                "inclusion-proof",
+                com.submissions_root,
+                "a leaf and proof that do not lead to it",
+            )
+        ]
     return []
 
 
@@ -83,14 +108,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run recorded with --ledger")
     p.add_argument("--round", type=int, default=None, help="the round (with --client)")
     p.add_argument("--client", type=int, default=None, help="the client (with --round)")
-    p.add_argument("--verify", metavar="FILE", default=None,
-                   help="check this receipt (JSON, as printed) against the chain instead")
+    p.add_argument(
+        "--verify",
+        metavar="FILE",
+        default=None,
+        help="check this receipt (JSON, as printed) against the chain instead",
+    )
     p.add_argument("--ledger-url", default=None, help="read the chain from this node")
     args = p.parse_args(argv)
     try:
         if args.verify:
-            found = verify_receipt(args.run_dir, json.loads(Path(args.verify).read_text()),
-                                   args.ledger_url)
+            found = verify_receipt(
+                args.run_dir, json.loads(Path(args.verify).read_text()), args.ledger_url
+            )
             for f in found:
                 print(f"round {f[0]} client {f[1]} {f[2]}: expected {f[3]}, found {f[4]}")
             print("VALID" if not found else "INVALID")

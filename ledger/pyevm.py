@@ -8,18 +8,22 @@ block a pure function of its transactions: block ``n`` has timestamp ``genesis +
 post-merge slot), ``mix_hash = keccak(b"flchain-devnet" || uint256(n))`` and the zero coinbase.
 The pending header already carries these values, so transactions see the same
 ``TIMESTAMP``/``PREVRANDAO`` as the sealed block. Both touch eth-tester internals, hence its exact
-pin.
+pin. The devnet's funded accounts (:func:`derive_accounts`) and its genesis manifest
+(:func:`genesis_spec`) are pure functions of the run seed; :meth:`ledger.chain.Chain.embedded`
+connects to it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from importlib.metadata import version
 from typing import Any
 
 from eth.vm.forks import PragueVM
-from eth_keys import keys
-from eth_tester import EthereumTester, PyEVMBackend
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+from eth_tester import PyEVMBackend
 from eth_tester.backends.pyevm.main import (
     get_default_account_state,
     get_default_genesis_params,
@@ -28,16 +32,34 @@ from eth_tester.backends.pyevm.main import (
 )
 from eth_tester.exceptions import TransactionNotFound as TesterTxNotFound
 from eth_utils import keccak, to_canonical_address, to_checksum_address
-from web3 import Web3
-from web3.providers.eth_tester import EthereumTesterProvider
 
-from ledger.chain import EMBEDDED_CALL_GAS, GENESIS_TIMESTAMP, Chain, derive_accounts
-
+#: Genesis timestamp of the embedded devnet (fixed so genesis is reproducible).
+GENESIS_TIMESTAMP = 1_700_000_000
 #: Seconds between consecutive devnet blocks (one post-merge slot).
 BLOCK_TIME = 12
 #: Fee recipient of every devnet block.
 DEVNET_COINBASE = b"\x00" * 20
 EXPORT_FORMAT = "fedsentry-devnet/1"
+
+
+def derive_accounts(seed: int | str, n: int) -> list[LocalAccount]:
+    """Deterministic accounts: private key i = sha256(``"flchain:{seed}:{i}"``).
+
+    Parameters
+    ----------
+    seed : int or str
+        Run seed.
+    n : int
+        Number of accounts.
+
+    Returns
+    -------
+    list of LocalAccount
+        Account 0 is the channel aggregator by convention.
+    """
+    return [
+        Account.from_key(hashlib.sha256(f"flchain:{seed}:{i}".encode()).digest()) for i in range(n)
+    ]
 
 
 class IndexedPyEVMBackend(PyEVMBackend):
@@ -85,8 +107,14 @@ class IndexedPyEVMBackend(PyEVMBackend):
         result, receipts, _ = self.chain.mine_all(txs, **self.block_kwargs())
         number, out, prev = result.imported_block.number, [], 0
         for tx, r in zip(txs, receipts, strict=True):
-            out.append({"transactionHash": tx.hash, "status": 1 if r.state_root == b"\x01" else 0,
-                        "gasUsed": r.gas_used - prev, "blockNumber": number})
+            out.append(
+                {
+                    "transactionHash": tx.hash,
+                    "status": 1 if r.state_root == b"\x01" else 0,
+                    "gasUsed": r.gas_used - prev,
+                    "blockNumber": number,
+                }
+            )
             prev = r.gas_used
         return out
 
@@ -160,11 +188,14 @@ class DeterministicBackend(IndexedPyEVMBackend):
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> DeterministicBackend:
         """Build the genesis described by a :func:`genesis_spec` manifest (JSON form)."""
-        params = {k: bytes.fromhex(v[2:]) if isinstance(v, str) else v
-                  for k, v in spec["genesis_params"].items()}
+        params = {
+            k: bytes.fromhex(v[2:]) if isinstance(v, str) else v
+            for k, v in spec["genesis_params"].items()
+        }
         state = {
             to_canonical_address(addr): {
-                "balance": acct["balance"], "nonce": acct["nonce"],
+                "balance": acct["balance"],
+                "nonce": acct["nonce"],
                 "code": bytes.fromhex(acct["code"][2:]),
                 "storage": {int(k, 16): v for k, v in acct["storage"].items()},
             }
@@ -184,7 +215,7 @@ def genesis_spec(seed: int | str = 0, n_accounts: int = 10) -> dict[str, Any]:
     Parameters
     ----------
     seed : int or str
-        Seed of the funded accounts (see :func:`ledger.chain.derive_accounts`).
+        Seed of the funded accounts (see :func:`derive_accounts`).
     n_accounts : int
         Number of funded accounts.
 
@@ -198,33 +229,24 @@ def genesis_spec(seed: int | str = 0, n_accounts: int = 10) -> dict[str, Any]:
     alloc = {}
     for acct in derive_accounts(seed, n_accounts):
         st = get_default_account_state()
-        alloc[acct.address] = {"balance": st["balance"], "nonce": st["nonce"],
-                               "code": "0x" + st["code"].hex(),
-                               "storage": {hex(k): v for k, v in st["storage"].items()}}
+        alloc[acct.address] = {
+            "balance": st["balance"],
+            "nonce": st["nonce"],
+            "code": "0x" + st["code"].hex(),
+            "storage": {hex(k): v for k, v in st["storage"].items()},
+        }
     return {
-        "format": EXPORT_FORMAT, "seed": seed, "n_accounts": n_accounts,
+        "format": EXPORT_FORMAT,
+        "seed": seed,
+        "n_accounts": n_accounts,
         "backend": "eth-tester PyEVMBackend, ledger.devnet.DeterministicBackend",
-        "fork": PragueVM.fork, "block_time": BLOCK_TIME,
+        "fork": PragueVM.fork,
+        "block_time": BLOCK_TIME,
         "mix_hash": "keccak(b'flchain-devnet' || uint256(number))",
         "coinbase": to_checksum_address(DEVNET_COINBASE),
-        "genesis_params": {k: "0x" + v.hex() if isinstance(v, bytes) else v
-                           for k, v in params.items()},
+        "genesis_params": {
+            k: "0x" + v.hex() if isinstance(v, bytes) else v for k, v in params.items()
+        },
         "alloc": alloc,
         "versions": {p: version(p) for p in ("py-evm", "eth-tester")},
     }
-
-
-def _make_chain(backend: DeterministicBackend, spec: dict[str, Any]) -> Chain:
-    accounts = derive_accounts(spec["seed"], spec["n_accounts"])
-    backend.account_keys = tuple(keys.PrivateKey(a.key) for a in accounts)
-    w3 = Web3(EthereumTesterProvider(EthereumTester(backend)))
-    w3.eth.default_account = accounts[0].address
-    return Chain(w3=w3, accounts=accounts, backend="embedded", call_gas=EMBEDDED_CALL_GAS)
-
-
-def make_embedded_chain(seed: int | str = 0, n_accounts: int = 10) -> Chain:
-    """Like :meth:`Chain.embedded`, on a :class:`DeterministicBackend` (reproducible hashes)."""
-    spec = genesis_spec(seed, n_accounts)
-    return _make_chain(DeterministicBackend.from_spec(spec), spec)
-
-

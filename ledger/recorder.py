@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from ledger.errors import LedgerError, LedgerRoundError, ledger_dir
+from ledger.errors import LedgerError, LedgerRoundError
 from ledger.host import SLOTS, RecorderHost
 from ledger.records import verdict_document
 
 _SESSIONS = itertools.count()
 
-__all__ = ["LedgerError", "LedgerRecorder", "LedgerRoundError", "ledger_dir"]
+__all__ = ["LedgerRecorder"]
 
 
 class LedgerRecorder:
@@ -91,8 +91,10 @@ class LedgerRecorder:
             msg = self.host.conn.recv()
         except (EOFError, OSError):
             self._closed = True
-            raise LedgerRoundError(f"the ledger recorder process {self.host.exit_reason()} "
-                                   f"(last round recorded: {self.acked})") from None
+            raise LedgerRoundError(
+                f"the ledger recorder process {self.host.exit_reason()} "
+                f"(last round recorded: {self.acked})"
+            ) from None
         self._handle(msg)
 
     def _poll(self) -> None:
@@ -129,8 +131,10 @@ class LedgerRecorder:
             self._wait(lambda: self.info is not None)
             assert self.info is not None
             if sim.next_round > self.info["rounds"]:
-                raise LedgerError(f"cannot resume: checkpoint is at round {sim.next_round}, "
-                                  f"the ledger only at {self.info['rounds']}")
+                raise LedgerError(
+                    f"cannot resume: checkpoint is at round {sim.next_round}, "
+                    f"the ledger only at {self.info['rounds']}"
+                )
 
     def on_round_end(self, sim: Any, record: Any) -> None:
         """Hand the round over (waiting while the recorder is three rounds behind)."""
@@ -145,15 +149,23 @@ class LedgerRecorder:
         rows = batch.updates.numpy()
         kept = {int(v["client"]) for v in record.verdicts if v["kept"]}
         ids = batch.client_ids.astype(np.int64)
-        doc = verdict_document(rnd, self.cfg.defense.defense, self.cfg.defense.defense_params,
-                               record.to_event(), sorted(c for c in ids.tolist() if c in kept))
-        meta = {"round": rnd, "client_ids": ids,
-                "num_samples": batch.num_samples.astype(np.int64),
-                "base_rounds": batch.base_rounds.astype(np.int64),
-                "loss": np.asarray(batch.signals.get("loss", np.zeros(0)), np.float32),
-                "alarm": np.asarray(batch.signals.get("alarm", np.zeros(0)), bool),
-                "global_flat": np.asarray(sim.global_flat.numpy(), np.float32),
-                "verdicts": doc}
+        doc = verdict_document(
+            rnd,
+            self.cfg.defense.defense,
+            self.cfg.defense.defense_params,
+            record.to_event(),
+            sorted(c for c in ids.tolist() if c in kept),
+        )
+        meta = {
+            "round": rnd,
+            "client_ids": ids,
+            "num_samples": batch.num_samples.astype(np.int64),
+            "base_rounds": batch.base_rounds.astype(np.int64),
+            "loss": np.asarray(batch.signals.get("loss", np.zeros(0)), np.float32),
+            "alarm": np.asarray(batch.signals.get("alarm", np.zeros(0)), bool),
+            "global_flat": np.asarray(sim.global_flat.numpy(), np.float32),
+            "verdicts": doc,
+        }
         slot = self._put(rnd % SLOTS, rows) if rows.size else None
         self.host.conn.send(("round", meta, slot))
         self.sent = rnd
@@ -168,9 +180,11 @@ class LedgerRecorder:
                 shm.unlink()
             self._gen += 1
             # a name never used before: the recorder maps a slot again when its name changes
-            shm = shared_memory.SharedMemory(create=True, size=max(rows.nbytes, 1 << 16),
-                                             name=f"fsrec{os.getpid()}-{self._uid}-{i}-"
-                                                  f"{self._gen}")
+            shm = shared_memory.SharedMemory(
+                create=True,
+                size=max(rows.nbytes, 1 << 16),
+                name=f"fsrec{os.getpid()}-{self._uid}-{i}-{self._gen}",
+            )
             self._slots[i] = shm
         n, d = rows.shape
         np.ndarray((n, d), "<f4", buffer=shm.buf)[...] = rows
@@ -212,6 +226,9 @@ class LedgerRecorder:
     def summary(self) -> dict[str, Any]:
         """What the run's summary says about the ledger."""
         s = dict(self._summary)
-        s.update(ledger_seconds=self.seconds, recorder_lag_max=self.lag_max,
-                 gas_per_round=float(np.mean(self.gas)) if self.gas else s.get("gas_per_round"))
+        s.update(
+            ledger_seconds=self.seconds,
+            recorder_lag_max=self.lag_max,
+            gas_per_round=float(np.mean(self.gas)) if self.gas else s.get("gas_per_round"),
+        )
         return s

@@ -50,8 +50,9 @@ def canonical_json(obj: Any) -> bytes:
     try:  # the common case (no NaN/Inf, no numpy scalars) without walking the object
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     except (ValueError, TypeError):
-        return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"),
-                          allow_nan=False).encode()
+        return json.dumps(
+            _finite(obj), sort_keys=True, separators=(",", ":"), allow_nan=False
+        ).encode()
 
 
 def _finite(obj: Any) -> Any:
@@ -79,7 +80,7 @@ def update_prefix(size: int) -> bytes:
     """The bytes before the values in :func:`update_blob` of a row of ``size`` entries (the same
     for every row of a run: hash it once, then only the values)."""
     blob = update_blob(np.zeros(size, np.float32))
-    return blob[:len(blob) - 4 * size]
+    return blob[: len(blob) - 4 * size]
 
 
 def model_blob(flat: Any) -> bytes:
@@ -128,23 +129,43 @@ class ClientKeys:
         return out
 
 
-def make_record(channel: bytes, contract: str, chain_id: int, rnd: int, client: int,
-                update_hash: bytes, samples: int, base_round: int, base_hash: bytes,
-                loss: float | None, alarm: bool) -> dict[str, Any]:
+def make_record(
+    channel: bytes,
+    contract: str,
+    chain_id: int,
+    rnd: int,
+    client: int,
+    update_hash: bytes,
+    samples: int,
+    base_round: int,
+    base_hash: bytes,
+    loss: float | None,
+    alarm: bool,
+) -> dict[str, Any]:
     """The off-chain update record of one submission (all hashes as ``0x`` hex)."""
-    return {"v": RECORD_VERSION, "channel": "0x" + channel.hex(), "contract": contract,
-            "chain_id": int(chain_id), "round": int(rnd), "client": int(client),
-            "update_hash": "0x" + update_hash.hex(), "samples": int(samples),
-            "base_round": int(base_round), "base_hash": "0x" + base_hash.hex(),
-            "loss": None if loss is None or not math.isfinite(loss) else float(loss),
-            "alarm": bool(alarm)}
+    return {
+        "v": RECORD_VERSION,
+        "channel": "0x" + channel.hex(),
+        "contract": contract,
+        "chain_id": int(chain_id),
+        "round": int(rnd),
+        "client": int(client),
+        "update_hash": "0x" + update_hash.hex(),
+        "samples": int(samples),
+        "base_round": int(base_round),
+        "base_hash": "0x" + base_hash.hex(),
+        "loss": None if loss is None or not math.isfinite(loss) else float(loss),
+        "alarm": bool(alarm),
+    }
 
 
 def _record_json(record: dict[str, Any]) -> bytes:
     """Canonical JSON of a record from :func:`make_record` (flat, every float finite: plain
     ``json.dumps`` gives the canonical bytes; other dicts go through :func:`canonical_json`)."""
-    if all(isinstance(v, str | int | bool | None) or (isinstance(v, float) and math.isfinite(v))
-           for v in record.values()):
+    if all(
+        isinstance(v, str | int | bool | None) or (isinstance(v, float) and math.isfinite(v))
+        for v in record.values()
+    ):
         return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
     return canonical_json(record)
 
@@ -168,20 +189,42 @@ def recover_key(signed: dict[str, Any]) -> bytes | None:
     try:
         sig = bytes.fromhex(str(signed["signature"]))
         pub = coincurve.PublicKey.from_signature_and_message(
-            sig, record_digest(signed["record"]), hasher=None)
+            sig, record_digest(signed["record"]), hasher=None
+        )
         return pub.format(compressed=True)
     except Exception:  # noqa: BLE001 - any malformed signature is simply "no signer"
         return None
 
 
-def verdict_document(rnd: int, defense: str, defense_params: dict[str, Any],
-                     event: dict[str, Any], accepted: list[int]) -> dict[str, Any]:
+def verdict_document(
+    rnd: int,
+    defense: str,
+    defense_params: dict[str, Any],
+    event: dict[str, Any],
+    accepted: list[int],
+) -> dict[str, Any]:
     """What ``verdicts_hash`` commits to: the defense's per-client verdicts and the metrics."""
-    keys = ("selected", "participants", "rejected", "dropped", "stale", "verdicts", "accuracy",
-            "loss", "train_loss", "attack_success_rate", "alarms", "detection")
-    return {"round": int(rnd), "defense": defense, "defense_params": defense_params,
-            "accepted": sorted(int(c) for c in accepted),
-            **{k: event.get(k) for k in keys}}
+    keys = (
+        "selected",
+        "participants",
+        "rejected",
+        "dropped",
+        "stale",
+        "verdicts",
+        "accuracy",
+        "loss",
+        "train_loss",
+        "attack_success_rate",
+        "alarms",
+        "detection",
+    )
+    return {
+        "round": int(rnd),
+        "defense": defense,
+        "defense_params": defense_params,
+        "accepted": sorted(int(c) for c in accepted),
+        **{k: event.get(k) for k in keys},
+    }
 
 
 def hx(b: bytes) -> str:

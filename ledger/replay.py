@@ -54,8 +54,9 @@ class Replayer:
         entries, e.g. FedBN's BatchNorm, never leave the clients)."""
         return int(self.side.space.size)
 
-    def step(self, rnd: int, batch: UpdateBatch, history: dict[int, torch.Tensor]
-             ) -> tuple[torch.Tensor, list[Any]]:
+    def step(
+        self, rnd: int, batch: UpdateBatch, history: dict[int, torch.Tensor]
+    ) -> tuple[torch.Tensor, list[Any]]:
         """Aggregate round ``rnd``'s batch on top of ``history[rnd]``.
 
         Parameters

@@ -85,9 +85,13 @@ def hash_rows(rows: np.ndarray) -> list[bytes]:
     return out
 
 
-def build_round(data: RoundRows, where: Channel, keys: ClientKeys,
-                base_hash: Callable[[int], bytes], admitted_before: Callable[[int], bool]
-                ) -> BuiltRound:
+def build_round(
+    data: RoundRows,
+    where: Channel,
+    keys: ClientKeys,
+    base_hash: Callable[[int], bytes],
+    admitted_before: Callable[[int], bool],
+) -> BuiltRound:
     """The round's pack entries and commitment hashes.
 
     Parameters
@@ -121,9 +125,19 @@ def build_round(data: RoundRows, where: Channel, keys: ClientKeys,
         b = int(data.base_rounds[i])
         bh = base_hash(b)
         loss = float(data.loss[i]) if len(data.loss) else None
-        rec = make_record(where.channel, where.contract, where.chain_id, data.round, c,
-                          hashes[i], int(data.num_samples[i]), b, bh, loss,
-                          bool(data.alarm[i]) if len(data.alarm) else False)
+        rec = make_record(
+            where.channel,
+            where.contract,
+            where.chain_id,
+            data.round,
+            c,
+            hashes[i],
+            int(data.num_samples[i]),
+            b,
+            bh,
+            loss,
+            bool(data.alarm[i]) if len(data.alarm) else False,
+        )
         signed = sign_record(rec, key)
         rhash = sha256(signed)
         entries.append(Entry(f"update/{c}", hashes[i], (prefix, rows[i])))
@@ -133,12 +147,20 @@ def build_round(data: RoundRows, where: Channel, keys: ClientKeys,
     glob = Entry.of("global", gblob)
     verdicts = Entry.of("verdicts", canonical_json(data.verdicts))
     adm = sorted(admitted)
-    admitted_doc = Entry.of("admitted", canonical_json(
-        {"round": int(data.round), "admitted": [[c, admitted[c].hex()] for c in adm]}))
+    admitted_doc = Entry.of(
+        "admitted",
+        canonical_json(
+            {"round": int(data.round), "admitted": [[c, admitted[c].hex()] for c in adm]}
+        ),
+    )
     return BuiltRound(
-        [glob, verdicts, admitted_doc, *entries], glob.digest,
-        merkle_root([leaves[c] for c in sorted(leaves)]), verdicts.digest,
-        merkle_root([admission_leaf(c, admitted[c]) for c in adm]), adm)
+        [glob, verdicts, admitted_doc, *entries],
+        glob.digest,
+        merkle_root([leaves[c] for c in sorted(leaves)]),
+        verdicts.digest,
+        merkle_root([admission_leaf(c, admitted[c]) for c in adm]),
+        adm,
+    )
 
 
 def rows_of_pack(pack: Any, size: int) -> tuple[np.ndarray, list[int]]:
@@ -150,8 +172,9 @@ def rows_of_pack(pack: Any, size: int) -> tuple[np.ndarray, list[int]]:
     for i, c in enumerate(ids):
         raw = pack.raw(f"update/{c}")
         if len(raw) != prefix + 4 * size:
-            raise ValueError(f"update of client {c} has {len(raw)} bytes, expected "
-                             f"{prefix + 4 * size}")
+            raise ValueError(
+                f"update of client {c} has {len(raw)} bytes, expected {prefix + 4 * size}"
+            )
         rows[i] = np.frombuffer(raw[prefix:], "<f4")
     return rows, ids
 
@@ -168,6 +191,10 @@ def batch_of_pack(pack: Any, size: int) -> tuple[np.ndarray, dict[str, Any]]:
         "client_ids": np.array(ids, np.int64),
         "num_samples": np.array([r["samples"] for r in recs], np.int64),
         "base_rounds": np.array([r["base_round"] for r in recs], np.int64),
-        "signals": {"loss": np.array([np.nan if r["loss"] is None else r["loss"]
-                                      for r in recs], np.float32),
-                    "alarm": np.array([bool(r["alarm"]) for r in recs], bool)}}
+        "signals": {
+            "loss": np.array(
+                [np.nan if r["loss"] is None else r["loss"] for r in recs], np.float32
+            ),
+            "alarm": np.array([bool(r["alarm"]) for r in recs], bool),
+        },
+    }

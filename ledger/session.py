@@ -20,7 +20,6 @@ chain's ``Committed`` event and the round's pack (what a resume does after a kil
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -31,28 +30,30 @@ from typing import Any
 import numpy as np
 import torch
 
-from ledger.chain import Call, LedgerRevert
+from ledger.chain_batch import Call
+from ledger.chain_errors import LedgerRevert
 from ledger.commitment import commit_message
 from ledger.committee import Committee, QuorumError
+from ledger.errors import LedgerError, LedgerRoundError
 from ledger.pack import Entry, Pack, PackError, write_pack
+from ledger.pyevm import genesis_spec
 from ledger.records import ClientKeys, hx, model_blob, sha256, unhx
 from ledger.round_build import Channel, RoundRows, batch_of_pack, build_round
 from ledger.session_start import (
     COMMIT_GAS,
-    FORMAT,
-    LedgerError,
-    LedgerRoundError,
+    channel_id,
     check_format,
     committee_of,
     connect,
     fresh_manifest,
+    lock_ledger,
     open_index,
     open_resumed_chain,
 )
-from ledger.store import write_json_atomic
+from ledger.store import decode, write_json_atomic
 from simulator.run.appendlog import AppendLog
 
-__all__ = ["FORMAT", "LedgerError", "LedgerRoundError", "Session"]
+__all__ = ["Session"]
 
 
 class Session:
@@ -67,14 +68,13 @@ class Session:
     """
 
     def __init__(self, cfg: Any, run_dir: str | Path) -> None:
-        from ledger.session_start import channel_id
-
         self.cfg = cfg
         self.dir = Path(run_dir) / "ledger"
         self.channel = channel_id(cfg)
         self.seed = f"{cfg.experiment.seed}:{self.channel.hex()[:16]}"
-        self.committee: Committee | None = (committee_of(cfg.ledger.committee)
-                                            if cfg.ledger.committee > 0 else None)
+        self.committee: Committee | None = (
+            committee_of(cfg.ledger.committee) if cfg.ledger.committee > 0 else None
+        )
         self.keys = ClientKeys(self.seed)
         self.chain: Any = None
         self.contract: Any = None
@@ -95,30 +95,23 @@ class Session:
     def open(self, initial: np.ndarray | None, resume: bool) -> dict[str, Any]:
         """Start (fresh, or resume the run in place); returns what the driver needs to know."""
         t0 = time.perf_counter()
-        self._take_lock(resume)
+        self._lock = lock_ledger(self.dir)
         if resume and (self.dir / "manifest.json").is_file():
             self._resume()
         elif initial is None:
-            raise LedgerError(f"cannot resume: {self.dir} has no manifest.json, and the "
-                              "checkpoint is past round 0")
+            raise LedgerError(
+                f"cannot resume: {self.dir} has no manifest.json, and the "
+                "checkpoint is past round 0"
+            )
         else:
             self._fresh(initial)
         self.busy += time.perf_counter() - t0
-        return {"rounds": len(self.entries), "contract": self.contract.address,
-                "backend": self.chain.backend, "onchain_bls": self.onchain_bls}
-
-    def _take_lock(self, resume: bool) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        for _ in range(200):  # a recorder killed with its driver lets go within moments
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._lock = fd
-                return
-            except BlockingIOError:
-                time.sleep(0.05)
-        os.close(fd)
-        raise LedgerError(f"{self.dir}: another process is recording this run")
+        return {
+            "rounds": len(self.entries),
+            "contract": self.contract.address,
+            "backend": self.chain.backend,
+            "onchain_bls": self.onchain_bls,
+        }
 
     def _fresh(self, initial: np.ndarray) -> None:
         from ledger.replay import Replayer
@@ -129,12 +122,16 @@ class Session:
 
         self.chain = connect(self.cfg, self.seed)
         c = self.committee
-        self.onchain_bls = (c is not None and self.chain.backend == "rpc"
-                            and self.chain.supports_bls_precompiles())
+        self.onchain_bls = (
+            c is not None and self.chain.backend == "rpc" and self.chain.supports_bls_precompiles()
+        )
         try:
             self.contract = self.chain.deploy(
-                self.channel, c.pubkeys_eip2537() if c else [], c.quorum if c else 0,
-                self.onchain_bls)
+                self.channel,
+                c.pubkeys_eip2537() if c else [],
+                c.quorum if c else 0,
+                self.onchain_bls,
+            )
         except (LedgerRevert, ConnectionError, OSError) as exc:
             raise LedgerError(f"cannot deploy the FLChain contract: {exc}") from None
         self.replayer = Replayer(self.cfg) if c is not None else None
@@ -142,10 +139,18 @@ class Session:
         initial_pack = write_pack(self.dir, -1, [Entry.of("global", gblob)])
         self.hashes[0] = sha256(gblob)
         self.history[0] = torch.from_numpy(np.array(initial, np.float32))
-        manifest = fresh_manifest(self.cfg, self.chain, self.contract, c, self.seed,
-                                  self.hashes[0], initial_pack, self.onchain_bls)
+        manifest = fresh_manifest(
+            self.cfg,
+            self.chain,
+            self.contract,
+            c,
+            self.seed,
+            self.hashes[0],
+            initial_pack,
+            self.onchain_bls,
+        )
         if self.chain.backend == "embedded":
-            from ledger.devnet import ChainExporter, genesis_spec
+            from ledger.devnet import ChainExporter
 
             self.exporter = ChainExporter(self.chain, self.dir / "chain")
             self.exporter.flush()
@@ -161,8 +166,9 @@ class Session:
         manifest = json.loads((self.dir / "manifest.json").read_text())
         check_format(manifest, self.dir)
         self.chain, self.exporter = open_resumed_chain(self.cfg, self.seed, manifest, self.dir)
-        self.contract = self.chain.w3.eth.contract(address=manifest["contract"],
-                                                   abi=manifest["abi"])
+        self.contract = self.chain.w3.eth.contract(
+            address=manifest["contract"], abi=manifest["abi"]
+        )
         self.onchain_bls = bool(manifest.get("onchain_bls"))
         self.where = Channel(self.channel, self.contract.address, manifest["chain_id"])
         self.entries = open_index(self.dir, self.contract)
@@ -170,8 +176,6 @@ class Session:
         initial = Pack.read(self.dir, unhx(manifest["initial_pack"]))
         self.hashes[0] = initial.digest("global")
         g0 = np.frombuffer(initial.raw("global"), np.uint8)
-        from ledger.store import decode
-
         self.history[0] = torch.from_numpy(decode(g0.tobytes())["global"])
         self.replayer = Replayer(self.cfg) if self.committee is not None else None
         self._catch_up()
@@ -180,7 +184,6 @@ class Session:
         """Replay every recorded round: the committee's defense state, the admitted clients and
         the recent global models must be where the run left them."""
         from defenses import UpdateBatch
-        from ledger.store import decode
 
         for rnd in sorted(self.entries):
             e = self.entries[rnd]
@@ -192,11 +195,9 @@ class Session:
                 if self.replayer is not None:
                     rows, meta = batch_of_pack(pack, self.replayer.row_size)
             except (PackError, KeyError, ValueError) as exc:
-                raise LedgerError(f"cannot resume: round {rnd}'s pack is unusable: {exc}"
-                                  ) from None
+                raise LedgerError(f"cannot resume: round {rnd}'s pack is unusable: {exc}") from None
             if self.replayer is not None and rows is not None:
-                self.replayer.step(rnd, UpdateBatch(torch.from_numpy(rows), **meta),
-                                   self.history)
+                self.replayer.step(rnd, UpdateBatch(torch.from_numpy(rows), **meta), self.history)
             self.admitted |= {int(c) for c, _ in adm}
             self.hashes[rnd + 1] = unhx(e["global_hash"])
             self.history[rnd + 1] = torch.from_numpy(g)
@@ -217,31 +218,47 @@ class Session:
         ghash = sha256(gblob)
         if rnd in self.entries:
             if hx(ghash) != self.entries[rnd]["global_hash"]:
-                raise LedgerRoundError(f"round {rnd} recomputed after resume gives global "
-                                       f"{hx(ghash)}, the ledger holds "
-                                       f"{self.entries[rnd]['global_hash']}")
+                raise LedgerRoundError(
+                    f"round {rnd} recomputed after resume gives global "
+                    f"{hx(ghash)}, the ledger holds "
+                    f"{self.entries[rnd]['global_hash']}"
+                )
             return {"round": rnd, "seconds": time.perf_counter() - t0, "recorded": False}
         if rnd != len(self.entries):
-            raise LedgerRoundError(f"round {rnd} handed over, the ledger is at round "
-                                   f"{len(self.entries)}")
+            raise LedgerRoundError(
+                f"round {rnd} handed over, the ledger is at round {len(self.entries)}"
+            )
         approve = True
         if self.replayer is not None:
             from defenses import UpdateBatch
 
-            batch = UpdateBatch(torch.from_numpy(data.rows), data.client_ids, data.num_samples,
-                                data.base_rounds, {"loss": data.loss, "alarm": data.alarm})
+            batch = UpdateBatch(
+                torch.from_numpy(data.rows),
+                data.client_ids,
+                data.num_samples,
+                data.base_rounds,
+                {"loss": data.loss, "alarm": data.alarm},
+            )
             new, _ = self.replayer.step(rnd, batch, self.history)
             approve = sha256(model_blob(new)) == ghash
         try:
-            built = build_round(data, self.where, self.keys, self._base_hash,
-                                self.admitted.__contains__)
+            built = build_round(
+                data, self.where, self.keys, self._base_hash, self.admitted.__contains__
+            )
         except KeyError as exc:
-            raise LedgerRoundError(f"round {rnd}: a row's base model is unknown: {exc}"
-                                   ) from None
+            raise LedgerRoundError(f"round {rnd}: a row's base model is unknown: {exc}") from None
         pack_id = write_pack(self.dir, rnd, built.entries)
-        msg = commit_message(self.where.chain_id, self.where.contract, self.channel, rnd,
-                             built.global_hash, built.submissions_root, built.verdicts_hash,
-                             built.admitted_root, pack_id)
+        msg = commit_message(
+            self.where.chain_id,
+            self.where.contract,
+            self.channel,
+            rnd,
+            built.global_hash,
+            built.submissions_root,
+            built.verdicts_hash,
+            built.admitted_root,
+            pack_id,
+        )
         signers, sig, sig_eip = 0, None, b""
         if self.committee is not None:
             try:
@@ -249,43 +266,66 @@ class Session:
             except QuorumError as exc:
                 raise LedgerRoundError(
                     f"round {rnd}: the committee refused to attest ({exc}): its re-derived "
-                    "global model differs from the aggregator's") from None
+                    "global model differs from the aggregator's"
+                ) from None
             signers, sig, sig_eip = att.bitmap(), att.signature, att.signature_eip2537()
         receipt = self._commit(rnd, built, pack_id, signers, sig_eip)
-        entry = {"round": rnd, "pack": hx(pack_id), "global_hash": hx(built.global_hash),
-                 "submissions_root": hx(built.submissions_root),
-                 "verdicts_hash": hx(built.verdicts_hash),
-                 "admitted_root": hx(built.admitted_root), "signers": signers,
-                 "signature": sig.hex() if sig is not None else None,
-                 "submissions": len(data), "admitted": len(built.admitted),
-                 "tx": hx(receipt["transactionHash"]), "block": int(receipt["blockNumber"])}
+        entry = {
+            "round": rnd,
+            "pack": hx(pack_id),
+            "global_hash": hx(built.global_hash),
+            "submissions_root": hx(built.submissions_root),
+            "verdicts_hash": hx(built.verdicts_hash),
+            "admitted_root": hx(built.admitted_root),
+            "signers": signers,
+            "signature": sig.hex() if sig is not None else None,
+            "submissions": len(data),
+            "admitted": len(built.admitted),
+            "tx": hx(receipt["transactionHash"]),
+            "block": int(receipt["blockNumber"]),
+        }
         self._append(entry)
         self.admitted |= set(built.admitted)
         self.history[rnd + 1] = torch.from_numpy(np.array(data.global_flat, np.float32))
         self._prune(rnd + 1)
         dt = time.perf_counter() - t0
         self.busy += dt
-        return {"round": rnd, "seconds": dt, "recorded": True,
-                "gas": int(receipt.get("gasUsed", 0))}
+        return {
+            "round": rnd,
+            "seconds": dt,
+            "recorded": True,
+            "gas": int(receipt.get("gasUsed", 0)),
+        }
 
     def _base_hash(self, rnd: int) -> bytes:
         return self.hashes[rnd]
 
     def _commit(self, rnd: int, built: Any, pack_id: bytes, signers: int, sig: bytes) -> Any:
-        fn = self.contract.functions.commit(rnd, built.global_hash, built.submissions_root,
-                                            built.verdicts_hash, built.admitted_root, pack_id,
-                                            signers, sig)
+        args = [
+            rnd,
+            built.global_hash,
+            built.submissions_root,
+            built.verdicts_hash,
+            built.admitted_root,
+            pack_id,
+            signers,
+            sig,
+        ]
+        call = Call.of(self.contract, "commit", args, self.chain.aggregator, COMMIT_GAS)
         try:
-            (receipt,) = self.chain.send_batch([Call.of(fn, self.chain.aggregator, COMMIT_GAS)])
+            (receipt,) = self.chain.send_batch([call])
         except LedgerRevert as exc:
-            raise LedgerRoundError(f"round {rnd}: the chain rejected the commitment: {exc}"
-                                   ) from None
+            raise LedgerRoundError(
+                f"round {rnd}: the chain rejected the commitment: {exc}"
+            ) from None
         except (ConnectionError, OSError) as exc:
-            raise LedgerRoundError(f"round {rnd}: lost the ledger node: "
-                                   f"{str(exc).splitlines()[0]}") from None
+            raise LedgerRoundError(
+                f"round {rnd}: lost the ledger node: {str(exc).splitlines()[0]}"
+            ) from None
         except Exception as exc:  # noqa: BLE001 - web3's errors: the node failed
-            raise LedgerRoundError(f"round {rnd}: the ledger node failed: "
-                                   f"{str(exc).splitlines()[0]}") from None
+            raise LedgerRoundError(
+                f"round {rnd}: the ledger node failed: {str(exc).splitlines()[0]}"
+            ) from None
         self.gas.append(int(receipt["gasUsed"]))
         return receipt
 
@@ -310,8 +350,11 @@ class Session:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
-        return {"contract": self.contract.address if self.contract is not None else None,
-                "backend": self.chain.backend if self.chain is not None else None,
-                "onchain_bls": self.onchain_bls, "rounds": len(self.entries),
-                "recorder_seconds": self.busy,
-                "gas_per_round": float(np.mean(self.gas)) if self.gas else None}
+        return {
+            "contract": self.contract.address if self.contract is not None else None,
+            "backend": self.chain.backend if self.chain is not None else None,
+            "onchain_bls": self.onchain_bls,
+            "rounds": len(self.entries),
+            "recorder_seconds": self.busy,
+            "gas_per_round": float(np.mean(self.gas)) if self.gas else None,
+        }

@@ -1,5 +1,5 @@
-"""What a recorder session needs to start: its errors, the channel id, the committee, the chain
-connection, and the resume path (the chain re-imported or reconnected, the index of committed
+"""What a recorder session needs to start: the ledger's lock, the channel id, the committee, the
+chain connection, and the resume path (the chain re-imported or reconnected, the index of committed
 rounds made to agree with it).
 
 A kill -9 can land anywhere, so a resume first drops a torn last record of the append-only files
@@ -11,33 +11,61 @@ run stopped between the two) is indexed from its ``Committed`` event.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+from ledger.attestation import verify_registration
 from ledger.chain import Chain
-from ledger.committee import Committee, verify_registration
-from ledger.errors import FORMAT, LedgerError, LedgerRoundError, ledger_dir
+from ledger.committee import Committee
+from ledger.errors import FORMAT, LedgerError
 from ledger.records import DEV_KEY, canonical_json, hx, sha256
 from simulator.run.appendlog import drop_torn_tail, read_jsonl
 
-__all__ = ["COMMIT_GAS", "FORMAT", "LedgerError", "LedgerRoundError", "check_format",
-           "channel_id", "committee_of", "connect", "fresh_manifest", "ledger_dir",
-           "open_index", "open_resumed_chain"]
+__all__ = [
+    "COMMIT_GAS",
+    "channel_id",
+    "check_format",
+    "committee_of",
+    "connect",
+    "fresh_manifest",
+    "lock_ledger",
+    "open_index",
+    "open_resumed_chain",
+]
 
 #: gas limit of a commitment (with on-chain BLS verification ~200k; only what is used is paid)
 COMMIT_GAS = 600_000
+
+
+def lock_ledger(directory: Path) -> int:
+    """Take the exclusive lock of the ledger in ``directory`` (created if needed) and return
+    its file descriptor; :class:`LedgerError` when another process holds it for ~10 s."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    for _ in range(200):  # a recorder killed with its driver lets go within moments
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            time.sleep(0.05)
+    os.close(fd)
+    raise LedgerError(f"{directory}: another process is recording this run")
 
 
 def check_format(manifest: dict[str, Any], where: Path) -> None:
     """Refuse a ledger written in another format, in one line naming its version."""
     found = manifest.get("format")
     if found != FORMAT:
-        raise LedgerError(f"{where}: ledger format {found!r}; this FedSentry reads {FORMAT!r} "
-                          "(a run recorded by an older version cannot be resumed or audited "
-                          "here; record it again)")
+        raise LedgerError(
+            f"{where}: ledger format {found!r}; this FedSentry reads {FORMAT!r} "
+            "(a run recorded by an older version cannot be resumed or audited "
+            "here; record it again)"
+        )
 
 
 def channel_id(cfg: Any) -> bytes:
@@ -62,11 +90,9 @@ def committee_of(size: int) -> Committee:
 
 def connect(cfg: Any, seed: str) -> Chain:
     """The chain a run records on: the node at ``ledger_url`` or a fresh embedded devnet."""
-    from ledger.pyevm import make_embedded_chain
-
     lc = cfg.ledger
     if lc.ledger_url is None:
-        return make_embedded_chain(seed, 1)
+        return Chain.embedded(seed, 1)
     key = os.environ.get("FEDSENTRY_LEDGER_KEY") or DEV_KEY
     try:
         return Chain.rpc(lc.ledger_url, [key], chain_id=lc.ledger_chain_id)
@@ -74,8 +100,9 @@ def connect(cfg: Any, seed: str) -> Chain:
         raise LedgerError(str(exc)) from None
 
 
-def open_resumed_chain(cfg: Any, seed: str, manifest: dict[str, Any], ledger: Path
-                       ) -> tuple[Chain, Any]:
+def open_resumed_chain(
+    cfg: Any, seed: str, manifest: dict[str, Any], ledger: Path
+) -> tuple[Chain, Any]:
     """The chain of a run being resumed, and the exporter that continues its export (embedded
     devnet; ``None`` for a node)."""
     if manifest.get("backend") == "embedded":
@@ -91,8 +118,9 @@ def open_resumed_chain(cfg: Any, seed: str, manifest: dict[str, Any], ledger: Pa
         return res.chain, ChainExporter(res.chain, ledger / "chain", append=True)
     chain = connect(cfg, seed)
     if not bytes(chain.w3.eth.get_code(manifest["contract"])):
-        raise LedgerError(f"cannot resume: no contract at {manifest['contract']} on "
-                          f"{cfg.ledger.ledger_url}")
+        raise LedgerError(
+            f"cannot resume: no contract at {manifest['contract']} on {cfg.ledger.ledger_url}"
+        )
     return chain, None
 
 
@@ -118,13 +146,21 @@ def entry_of_event(log: Any, ledger: Path | None = None) -> dict[str, Any]:
             submissions = sum(1 for _ in pack.clients("update"))
             admitted = len(json.loads(bytes(pack.raw("admitted")))["admitted"])
         except (PackError, KeyError, ValueError):
-            pass   # the audit reports a missing or corrupt pack
-    return {"round": int(a["round"]), "pack": hx(a["pack_id"]),
-            "global_hash": hx(a["global_hash"]), "submissions_root": hx(a["submissions_root"]),
-            "verdicts_hash": hx(a["verdicts_hash"]), "admitted_root": hx(a["admitted_root"]),
-            "signers": int(a["signers"]), "signature": g2_compress(sig).hex() if sig else None,
-            "submissions": submissions, "admitted": admitted, "tx": hx(log["transactionHash"]),
-            "block": int(log["blockNumber"])}
+            pass  # the audit reports a missing or corrupt pack
+    return {
+        "round": int(a["round"]),
+        "pack": hx(a["pack_id"]),
+        "global_hash": hx(a["global_hash"]),
+        "submissions_root": hx(a["submissions_root"]),
+        "verdicts_hash": hx(a["verdicts_hash"]),
+        "admitted_root": hx(a["admitted_root"]),
+        "signers": int(a["signers"]),
+        "signature": g2_compress(sig).hex() if sig else None,
+        "submissions": submissions,
+        "admitted": admitted,
+        "tx": hx(log["transactionHash"]),
+        "block": int(log["blockNumber"]),
+    }
 
 
 def open_index(ledger: Path, contract: Any) -> dict[int, dict[str, Any]]:
@@ -137,8 +173,10 @@ def open_index(ledger: Path, contract: Any) -> dict[int, dict[str, Any]]:
         raise LedgerError(f"cannot resume: {exc}") from None
     on_chain = int(contract.functions.current_round().call())
     if sorted(entries) != list(range(len(entries))) or len(entries) > on_chain:
-        raise LedgerError(f"cannot resume: rounds.jsonl holds rounds {sorted(entries)[:5]}..., "
-                          f"the chain {on_chain} rounds")
+        raise LedgerError(
+            f"cannot resume: rounds.jsonl holds rounds {sorted(entries)[:5]}..., "
+            f"the chain {on_chain} rounds"
+        )
     missing = range(len(entries), on_chain)
     if missing:  # committed, then stopped before the index line was written
         events = committed_events(contract, len(entries))
@@ -150,9 +188,16 @@ def open_index(ledger: Path, contract: Any) -> dict[int, dict[str, Any]]:
     return entries
 
 
-def fresh_manifest(cfg: Any, chain: Chain, contract: Any, committee: Committee | None,
-                   account_seed: str, initial_hash: bytes, initial_pack: bytes,
-                   onchain_bls: bool) -> dict[str, Any]:
+def fresh_manifest(
+    cfg: Any,
+    chain: Chain,
+    contract: Any,
+    committee: Committee | None,
+    account_seed: str,
+    initial_hash: bytes,
+    initial_pack: bytes,
+    onchain_bls: bool,
+) -> dict[str, Any]:
     """``manifest.json`` of a fresh ledger: format, config, contract and its compilation,
     chain, aggregator, account seed, initial model and its pack, committee (the devnet's
     genesis is added by the session)."""
@@ -160,15 +205,26 @@ def fresh_manifest(cfg: Any, chain: Chain, contract: Any, committee: Committee |
 
     comp = compile_flchain()
     return {
-        "format": FORMAT, "config": cfg.replace(resume=None).to_dict(),
-        "seed": cfg.experiment.seed, "channel_id": hx(channel_id(cfg)),
-        "contract": contract.address, "abi": comp.abi,
-        "compiler": {"vyper": comp.compiler_version, "evm_version": comp.evm_version,
-                     "runtime_sha256": comp.runtime_sha256, "source_sha256": comp.source_sha256},
-        "backend": chain.backend, "url": cfg.ledger.ledger_url,
-        "chain_id": chain.w3.eth.chain_id, "aggregator": chain.aggregator.address,
-        "account_seed": account_seed, "initial_global_hash": hx(initial_hash),
+        "format": FORMAT,
+        "config": cfg.replace(resume=None).to_dict(),
+        "seed": cfg.experiment.seed,
+        "channel_id": hx(channel_id(cfg)),
+        "contract": contract.address,
+        "abi": comp.abi,
+        "compiler": {
+            "vyper": comp.compiler_version,
+            "evm_version": comp.evm_version,
+            "runtime_sha256": comp.runtime_sha256,
+            "source_sha256": comp.source_sha256,
+        },
+        "backend": chain.backend,
+        "url": cfg.ledger.ledger_url,
+        "chain_id": chain.w3.eth.chain_id,
+        "aggregator": chain.aggregator.address,
+        "account_seed": account_seed,
+        "initial_global_hash": hx(initial_hash),
         "initial_pack": hx(initial_pack),
         "committee": committee.public_info() if committee else [],
-        "quorum": committee.quorum if committee else 0, "onchain_bls": onchain_bls,
+        "quorum": committee.quorum if committee else 0,
+        "onchain_bls": onchain_bls,
     }

@@ -49,10 +49,10 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
     """Inverse of :func:`canonical_bytes`."""
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 8:
         raise BlobError("not a FedSentry tensor blob (bad magic)")
-    n = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
+    n = int.from_bytes(data[len(MAGIC) : len(MAGIC) + 8], "little")
     start = len(MAGIC) + 8
     try:
-        header = json.loads(data[start:start + n])
+        header = json.loads(data[start : start + n])
     except ValueError:
         raise BlobError("tensor blob header is not valid JSON") from None
     pos, out = start + n, {}
@@ -61,7 +61,7 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
         size = dt.itemsize * int(np.prod(shape, dtype=np.int64))
         if pos + size > len(data):
             raise BlobError(f"tensor blob truncated in {name!r}")
-        out[name] = np.frombuffer(data[pos:pos + size], dtype=dt).reshape(shape).copy()
+        out[name] = np.frombuffer(data[pos : pos + size], dtype=dt).reshape(shape).copy()
         pos += size
     if pos != len(data):
         raise BlobError(f"tensor blob has {len(data) - pos} trailing bytes")

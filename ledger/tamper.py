@@ -51,8 +51,17 @@ from ledger.tamper_tools import (
     write_entries,
 )
 
-__all__ = ["CASES", "RECEIPT_CASES", "RUN_CASES", "Expected", "NotApplicable", "caught",
-           "commitment_from_another_run", "entries", "write_entries"]
+__all__ = [
+    "CASES",
+    "RECEIPT_CASES",
+    "RUN_CASES",
+    "Expected",
+    "NotApplicable",
+    "caught",
+    "commitment_from_another_run",
+    "entries",
+    "write_entries",
+]
 
 Case = Callable[[Path, int], Expected]
 
@@ -64,8 +73,8 @@ def _blocks(run: Path) -> tuple[Path, list[bytes]]:
         raise NotApplicable("not an embedded-devnet run")
     data, recs, i = path.read_bytes(), [], 0
     while i < len(data):  # records: 4-byte big-endian length, then the block's RLP
-        n = int.from_bytes(data[i:i + 4], "big")
-        recs.append(data[i:i + 4 + n])
+        n = int.from_bytes(data[i : i + 4], "big")
+        recs.append(data[i : i + 4 + n])
         i += 4 + n
     return path, recs
 
@@ -104,7 +113,7 @@ def rounds_swapped(run: Path, r: int) -> Expected:
 def index_line_removed(run: Path, r: int) -> Expected:
     """Remove round ``r``'s line from ``rounds.jsonl`` (the chain still has the round)."""
     es = entries(run)
-    write_entries(run, es[:r] + es[r + 1:])
+    write_entries(run, es[:r] + es[r + 1 :])
     return r, None, "round-off-chain"
 
 
@@ -189,15 +198,13 @@ def caught(findings: list[Any], expected: Expected) -> tuple[bool, bool]:
 
 def receipt_for_outsider(run: Path, r: int) -> tuple[Expected, dict[str, Any]]:
     """A member's receipt of round ``r`` presented for a client that did not submit in it."""
-    from ledger.proof import receipt
+    from ledger.proof import receipt, receipt_leaf
 
     ids = clients_of(run, r)
     outsider = max(ids) + 1
     rec = receipt(run, r, ids[0])
     rec["client"] = outsider
-    from ledger.proof import _leaf
-
-    rec["leaf"] = hx(_leaf(outsider, rec))
+    rec["leaf"] = hx(receipt_leaf(outsider, rec))
     return (r, outsider, "inclusion-proof"), rec
 
 

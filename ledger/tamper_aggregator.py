@@ -35,8 +35,13 @@ Case = Callable[[Path, int], Expected]
 
 
 # -- the aggregator: re-committed rounds -------------------------------------------------------
-def _edit_record(run: Path, r: int, c: int, edit: Callable[[dict[str, Any]], None],
-                 key: coincurve.PrivateKey | None = None) -> list[Any]:
+def _edit_record(
+    run: Path,
+    r: int,
+    c: int,
+    edit: Callable[[dict[str, Any]], None],
+    key: coincurve.PrivateKey | None = None,
+) -> list[Any]:
     pack = pack_of(run, r)
     rec = pack_json(pack, f"record/{c}")["record"]
     edit(rec)
@@ -62,8 +67,11 @@ def submission_replayed(run: Path, r: int) -> Expected:
 def record_other_channel(run: Path, r: int) -> Expected:
     """Re-sign a client's record with another channel's id in it."""
     c = clients_of(run, r)[-1]
-    recommit(run, r, _edit_record(run, r, c, lambda rec: rec.update(
-        channel=hx(sha256(b"another channel")))))
+    recommit(
+        run,
+        r,
+        _edit_record(run, r, c, lambda rec: rec.update(channel=hx(sha256(b"another channel")))),
+    )
     return r, c, "record-channel"
 
 
@@ -75,8 +83,17 @@ def _swap_two(run: Path, r: int, kind: str) -> int:
         raise NotApplicable("needs two submissions in a round")
     a, b = ids[0], ids[1]
     pack = pack_of(run, r)
-    recommit(run, r, replace_entries(pack, {f"{kind}/{a}": bytes(pack.raw(f"{kind}/{b}")),
-                                            f"{kind}/{b}": bytes(pack.raw(f"{kind}/{a}"))}))
+    recommit(
+        run,
+        r,
+        replace_entries(
+            pack,
+            {
+                f"{kind}/{a}": bytes(pack.raw(f"{kind}/{b}")),
+                f"{kind}/{b}": bytes(pack.raw(f"{kind}/{a}")),
+            },
+        ),
+    )
     return a
 
 
@@ -95,8 +112,9 @@ def leaf_swapped(run: Path, r: int) -> Expected:
 def signature_forged(run: Path, r: int) -> Expected:
     """Sign a client's record with a key that is not the client's."""
     c = clients_of(run, r)[-1]
-    recommit(run, r, _edit_record(run, r, c, lambda rec: None,
-                                  key=coincurve.PrivateKey(b"\x07" * 32)))
+    recommit(
+        run, r, _edit_record(run, r, c, lambda rec: None, key=coincurve.PrivateKey(b"\x07" * 32))
+    )
     return r, c, "signature"
 
 
@@ -105,17 +123,29 @@ def unadmitted_client(run: Path, r: int) -> Expected:
     pack = pack_of(run, r)
     c0, stranger = clients_of(run, r)[0], 10**6
     rec = dict(pack_json(pack, f"record/{c0}")["record"], client=stranger)
-    recommit(run, r, replace_entries(pack, {}, [
-        (f"update/{stranger}", bytes(pack.raw(f"update/{c0}"))),
-        (f"record/{stranger}", resign(run, rec, stranger))]))
+    recommit(
+        run,
+        r,
+        replace_entries(
+            pack,
+            {},
+            [
+                (f"update/{stranger}", bytes(pack.raw(f"update/{c0}"))),
+                (f"record/{stranger}", resign(run, rec, stranger)),
+            ],
+        ),
+    )
     return r, stranger, "admission"
 
 
 def base_rewritten(run: Path, r: int) -> Expected:
     """Re-sign a client's record claiming it trained from another model."""
     c = clients_of(run, r)[0]
-    recommit(run, r, _edit_record(run, r, c, lambda rec: rec.update(
-        base_hash=hx(sha256(b"another base")))))
+    recommit(
+        run,
+        r,
+        _edit_record(run, r, c, lambda rec: rec.update(base_hash=hx(sha256(b"another base")))),
+    )
     return r, c, "base-model"
 
 
@@ -163,8 +193,9 @@ def verdict_rewritten(run: Path, r: int) -> Expected:
     signature consistent; only the replay can tell)."""
     pack = pack_of(run, r)
     doc = pack_json(pack, "verdicts")
-    bad = [v for v in doc["verdicts"] if not v["kept"] and v["client"] in
-           set(pack.clients("update"))]
+    bad = [
+        v for v in doc["verdicts"] if not v["kept"] and v["client"] in set(pack.clients("update"))
+    ]
     if not bad:
         raise NotApplicable(f"round {r} rejected no client")
     bad[0]["kept"] = True
@@ -212,10 +243,21 @@ def commitment_from_another_run(other: Path) -> Case:
         from ledger.commitment import g2_eip2537
 
         e = es[r]
-        tx = rebuild_chain(run, {("commit", r): (
-            r, unhx(e["global_hash"]), unhx(e["submissions_root"]), unhx(e["verdicts_hash"]),
-            unhx(e["admitted_root"]), unhx(e["pack"]), t["signers"],
-            g2_eip2537(bytes.fromhex(t["signature"])))})
+        tx = rebuild_chain(
+            run,
+            {
+                ("commit", r): (
+                    r,
+                    unhx(e["global_hash"]),
+                    unhx(e["submissions_root"]),
+                    unhx(e["verdicts_hash"]),
+                    unhx(e["admitted_root"]),
+                    unhx(e["pack"]),
+                    t["signers"],
+                    g2_eip2537(bytes.fromhex(t["signature"])),
+                )
+            },
+        )
         es[r]["tx"] = tx.get(r, es[r]["tx"])
         write_entries(run, es)
         return r, None, "committee-signature"
@@ -240,10 +282,10 @@ def _deploy_with(committee_seed: str | None, source_edit: bool) -> Callable[[Any
         c = compile_flchain()
         bytecode = c.bytecode
         if source_edit:  # the same contract, with one revert message changed
-            from ledger.compile import CONTRACT_PATH, _compile
+            from ledger.compile import CONTRACT_PATH, compile_source
 
             src = CONTRACT_PATH.read_text().replace('"not aggregator"', '"not the aggregator"')
-            bytecode = _compile(src, c.evm_version).bytecode
+            bytecode = compile_source(src, c.evm_version).bytecode
         m = chain.manifest
         keys = [bytes.fromhex(x["pubkey"]) for x in m["committee"]]
         from ledger.commitment import g1_eip2537
@@ -251,13 +293,25 @@ def _deploy_with(committee_seed: str | None, source_edit: bool) -> Callable[[Any
         if committee_seed is not None:
             from ledger.committee import Committee
 
-            keys = [bytes.fromhex(x["pubkey"]) for x in
-                    Committee.from_seed(committee_seed, len(keys)).public_info()]
+            keys = [
+                bytes.fromhex(x["pubkey"])
+                for x in Committee.from_seed(committee_seed, len(keys)).public_info()
+            ]
         factory = chain.w3.eth.contract(abi=c.abi, bytecode=bytecode)
-        tx = factory.constructor(unhx(m["channel_id"]), [g1_eip2537(k) for k in keys],
-                                 m["quorum"], bool(m["onchain_bls"])).build_transaction(
-            {"from": chain.aggregator.address, "gas": 10_000_000, "nonce": 0,
-             "maxFeePerGas": 10**10, "maxPriorityFeePerGas": 10**9})
+        tx = factory.constructor(
+            unhx(m["channel_id"]),
+            [g1_eip2537(k) for k in keys],
+            m["quorum"],
+            bool(m["onchain_bls"]),
+        ).build_transaction(
+            {
+                "from": chain.aggregator.address,
+                "gas": 10_000_000,
+                "nonce": 0,
+                "maxFeePerGas": 10**10,
+                "maxPriorityFeePerGas": 10**9,
+            }
+        )
         return unhx(tx["data"])
 
     return data
@@ -285,4 +339,3 @@ def _with_manifest(run: Path, fn: Callable[[Any], bytes]) -> Callable[[Any], byt
         return fn(chain)
 
     return data
-

@@ -43,13 +43,17 @@ def manifest(run: Path) -> dict[str, Any]:
 
 
 def entries(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (ledger_of(run) / "rounds.jsonl").read_text().splitlines()
-            if x.strip()]
+    return [
+        json.loads(x)
+        for x in (ledger_of(run) / "rounds.jsonl").read_text().splitlines()
+        if x.strip()
+    ]
 
 
 def write_entries(run: Path, es: list[dict[str, Any]]) -> None:
     (ledger_of(run) / "rounds.jsonl").write_text(
-        "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in es))
+        "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in es)
+    )
 
 
 def pack_of(run: Path, rnd: int) -> Pack:
@@ -80,8 +84,9 @@ def flip(run: Path, rnd: int, name: str) -> None:
     path.write_bytes(bytes(data))
 
 
-def replace_entries(pack: Pack, changes: dict[str, bytes | None],
-                    add: list[tuple[str, bytes]] = ()) -> list[Entry]:
+def replace_entries(
+    pack: Pack, changes: dict[str, bytes | None], add: list[tuple[str, bytes]] = ()
+) -> list[Entry]:
     """The pack's entries with ``changes`` applied (``None`` removes one), then ``add``."""
     out = []
     for e in pack.to_entries():
@@ -108,17 +113,26 @@ def roots_of(pack_entries: list[Entry]) -> dict[str, bytes]:
         if name.startswith("record/"):
             rec = json.loads(by[name])["record"]
             c = int(name.split("/")[1])
-            leaves[c] = submission_leaf(c, unhx(rec["update_hash"]), int(rec["samples"]),
-                                        unhx(rec["base_hash"]), dig[name])
+            leaves[c] = submission_leaf(
+                c, unhx(rec["update_hash"]), int(rec["samples"]), unhx(rec["base_hash"]), dig[name]
+            )
     adm = {int(c): bytes.fromhex(k) for c, k in json.loads(by["admitted"])["admitted"]}
-    return {"global_hash": dig["global"], "verdicts_hash": dig["verdicts"],
-            "submissions_root": merkle_root([leaves[c] for c in sorted(leaves)]),
-            "admitted_root": merkle_root([admission_leaf(c, adm[c]) for c in sorted(adm)])}
+    return {
+        "global_hash": dig["global"],
+        "verdicts_hash": dig["verdicts"],
+        "submissions_root": merkle_root([leaves[c] for c in sorted(leaves)]),
+        "admitted_root": merkle_root([admission_leaf(c, adm[c]) for c in sorted(adm)]),
+    }
 
 
-def recommit(run: Path, rnd: int, pack_entries: list[Entry] | None = None,
-             sign: str = "committee", override: dict[str, bytes] | None = None,
-             signers: int | None = None) -> dict[str, Any]:
+def recommit(
+    run: Path,
+    rnd: int,
+    pack_entries: list[Entry] | None = None,
+    sign: str = "committee",
+    override: dict[str, bytes] | None = None,
+    signers: int | None = None,
+) -> dict[str, Any]:
     """Write round ``rnd``'s new pack, re-commit it on a re-mined chain and index it.
 
     ``sign``: ``"committee"`` (colluding validators sign the new message), ``"stranger"``
@@ -131,9 +145,17 @@ def recommit(run: Path, rnd: int, pack_entries: list[Entry] | None = None,
         pack_entries = pack_of(run, rnd).to_entries()
     pack_id = write_pack(led, rnd, pack_entries)
     f = {**roots_of(pack_entries), "pack_id": pack_id, **(override or {})}
-    msg = commit_message(int(m["chain_id"]), m["contract"], unhx(m["channel_id"]), rnd,
-                         f["global_hash"], f["submissions_root"], f["verdicts_hash"],
-                         f["admitted_root"], f["pack_id"])
+    msg = commit_message(
+        int(m["chain_id"]),
+        m["contract"],
+        unhx(m["channel_id"]),
+        rnd,
+        f["global_hash"],
+        f["submissions_root"],
+        f["verdicts_hash"],
+        f["admitted_root"],
+        f["pack_id"],
+    )
     e = es[rnd]
     size = len(m["committee"])
     if sign == "keep" or not size:
@@ -146,26 +168,44 @@ def recommit(run: Path, rnd: int, pack_entries: list[Entry] | None = None,
         bitmap = signers
     from ledger.commitment import g2_eip2537
 
-    args = (rnd, f["global_hash"], f["submissions_root"], f["verdicts_hash"],
-            f["admitted_root"], f["pack_id"], bitmap, g2_eip2537(sig) if sig else b"")
+    args = (
+        rnd,
+        f["global_hash"],
+        f["submissions_root"],
+        f["verdicts_hash"],
+        f["admitted_root"],
+        f["pack_id"],
+        bitmap,
+        g2_eip2537(sig) if sig else b"",
+    )
     receipt = rebuild_chain(run, {("commit", rnd): args})
-    e.update(pack=hx(pack_id), global_hash=hx(f["global_hash"]),
-             submissions_root=hx(f["submissions_root"]), verdicts_hash=hx(f["verdicts_hash"]),
-             admitted_root=hx(f["admitted_root"]), signers=bitmap,
-             signature=sig.hex() if sig else None, tx=receipt.get(rnd, e["tx"]))
+    e.update(
+        pack=hx(pack_id),
+        global_hash=hx(f["global_hash"]),
+        submissions_root=hx(f["submissions_root"]),
+        verdicts_hash=hx(f["verdicts_hash"]),
+        admitted_root=hx(f["admitted_root"]),
+        signers=bitmap,
+        signature=sig.hex() if sig else None,
+        tx=receipt.get(rnd, e["tx"]),
+    )
     write_entries(run, es)
     return e
 
 
-def rebuild_chain(run: Path, replace: dict[tuple[str, int], Any] | None = None,
-                  drop_after: int | None = None,
-                  deploy: Callable[[Any], bytes] | None = None) -> dict[int, str]:
+def rebuild_chain(
+    run: Path,
+    replace: dict[tuple[str, int], Any] | None = None,
+    drop_after: int | None = None,
+    deploy: Callable[[Any], bytes] | None = None,
+) -> dict[int, str]:
     """Re-mine the embedded devnet from genesis as its aggregator: the same transactions, but
     round ``r``'s commitment replaced by ``replace[("commit", r)]`` (the ``commit`` arguments),
     blocks after ``drop_after`` left out, the deployment replaced by ``deploy(chain)`` (its
     raw data); then export it again. Returns the new transaction hash of each replaced round."""
+    from ledger.chain import Chain
     from ledger.devnet import ChainExporter, import_chain
-    from ledger.pyevm import DeterministicBackend, _make_chain
+    from ledger.pyevm import DeterministicBackend
 
     led = ledger_of(run)
     if not (led / "chain" / "blocks.rlp").is_file():
@@ -176,7 +216,7 @@ def rebuild_chain(run: Path, replace: dict[tuple[str, int], Any] | None = None,
     evm = old.chain.w3.provider.ethereum_tester.backend.chain
     spec = json.loads((led / "chain" / "genesis.json").read_text())
     backend = DeterministicBackend.from_spec(spec)
-    chain = _make_chain(backend, spec)
+    chain = Chain.on_devnet(backend, spec)
     agg = chain.aggregator
     m = manifest(run)
     contract = chain.w3.eth.contract(address=m["contract"], abi=m["abi"])
@@ -193,8 +233,7 @@ def rebuild_chain(run: Path, replace: dict[tuple[str, int], Any] | None = None,
             elif tx.to == unhx(m["contract"]) and replace:
                 rnd = int.from_bytes(tx.data[4:36], "big")
                 if ("commit", rnd) in replace:
-                    data = contract.functions.commit(*replace[("commit", rnd)]
-                                                     )._encode_transaction_data()
+                    data = contract.encode_abi("commit", args=list(replace[("commit", rnd)]))
                     raw = _signed(chain, agg, tx, m["contract"], unhx(data))
                     new_tx[rnd] = hx(keccak(raw))
             raws.append(raw)
@@ -207,14 +246,36 @@ def rebuild_chain(run: Path, replace: dict[tuple[str, int], Any] | None = None,
 
 def _signed(chain: Any, sender: Any, tx: Any, to: str | None, data: bytes) -> bytes:
     """``tx`` with new data, signed again by ``sender`` (same nonce, gas and fees)."""
-    d = {"to": to or "", "data": data, "value": tx.value, "gas": tx.gas, "nonce": tx.nonce,
-         "chainId": tx.chain_id, "type": 2, "maxFeePerGas": tx.max_fee_per_gas,
-         "maxPriorityFeePerGas": tx.max_priority_fee_per_gas}
+    d = {
+        "to": to or "",
+        "data": data,
+        "value": tx.value,
+        "gas": tx.gas,
+        "nonce": tx.nonce,
+        "chainId": tx.chain_id,
+        "type": 2,
+        "maxFeePerGas": tx.max_fee_per_gas,
+        "maxPriorityFeePerGas": tx.max_priority_fee_per_gas,
+    }
     if to is None:
         del d["to"]
     return bytes(sender.sign_transaction(d).raw_transaction)
 
 
-__all__ = ["Expected", "NotApplicable", "canonical_json", "clients_of", "entries", "flip",
-           "manifest", "pack_json", "pack_of", "rebuild_chain", "recommit", "replace_entries",
-           "resign", "roots_of", "write_entries"]
+__all__ = [
+    "Expected",
+    "NotApplicable",
+    "canonical_json",
+    "clients_of",
+    "entries",
+    "flip",
+    "manifest",
+    "pack_json",
+    "pack_of",
+    "rebuild_chain",
+    "recommit",
+    "replace_entries",
+    "resign",
+    "roots_of",
+    "write_entries",
+]

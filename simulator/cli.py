@@ -9,7 +9,8 @@ import logging
 import sys
 from typing import Any, get_type_hints
 
-from simulator.config.sections import SECTIONS, ConfigError, _type_name, field_index, load_config
+from simulator.config.fields import ConfigError, type_name
+from simulator.config.sections import SECTIONS, field_index, load_config
 
 
 def parse_kv(text: str) -> tuple[str, Any]:
@@ -32,13 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="python -m simulator",
         description="Run one FedSentry federated simulation. Values come from the defaults, "
-                    "then --config FILE (YAML, one mapping per section), then these flags.",
+        "then --config FILE (YAML, one mapping per section), then these flags.",
     )
     p.add_argument("--config", metavar="FILE", help="YAML config file")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the resolved config as YAML and exit")
-    p.add_argument("--config-markdown", action="store_true",
-                   help="print the config reference as a Markdown table (as in README) and exit")
+    p.add_argument(
+        "--print-config", action="store_true", help="print the resolved config as YAML and exit"
+    )
+    p.add_argument(
+        "--config-markdown",
+        action="store_true",
+        help="print the config reference as a Markdown table (as in README) and exit",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     index = field_index()
     groups = {s: p.add_argument_group(f"{s} options") for s in SECTIONS}
@@ -46,18 +51,35 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         help_ = f.metadata.get("help", "")
         choices = f.metadata.get("choices")
-        t = _type_name(get_type_hints(SECTIONS[sec])[name])
+        t = type_name(get_type_hints(SECTIONS[sec])[name])
         default = f.default if f.default is not f.default_factory else None  # type: ignore
         if t.startswith("dict"):
-            groups[sec].add_argument(flag, dest=name, type=parse_kv, action="append",
-                                     metavar="KEY=VALUE", help=help_, default=None)
+            groups[sec].add_argument(
+                flag,
+                dest=name,
+                type=parse_kv,
+                action="append",
+                metavar="KEY=VALUE",
+                help=help_,
+                default=None,
+            )
         elif t.startswith("bool"):
-            groups[sec].add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
-                                     default=None, help=f"{help_} (default: {default})")
+            groups[sec].add_argument(
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{help_} (default: {default})",
+            )
         else:
-            groups[sec].add_argument(flag, dest=name, default=None, choices=choices,
-                                     metavar=None if choices else name.split("_")[-1].upper(),
-                                     help=f"{help_} (default: {default})")
+            groups[sec].add_argument(
+                flag,
+                dest=name,
+                default=None,
+                choices=choices,
+                metavar=None if choices else name.split("_")[-1].upper(),
+                help=f"{help_} (default: {default})",
+            )
     return p
 
 
@@ -70,29 +92,34 @@ def config_markdown() -> str:
         meaning = f.metadata.get("help", "").replace("%%", "%")
         if ch:
             meaning += f" ({', '.join(ch)})"
-        lines.append(f"| {sec} | `{name}` / `--{name.replace('_', '-')}` | `{default}` | "
-                     f"{meaning} |")
+        lines.append(
+            f"| {sec} | `{name}` / `--{name.replace('_', '-')}` | `{default}` | {meaning} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     if args.config_markdown:
         print(config_markdown(), end="")
         return 0
-    flat = {k: v for k, v in vars(args).items()
-            if k not in ("config", "print_config", "verbose", "config_markdown")
-            and v is not None}
+    flat = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("config", "print_config", "verbose", "config_markdown") and v is not None
+    }
     index = field_index()
     for k in flat:  # KEY=VALUE maps (defense, attack, algorithm and policy parameters)
-        if _type_name(get_type_hints(SECTIONS[index[k][0]])[k]).startswith("dict"):
+        if type_name(get_type_hints(SECTIONS[index[k][0]])[k]).startswith("dict"):
             flat[k] = dict(flat[k])
     from ledger.errors import LedgerError, LedgerRoundError
     from simulator.data import DataError
-    from simulator.population.devices import TraceError
+    from simulator.population.traces import TraceError
     from simulator.run.experiment import resume_config, run_experiment
 
     try:
@@ -100,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             others = sorted(k for k in flat if k not in ("resume", "progress"))
             if others or args.config:
                 extra = "--config" if args.config else "--" + others[0].replace("_", "-")
-                raise ConfigError(f"output.resume: {extra} cannot be combined with --resume "
-                                  "(a resumed run keeps its saved config)")
+                raise ConfigError(
+                    f"output.resume: {extra} cannot be combined with --resume "
+                    "(a resumed run keeps its saved config)"
+                )
             cfg = resume_config(flat["resume"])
         else:
             cfg = load_config(args.config, flat)
@@ -112,8 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         summary = run_experiment(cfg)
     except LedgerRoundError as e:
-        print(f"error: ledger: {e}; rounds before it are recorded, resume with: "
-              f"python -m simulator --resume {cfg.output.out}", file=sys.stderr)
+        print(
+            f"error: ledger: {e}; rounds before it are recorded, resume with: "
+            f"python -m simulator --resume {cfg.output.out}",
+            file=sys.stderr,
+        )
         return 1
     except (ConfigError, DataError, TraceError, ValueError, ConnectionError, LedgerError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
@@ -122,7 +154,20 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; events so far are in the output directory", file=sys.stderr)
         return 130
     acc = summary["final_accuracy"]
-    print(json.dumps({k: summary[k] for k in ("rounds", "final_accuracy", "best_accuracy",
-                                              "virtual_time", "wall_time", "out")}))
+    print(
+        json.dumps(
+            {
+                k: summary[k]
+                for k in (
+                    "rounds",
+                    "final_accuracy",
+                    "best_accuracy",
+                    "virtual_time",
+                    "wall_time",
+                    "out",
+                )
+            }
+        )
+    )
     print(f"final test accuracy: {acc:.4f}" if acc is not None else "final test accuracy: n/a")
     return 0

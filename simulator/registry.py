@@ -53,8 +53,9 @@ class Registry(Generic[T]):
         if name is None:
             name = getattr(obj, "name", None)
             if not isinstance(name, str) or not name:
-                raise TypeError(f"{self.kind} {obj!r}: register it with a name (no 'name' "
-                                f"attribute)")
+                raise TypeError(
+                    f"{self.kind} {obj!r}: register it with a name (no 'name' attribute)"
+                )
         elif isinstance(obj, type) or hasattr(obj, "__dict__"):
             try:
                 obj.name = name  # type: ignore[attr-defined]
@@ -99,6 +100,11 @@ class Registry(Generic[T]):
 
     def __getitem__(self, name: str) -> T:
         return self.get(name)
+
+    def __delitem__(self, name: str) -> None:
+        """Unregister ``name`` (a test that registered a plugin of its own removes it again)."""
+        self.get(name)
+        del self._items[name]
 
     def map(self, fn: Callable[[T], Any]) -> dict[str, Any]:
         """``{name: fn(plugin)}`` over every plugin."""

@@ -54,10 +54,12 @@ def stream(seed: int, rnd: int, which: Stream) -> np.random.Generator:
 def client_seeds(seed: int, rnd: int, clients: np.ndarray) -> np.ndarray:
     """Per-client training seeds of one round: a splitmix64 hash of (seed, round, client)."""
     with np.errstate(over="ignore"):
-        z = (np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-             + np.uint64(rnd) * np.uint64(0xBF58476D1CE4E5B9)
-             + np.asarray(clients, dtype=np.uint64) * np.uint64(0x94D049BB133111EB)
-             + np.uint64(int(Stream.CLIENT)))
+        z = (
+            np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+            + np.uint64(rnd) * np.uint64(0xBF58476D1CE4E5B9)
+            + np.asarray(clients, dtype=np.uint64) * np.uint64(0x94D049BB133111EB)
+            + np.uint64(int(Stream.CLIENT))
+        )
         for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
             z = (z ^ (z >> np.uint64(shift))) * np.uint64(mult)
         z = z ^ (z >> np.uint64(31))

@@ -15,15 +15,22 @@ ROOT = Path(__file__).resolve().parents[1]
 WALL = ("wall_time", "slowest_train_seconds", "chunks", "placement")
 
 
-def run_cli(*args: str, failpoint: str | None = None, timeout: float = 180
-            ) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, failpoint: str | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
     """``python -m simulator ARGS`` with ``FEDSENTRY_FAILPOINT`` set (or unset)."""
     env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
     env["OMP_NUM_THREADS"] = "1"  # a tiny model: one thread is fastest, and every run alike
     if failpoint is not None:
         env[FAILPOINT_ENV] = failpoint
-    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "simulator", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def strip_wall(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,8 +18,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OFFLINE_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "HTTP_PROXY": "http://127.0.0.1:9",
-               "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
+OFFLINE_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "NO_PROXY": "127.0.0.1,localhost",
+}
 
 
 def marked_pids(marker: str) -> list[int]:
@@ -70,9 +74,15 @@ def helper_run(script: Path, args: list[str], what: str, timeout_s: float) -> It
     short = tempfile.mkdtemp(prefix="rt", dir="/tmp")
     env = {**os.environ, **OFFLINE_ENV, "RAY_TMPDIR": short}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, str(script), *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         try:
             log, _ = proc.communicate(timeout=timeout_s)

@@ -12,8 +12,15 @@ from simulator.config.sections import Config, build_config
 
 # A run small enough for a unit test: digits (8x8), 10 clients, 4 per round, 1 local epoch.
 SMALL: dict[str, Any] = {
-    "backend": "local", "dataset": "digits", "num_clients": 10, "clients_per_round": 4,
-    "rounds": 3, "local_epochs": 1, "batch_size": 16, "hidden": 16, "progress": False,
+    "backend": "local",
+    "dataset": "digits",
+    "num_clients": 10,
+    "clients_per_round": 4,
+    "rounds": 3,
+    "local_epochs": 1,
+    "batch_size": 16,
+    "hidden": 16,
+    "progress": False,
     "plots": False,
 }
 

@@ -13,9 +13,13 @@ from defenses import DefenseContext
 Scorer = Callable[[torch.Tensor], dict[str, np.ndarray]]
 
 
-def stub_scorer(accuracy: list[float], loss: list[float], entropy: list[float],
-                expect: list[list[float]] | None = None,
-                seen: list[torch.Tensor] | None = None) -> Scorer:
+def stub_scorer(
+    accuracy: list[float],
+    loss: list[float],
+    entropy: list[float],
+    expect: list[list[float]] | None = None,
+    seen: list[torch.Tensor] | None = None,
+) -> Scorer:
     """Returns the given scores in row order; checks it got the full ``[K, P]`` models
     (``expect``) and records what it was given (``seen``)."""
 
@@ -25,16 +29,21 @@ def stub_scorer(accuracy: list[float], loss: list[float], entropy: list[float],
             torch.testing.assert_close(models, torch.tensor(expect), rtol=0, atol=1e-6)
         if seen is not None:
             seen.append(models.clone())
-        return {"accuracy": np.array(accuracy, np.float64), "loss": np.array(loss),
-                "entropy": np.array(entropy)}
+        return {
+            "accuracy": np.array(accuracy, np.float64),
+            "loss": np.array(loss),
+            "entropy": np.array(entropy),
+        }
 
     return score
 
 
-def ctx_of(score: Scorer | None, rnd: int = 0,
-           bases: dict[int, list[float]] | None = None) -> DefenseContext:
+def ctx_of(
+    score: Scorer | None, rnd: int = 0, bases: dict[int, list[float]] | None = None
+) -> DefenseContext:
     """A context at round ``rnd`` whose global-model history is ``bases`` (default zeros)."""
     bases = bases or {rnd: [0.0, 0.0]}
     table = {r: torch.tensor(b) for r, b in bases.items()}
-    return DefenseContext(round=rnd, global_flat=table[rnd], score_models=score,
-                          base_model=table.__getitem__)
+    return DefenseContext(
+        round=rnd, global_flat=table[rnd], score_models=score, base_model=table.__getitem__
+    )

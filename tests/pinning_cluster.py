@@ -45,12 +45,24 @@ def main(out: Path) -> int:
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
         kinds = parse_actor_kinds({"a": "threads=1", "b": "threads=2"})
-        pool = RayPool(ModelSpec("mlp", (4,), 2, hidden=4), np.zeros((4, 4), np.float32),
-                       np.array([0, 1, 0, 1]), PartitionData.from_lists([np.arange(4)]), 0,
-                       kinds=kinds)
-        out.write_text(json.dumps({"head": cluster.head_node.node_id,
-                                   "second": second.node_id, "nodes": pool.actor_nodes(),
-                                   "kinds": pool.kinds()}))
+        pool = RayPool(
+            ModelSpec("mlp", (4,), 2, hidden=4),
+            np.zeros((4, 4), np.float32),
+            np.array([0, 1, 0, 1]),
+            PartitionData.from_lists([np.arange(4)]),
+            0,
+            kinds=kinds,
+        )
+        out.write_text(
+            json.dumps(
+                {
+                    "head": cluster.head_node.node_id,
+                    "second": second.node_id,
+                    "nodes": pool.actor_nodes(),
+                    "kinds": pool.kinds(),
+                }
+            )
+        )
         pool.shutdown()
     finally:
         ray.shutdown()  # the driver leaves first: Ray refuses to remove the node it is on

@@ -11,15 +11,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.pool import LocalExecutor, RayPool, expand, merge_results
+from actors.merge import expand, merge_results
+from actors.pool import LocalExecutor, RayPool
 from actors.trainer import ClientTrainer, TrainRequest, TrainTask
 from simulator.algorithms import make_algorithm
-from simulator.config.sections import AlgorithmConfig, Config, build_config
+from simulator.config.learning import AlgorithmConfig
+from simulator.config.sections import Config, build_config
 from simulator.data.clients import PartitionData
 from simulator.placement.legacy import greedy, place, round_robin
 from simulator.run.federation import Federation, build_federation
+from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec
+from simulator.training.stacked import LocalSpec
 
 # ------------------------------------------------------------------------------- placement
 
@@ -76,15 +79,21 @@ def test_small_rounds_use_fewer_actors() -> None:
 # --------------------------------------------------------------------------- merge_results
 
 
-def part(clients: list[int], returned: list[int], agg: list[float] | None, weight: float,
-         seconds: float) -> dict[str, Any]:
+def part(
+    clients: list[int], returned: list[int], agg: list[float] | None, weight: float, seconds: float
+) -> dict[str, Any]:
     """A worker's compact answer: per-client numbers (id, loss, steps, samples, finite,
     returned) in one array, the returned rows, the partial sum."""
     rows = np.array([[float(c)] * 2 for c in returned], np.float32).reshape(-1, 2)
     meta = np.array([[c, c / 10, 2 * c, 3 * c, 1.0, float(c in returned)] for c in clients])
-    return {"meta": meta.reshape(-1, 6), "rows": rows if returned else None,
-            "sum": None if agg is None else np.array(agg), "sum_weight": weight,
-            "outputs": {"e": np.array(clients, np.float32)[:, None]}, "seconds": seconds}
+    return {
+        "meta": meta.reshape(-1, 6),
+        "rows": rows if returned else None,
+        "sum": None if agg is None else np.array(agg),
+        "sum_weight": weight,
+        "outputs": {"e": np.array(clients, np.float32)[:, None]},
+        "seconds": seconds,
+    }
 
 
 def test_merge_results_orders_by_client_order() -> None:
@@ -104,7 +113,8 @@ def test_merge_results_orders_by_client_order() -> None:
     # one chunk per worker answer: steps 2c, samples 3c per client c (see part())
     assert out["chunks"] == [
         {"clients": 2, "max_steps": 10, "steps": 12, "samples": 18, "seconds": 0.5},
-        {"clients": 2, "max_steps": 14, "steps": 18, "samples": 27, "seconds": 2.0}]
+        {"clients": 2, "max_steps": 14, "steps": 18, "samples": 27, "seconds": 2.0},
+    ]
     one = merge_results(parts[:1], [5, 1])
     assert one["chunks"] == out["chunks"][:1]
 
@@ -116,7 +126,8 @@ def test_merge_results_empty() -> None:
     only_sums = merge_results([part([3], [], [1.0, 1.0], 2.0, 0.1)], [3])
     assert only_sums["rows"] is None and only_sums["row_ids"].tolist() == []
     assert out["chunks"] == [] and only_sums["chunks"] == [
-        {"clients": 1, "max_steps": 6, "steps": 6, "samples": 9, "seconds": 0.1}]
+        {"clients": 1, "max_steps": 6, "steps": 6, "samples": 9, "seconds": 0.1}
+    ]
 
 
 # ------------------------------------------------------------------------------- trainers
@@ -124,16 +135,25 @@ def test_merge_results_empty() -> None:
 
 @pytest.fixture(scope="module")
 def fed() -> Federation:
-    cfg = build_config(flat={"backend": "local", "num_clients": 8, "hidden": 16,
-                             "partition": "iid"})
+    cfg = build_config(
+        flat={
+            "backend": "local",
+            "num_clients": 8,
+            "clients_per_round": 8,
+            "hidden": 16,
+            "partition": "iid",
+        }
+    )
     return build_federation(cfg)
 
 
-SPEC = LocalSpec(lr=0.1, batch_size=16, weight_decay=0.001,
-                 step=make_algorithm(AlgorithmConfig(algorithm="fedprox",
-                                                     algorithm_params={"mu": 0.1})))
-TASKS = [TrainTask(c, e, 100 + c, 0) for c, e in ((0, 2), (1, 1), (2, 2), (3, 1), (5, 1),
-                                                  (6, 2))]
+SPEC = LocalSpec(
+    lr=0.1,
+    batch_size=16,
+    weight_decay=0.001,
+    step=make_algorithm(AlgorithmConfig(algorithm="fedprox", algorithm_params={"mu": 0.1})),
+)
+TASKS = [TrainTask(c, e, 100 + c, 0) for c, e in ((0, 2), (1, 1), (2, 2), (3, 1), (5, 1), (6, 2))]
 
 
 def requests(groups: list[list[TrainTask]]) -> list[TrainRequest]:
@@ -141,8 +161,9 @@ def requests(groups: list[list[TrainTask]]) -> list[TrainRequest]:
 
 
 def trainer_of(fed: Federation, x: np.ndarray | None = None) -> ClientTrainer:
-    t = ClientTrainer(fed.model_spec, fed.x_train if x is None else x, fed.y_train,
-                      fed.clients, threads=None)
+    t = ClientTrainer(
+        fed.model_spec, fed.x_train if x is None else x, fed.y_train, fed.clients, threads=None
+    )
     t.configure(SPEC, True)
     return t
 
@@ -177,8 +198,11 @@ def test_trainer_partial_sum(fed: Federation) -> None:
     g = fed.layout.flatten(fed.model).numpy()
     trainer = trainer_of(fed)
     plain = expand(trainer.train(g, TrainRequest(TASKS[:3])))
-    res = expand(trainer.train(g, TrainRequest(TASKS[:3], np.array([True, False, True]),
-                                               np.array([2.0, 0.0, 0.5]))))
+    res = expand(
+        trainer.train(
+            g, TrainRequest(TASKS[:3], np.array([True, False, True]), np.array([2.0, 0.0, 0.5]))
+        )
+    )
     assert res["row_ids"].tolist() == [1] and res["sum_weight"] == 2.5
     np.testing.assert_allclose(res["rows"][0], plain["rows"][1], rtol=0, atol=1e-6)
     expected = 2.0 * plain["rows"][0].astype(np.float64) + 0.5 * plain["rows"][2]
@@ -264,7 +288,7 @@ def test_actor_killed_between_rounds(pool: RayPool, fed: Federation) -> None:
 def test_actor_dead_before_first_round(pool: RayPool, fed: Federation) -> None:
     groups = place(TASKS, 2, "greedy")
     pool.kill(0)
-    pool.configure(SPEC, True)   # the settings of a run's first round find the actor dead
+    pool.configure(SPEC, True)  # the settings of a run's first round find the actor dead
     res = pool.run(requests(groups), fed.layout.flatten(fed.model).numpy())
     assert pool.restarts == 1
     assert_same(res, local_result(fed, groups))
@@ -287,8 +311,16 @@ def test_run_experiment_on_ray(ray_session: None, tmp_path: Path) -> None:
     from simulator.run.experiment import run_experiment
     from simulator.run.output import read_events
 
-    flat = {"num_clients": 8, "clients_per_round": 4, "rounds": 2, "local_epochs": 1,
-            "hidden": 16, "progress": False, "plots": False, "num_actors": 2}
+    flat = {
+        "num_clients": 8,
+        "clients_per_round": 4,
+        "rounds": 2,
+        "local_epochs": 1,
+        "hidden": 16,
+        "progress": False,
+        "plots": False,
+        "num_actors": 2,
+    }
     cfg: Config = build_config(flat={**flat, "backend": "ray", "out": str(tmp_path / "ray")})
     summary = run_experiment(cfg)
     assert summary["rounds"] == 2 and summary["client_updates"] == 8
@@ -310,13 +342,19 @@ def test_model_spec_travels_to_actors(ray_session: None) -> None:
     spec = ModelSpec("cnn", (1, 8, 8), 10, hidden=8, norm="batch")
     x = np.zeros((4, 1, 8, 8), np.float32)
     y = np.zeros(4, np.int64)
-    actor = ray.remote(ClientTrainer).options(num_cpus=1).remote(
-        spec, x, y, PartitionData.from_lists([np.arange(4)]))
+    actor = (
+        ray.remote(ClientTrainer)
+        .options(num_cpus=1)
+        .remote(spec, x, y, PartitionData.from_lists([np.arange(4)]))
+    )
     try:
         ray.get(actor.configure.remote(LocalSpec(lr=0.1, batch_size=4)))
-        res = ray.get(actor.train.remote(
-            FlatLayout(spec.build(seed=0)).flatten(spec.build(seed=0)).numpy(),
-            TrainRequest([TrainTask(0, 1, 0)])))
+        res = ray.get(
+            actor.train.remote(
+                FlatLayout(spec.build(seed=0)).flatten(spec.build(seed=0)).numpy(),
+                TrainRequest([TrainTask(0, 1, 0)]),
+            )
+        )
         assert res["rows"].shape == (1, FlatLayout(spec.build()).size)
         assert expand(res)["steps"].tolist() == [1]
     finally:
@@ -368,13 +406,18 @@ def test_more_actors_than_cpus_fails_fast() -> None:
     import signal
 
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen([sys.executable, "-c", OVERSUBSCRIBE], cwd=root, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OVERSUBSCRIBE],
+        cwd=root,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)   # the child and the Ray processes it started
+        os.killpg(proc.pid, signal.SIGKILL)  # the child and the Ray processes it started
         proc.communicate()
         pytest.fail("child did not exit within 120 s")
     assert proc.returncode == 2, out

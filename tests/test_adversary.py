@@ -13,8 +13,9 @@ from conftest import run_records
 from simulator.config.sections import Config
 from simulator.round.adversary import detection
 from simulator.round.engine import Simulation
+from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
+from simulator.training.stacked import LocalSpec, train_clients
 
 MakeConfig = Callable[..., Config]
 
@@ -49,14 +50,22 @@ def first_round_rows(cfg: Config) -> tuple[dict[int, np.ndarray], list[int]]:
         sim.close()
     b = cap.batches[0]
     return {int(c): b.updates[i].numpy() for i, c in enumerate(b.client_ids)}, rec.extra[
-        "malicious"]
+        "malicious"
+    ]
 
 
 def test_signflip_rows_are_minus_four_times_the_honest_ones(make_config: MakeConfig) -> None:
     clean, _ = first_round_rows(make_config("clean", num_clients=10, clients_per_round=10))
-    attacked, mal = first_round_rows(make_config(
-        "atk", num_clients=10, clients_per_round=10, attack="signflip",
-        attack_fraction=0.3, attack_params={"scale": 4}))
+    attacked, mal = first_round_rows(
+        make_config(
+            "atk",
+            num_clients=10,
+            clients_per_round=10,
+            attack="signflip",
+            attack_fraction=0.3,
+            attack_params={"scale": 4},
+        )
+    )
     assert len(mal) == 3  # round(0.3 * 10) of a fixed seeded set, all selected
     for c, row in attacked.items():
         expected = -4 * clean[c] if c in mal else clean[c]
@@ -82,15 +91,20 @@ def test_labelflip_trains_on_reversed_labels() -> None:
     torch.testing.assert_close(out.updates[1], hon.updates[0], rtol=1e-6, atol=1e-7)
 
 
-def test_redraw_mode_counts_and_detection_fields(make_config: MakeConfig, tmp_path: Path
-                                                 ) -> None:
-    cfg = make_config(num_clients=10, clients_per_round=5, rounds=3, attack="labelflip",
-                      attack_fraction=0.4, malicious_mode="redraw", defense="krum",
-                      defense_params={"f": 1})
+def test_redraw_mode_counts_and_detection_fields(make_config: MakeConfig, tmp_path: Path) -> None:
+    cfg = make_config(
+        num_clients=10,
+        clients_per_round=5,
+        rounds=3,
+        attack="labelflip",
+        attack_fraction=0.4,
+        malicious_mode="redraw",
+        defense="krum",
+        defense_params={"f": 1},
+    )
     recs = run_records(cfg)
     draws = [r.extra["malicious"] for r in recs]
-    assert all(len(m) == 2 and set(m) <= set(r.selected) for m, r in zip(draws, recs,
-                                                                          strict=True))
+    assert all(len(m) == 2 and set(m) <= set(r.selected) for m, r in zip(draws, recs, strict=True))
     assert len({tuple(m) for m in draws}) > 1  # re-drawn, not fixed
     for r in recs:
         d = r.extra["detection"]
@@ -101,9 +115,17 @@ def test_labelflip_hurts_fedavg_and_siren_recovers(tmp_path: Path) -> None:
     """Seeded end to end: 40% label flip on Siren's setting (10 IID clients, all selected)."""
     from simulator.config.sections import build_config
 
-    base = {"backend": "local", "partition": "iid", "num_clients": 10, "clients_per_round": 10,
-            "local_epochs": 5, "public_fraction": 0.07, "rounds": 15, "progress": False,
-            "plots": False}
+    base = {
+        "backend": "local",
+        "partition": "iid",
+        "num_clients": 10,
+        "clients_per_round": 10,
+        "local_epochs": 5,
+        "public_fraction": 0.07,
+        "rounds": 15,
+        "progress": False,
+        "plots": False,
+    }
 
     def final(name: str, **kw: object) -> float:
         sim = Simulation(build_config(flat={**base, **kw, "out": str(tmp_path / name)}))
@@ -114,11 +136,16 @@ def test_labelflip_hurts_fedavg_and_siren_recovers(tmp_path: Path) -> None:
 
     clean = final("clean")
     fedavg = final("fedavg", attack="labelflip", attack_fraction=0.4)
-    siren = final("siren", attack="labelflip", attack_fraction=0.4, defense="siren",
-                  defense_params={"rounds_total": 15})
+    siren = final(
+        "siren",
+        attack="labelflip",
+        attack_fraction=0.4,
+        defense="siren",
+        defense_params={"rounds_total": 15},
+    )
     assert clean > 0.9
-    assert fedavg < clean - 0.1          # the attack visibly hurts plain averaging
-    assert siren > fedavg + 0.05         # Siren recovers most of it (seed 0: 0.900 vs 0.791)
+    assert fedavg < clean - 0.1  # the attack visibly hurts plain averaging
+    assert siren > fedavg + 0.05  # Siren recovers most of it (seed 0: 0.900 vs 0.791)
     assert siren >= 0.9 * clean
 
 
@@ -126,13 +153,24 @@ def test_detection_summary_by_hand() -> None:
     from simulator.run.output import summarize
 
     events = [
-        {"round": 0, "detection": {"tp": 1, "fp": 1, "fn": 1, "tn": 3},
-         "verdicts": [{"client": 4, "kept": False, "reason": "abnormal-accuracy"}]},
-        {"round": 1, "detection": {"tp": 2, "fp": 0, "fn": 0, "tn": 4},
-         "verdicts": [{"client": 4, "kept": False, "reason": "banned"}]},
-        {"round": 2, "detection": {"tp": 1, "fp": 1, "fn": 1, "tn": 3},
-         "verdicts": [{"client": 4, "kept": False, "reason": "banned"},
-                      {"client": 7, "kept": False, "reason": "banned"}]},
+        {
+            "round": 0,
+            "detection": {"tp": 1, "fp": 1, "fn": 1, "tn": 3},
+            "verdicts": [{"client": 4, "kept": False, "reason": "abnormal-accuracy"}],
+        },
+        {
+            "round": 1,
+            "detection": {"tp": 2, "fp": 0, "fn": 0, "tn": 4},
+            "verdicts": [{"client": 4, "kept": False, "reason": "banned"}],
+        },
+        {
+            "round": 2,
+            "detection": {"tp": 1, "fp": 1, "fn": 1, "tn": 3},
+            "verdicts": [
+                {"client": 4, "kept": False, "reason": "banned"},
+                {"client": 7, "kept": False, "reason": "banned"},
+            ],
+        },
     ]
     s = summarize(events)
     # tp 4, fp 2, fn 2, tn 10
@@ -143,8 +181,15 @@ def test_detection_summary_by_hand() -> None:
 
 def test_backdoor_success_rate_is_measured(make_config: MakeConfig) -> None:
     clean = make_config("clean", rounds=8, partition="iid", local_epochs=2)
-    bd = make_config("bd", rounds=8, partition="iid", local_epochs=2, attack="backdoor",
-                     attack_fraction=0.4, attack_params={"target": 0, "poison_fraction": 1.0})
+    bd = make_config(
+        "bd",
+        rounds=8,
+        partition="iid",
+        local_epochs=2,
+        attack="backdoor",
+        attack_fraction=0.4,
+        attack_params={"target": 0, "poison_fraction": 1.0},
+    )
     runs = {}
     for name, cfg in (("clean", clean), ("bd", bd)):
         runs[name] = run_records(cfg)
@@ -154,9 +199,14 @@ def test_backdoor_success_rate_is_measured(make_config: MakeConfig) -> None:
 
 
 def test_model_replacement_poisons_training_with_its_backdoor(make_config: MakeConfig) -> None:
-    cfg = make_config(rounds=1, num_clients=10, clients_per_round=10,
-                      attack="model_replacement", attack_fraction=0.2,
-                      attack_params={"target": 0})
+    cfg = make_config(
+        rounds=1,
+        num_clients=10,
+        clients_per_round=10,
+        attack="model_replacement",
+        attack_fraction=0.2,
+        attack_params={"target": 0},
+    )
     sim = Simulation(cfg)
     try:
         assert sim.spec.data_attack is sim.attack.data

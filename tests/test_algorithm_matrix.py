@@ -28,16 +28,28 @@ PARAMS: dict[str, dict[str, Any]] = {"fedbn": {}}
 #: model settings an algorithm needs (FedBN keeps BatchNorm on the clients)
 MODEL: dict[str, dict[str, Any]] = {"fedbn": {"norm": "batch"}}
 #: defense parameters for 8 rows with 2 malicious (Krum needs n > 2f + 2, Bulyan n >= 4f + 3)
-DEFENSE: dict[str, dict[str, Any]] = {"krum": {"f": 2}, "multikrum": {"f": 2},
-                                      "bulyan": {"f": 1}, "trimmedmean": {"f": 2},
-                                      "siren": {"rounds_total": 1}}
+DEFENSE: dict[str, dict[str, Any]] = {
+    "krum": {"f": 2},
+    "multikrum": {"f": 2},
+    "bulyan": {"f": 1},
+    "trimmedmean": {"f": 2},
+    "siren": {"rounds_total": 1},
+}
 WALL = ("wall_time", "slowest_train_seconds", "chunks", "placement")
 
 
 def config(out: Path, algorithm: str, **kw: Any) -> Any:
-    flat = {"algorithm": algorithm, "algorithm_params": PARAMS.get(algorithm, {}),
-            "num_clients": 10, "clients_per_round": 8, "hidden": 8, "rounds": 1,
-            "public_fraction": 0.05, **MODEL.get(algorithm, {}), **kw}
+    flat = {
+        "algorithm": algorithm,
+        "algorithm_params": PARAMS.get(algorithm, {}),
+        "num_clients": 10,
+        "clients_per_round": 8,
+        "hidden": 8,
+        "rounds": 1,
+        "public_fraction": 0.05,
+        **MODEL.get(algorithm, {}),
+        **kw,
+    }
     return small_config(out, **flat)
 
 
@@ -47,9 +59,14 @@ def test_every_defense_and_attack(algorithm: str, tmp_path: Path) -> None:
     offset = sorted(ALGORITHMS).index(algorithm)
     for i, defense in enumerate(sorted(DEFENSES)):
         attack = attacks[(i + offset) % len(attacks)]
-        cfg = config(tmp_path / f"{defense}-{attack}", algorithm, defense=defense,
-                     defense_params=DEFENSE.get(defense, {}), attack=attack,
-                     attack_fraction=0.25)
+        cfg = config(
+            tmp_path / f"{defense}-{attack}",
+            algorithm,
+            defense=defense,
+            defense_params=DEFENSE.get(defense, {}),
+            attack=attack,
+            attack_fraction=0.25,
+        )
         sim = Simulation(cfg)
         try:
             rec = sim.run_round(0, 0.0)
@@ -87,8 +104,15 @@ def test_resume_is_bitwise(algorithm: str, tmp_path: Path) -> None:
 def test_ledger_records_the_shared_part(algorithm: str, tmp_path: Path) -> None:
     from ledger.audit import audit_run
 
-    cfg = config(tmp_path / "run", algorithm, rounds=2, ledger=True, committee=1,
-                 defense="trimmedmean", defense_params={"f": 1})
+    cfg = config(
+        tmp_path / "run",
+        algorithm,
+        rounds=2,
+        ledger=True,
+        committee=1,
+        defense="trimmedmean",
+        defense_params={"f": 1},
+    )
     run_experiment(cfg)
     rep = audit_run(Path(cfg.output.out), bls=False)
     assert rep.clean, rep.text()

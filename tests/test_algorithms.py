@@ -13,9 +13,12 @@ import torch
 import torch.nn.functional as F
 
 from simulator.algorithms import ALGORITHMS, Algorithm, ServerRound, make_algorithm, register
-from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.learning import AlgorithmConfig
+from simulator.config.sections import build_config
+from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, make_schedule, train_clients
+from simulator.training.stacked import LocalSpec, make_schedule, train_clients
 from simulator.training.step import Finish, Step
 
 
@@ -29,7 +32,7 @@ def algo(name: str, **params: Any) -> Algorithm:
 def test_registry_and_parameters() -> None:
     assert {"fedavg", "fedprox", "feddyn", "scaffold"} <= set(ALGORITHMS)
     assert algo("feddyn").p == {"alpha": 0.01}
-    assert algo("fedprox", mu="1e-3").p == {"mu": 0.001}   # YAML reads 1e-3 as a string
+    assert algo("fedprox", mu="1e-3").p == {"mu": 0.001}  # YAML reads 1e-3 as a string
     with pytest.raises(ConfigError, match=r"feddyn has no parameter 'beta'; valid: \['alpha'\]"):
         algo("feddyn", beta=1)
     with pytest.raises(ConfigError, match=r"feddyn alpha=0.0 invalid; must be float > 0"):
@@ -45,21 +48,39 @@ def test_registry_and_parameters() -> None:
 # ------------------------------------------------------------ hand-worked quadratic clients
 
 
-def local_steps(a: Algorithm, x0: torch.Tensor, target: torch.Tensor,
-                state: dict[str, torch.Tensor], shared: dict[str, torch.Tensor], lr: float,
-                steps: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def local_steps(
+    a: Algorithm,
+    x0: torch.Tensor,
+    target: torch.Tensor,
+    state: dict[str, torch.Tensor],
+    shared: dict[str, torch.Tensor],
+    lr: float,
+    steps: int,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SGD on the client objective whose data term is 0.5 ||theta - target||^2 (a stand-in
     for the cross-entropy), then the algorithm's finish."""
     flat = x0.clone().requires_grad_(True)
     empty = torch.zeros(0)
     for _ in range(steps):
         ce = 0.5 * ((flat - target) ** 2).sum()
-        s = Step({}, flat, empty, empty, empty, empty, empty, ce, x0, {}, state, shared,
-                 lambda p, x: None)
+        s = Step(
+            {},
+            flat,
+            empty,
+            empty,
+            empty,
+            empty,
+            empty,
+            ce,
+            x0,
+            {},
+            state,
+            shared,
+            lambda p, x: None,
+        )
         (g,) = torch.autograd.grad(a.client_loss(s), flat)
         flat = (flat - lr * g).detach().requires_grad_(True)
-    out = a.client_finish(Finish(flat.detach(), x0, state, shared, torch.tensor(float(steps)),
-                                 lr))
+    out = a.client_finish(Finish(flat.detach(), x0, state, shared, torch.tensor(float(steps)), lr))
     return flat.detach(), out
 
 
@@ -73,8 +94,9 @@ def test_feddyn_client_by_hand() -> None:
     g_k <- g_k - alpha (theta2 - theta_g) = (0.39125, -0.60875)
     """
     a = algo("feddyn", alpha=0.1)
-    theta, out = local_steps(a, torch.zeros(2), torch.tensor([1.0, 2.0]),
-                             {"grad": torch.tensor([0.5, -0.5])}, {}, 0.5, 2)
+    theta, out = local_steps(
+        a, torch.zeros(2), torch.tensor([1.0, 2.0]), {"grad": torch.tensor([0.5, -0.5])}, {}, 0.5, 2
+    )
     torch.testing.assert_close(theta, torch.tensor([1.0875, 1.0875]))
     torch.testing.assert_close(out["grad"], torch.tensor([0.39125, -0.60875]))
     assert set(out) == set(a.client_state) == {"grad"}
@@ -85,14 +107,27 @@ def test_feddyn_server_by_hand() -> None:
     h <- h - alpha (2/4) delta = (0.15, -0.1); theta <- theta + delta - h / alpha = (-0.5, 3)."""
     a = algo("feddyn", alpha=0.1)
     server = {"h": torch.tensor([0.2, 0.0])}
-    new = a.server_update(ServerRound(0, torch.zeros(2), torch.tensor([1.0, 2.0]),
-                                      np.array([3, 1]), np.array([True, True]),
-                                      np.array([0.5, 0.5]), {}, server, 4))
+    new = a.server_update(
+        ServerRound(
+            0,
+            torch.zeros(2),
+            torch.tensor([1.0, 2.0]),
+            np.array([3, 1]),
+            np.array([True, True]),
+            np.array([0.5, 0.5]),
+            {},
+            server,
+            4,
+        )
+    )
     torch.testing.assert_close(server["h"], torch.tensor([0.15, -0.1]))
     torch.testing.assert_close(new, torch.tensor([-0.5, 3.0]))
     # nothing kept: model and h stay
-    same = a.server_update(ServerRound(1, new, torch.zeros(2), np.array([3]), np.array([False]),
-                                       np.zeros(1), {}, server, 4))
+    same = a.server_update(
+        ServerRound(
+            1, new, torch.zeros(2), np.array([3]), np.array([False]), np.zeros(1), {}, server, 4
+        )
+    )
     torch.testing.assert_close(same, new)
     torch.testing.assert_close(server["h"], torch.tensor([0.15, -0.1]))
 
@@ -106,9 +141,15 @@ def test_scaffold_client_by_hand() -> None:
              = (-0.775, -1.425); delta_c = c_i+ - c_i = (-0.875, -1.525)
     """
     a = algo("scaffold")
-    y, out = local_steps(a, torch.zeros(2), torch.tensor([1.0, 2.0]),
-                         {"c": torch.tensor([0.1, 0.1])}, {"c": torch.tensor([0.2, -0.2])},
-                         0.5, 2)
+    y, out = local_steps(
+        a,
+        torch.zeros(2),
+        torch.tensor([1.0, 2.0]),
+        {"c": torch.tensor([0.1, 0.1])},
+        {"c": torch.tensor([0.2, -0.2])},
+        0.5,
+        2,
+    )
     torch.testing.assert_close(y, torch.tensor([0.675, 1.725]))
     torch.testing.assert_close(out["c"], torch.tensor([-0.775, -1.425]))
     torch.testing.assert_close(out["delta_c"], torch.tensor([-0.875, -1.525]))
@@ -122,9 +163,19 @@ def test_scaffold_server_by_hand() -> None:
     dc = torch.tensor([[-0.875, -1.525], [0.475, 0.125]])
     for kept, want in (([True, True], [0.1, -0.55]), ([True, False], [-0.01875, -0.58125])):
         server = {"c": torch.tensor([0.2, -0.2])}
-        new = a.server_update(ServerRound(0, torch.ones(2), torch.tensor([0.5, -1.0]),
-                                          np.array([1, 2]), np.array(kept), np.ones(2) / 2,
-                                          {"delta_c": dc}, server, 4))
+        new = a.server_update(
+            ServerRound(
+                0,
+                torch.ones(2),
+                torch.tensor([0.5, -1.0]),
+                np.array([1, 2]),
+                np.array(kept),
+                np.ones(2) / 2,
+                {"delta_c": dc},
+                server,
+                4,
+            )
+        )
         torch.testing.assert_close(server["c"], torch.tensor(want))
         torch.testing.assert_close(new, torch.tensor([1.5, 0.0]))
 
@@ -132,11 +183,15 @@ def test_scaffold_server_by_hand() -> None:
 # ------------------------------------------------------------- the trainer runs every step
 
 
-def _setup(norm: str = "none", algorithm: Algorithm | None = None
-           ) -> tuple[torch.nn.Module, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _setup(
+    norm: str = "none", algorithm: Algorithm | None = None
+) -> tuple[torch.nn.Module, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
     """An 8x8 MLP (with the algorithm's added layers, if any) and 60 random samples."""
-    ext = (algorithm if algorithm is not None
-           and type(algorithm).extend_model is not Algorithm.extend_model else None)
+    ext = (
+        algorithm
+        if algorithm is not None and type(algorithm).extend_model is not Algorithm.extend_model
+        else None
+    )
     model = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, norm=norm, extension=ext).build(seed=0)
     layout = FlatLayout(model)
     gen = torch.Generator().manual_seed(0)
@@ -157,23 +212,27 @@ def test_vectorized_equals_sequential_every_algorithm(name: str, momentum: float
     gen = torch.Generator().manual_seed(1)
     n = layout.num_params
     sizes = {"params": n, "model": layout.size}
-    state = {t: 0.01 * torch.randn(4, sizes.get(sh, 0) if isinstance(sh, str) else sh,
-                                   generator=gen) for t, sh in a.client_state.items()}
+    state = {
+        t: 0.01 * torch.randn(4, sizes.get(sh, 0) if isinstance(sh, str) else sh, generator=gen)
+        for t, sh in a.client_state.items()
+    }
     init = a.init_server(g, n)
     shared = {t: init[t] + 0.01 * torch.randn(init[t].shape, generator=gen) for t in a.sends}
     spec = LocalSpec(lr=0.1, batch_size=10, weight_decay=0.001, step=a, momentum=momentum)
     kw = dict(state=state, shared=shared)
-    vec = train_clients(model, layout, g, x, y, idx, [1, 2, 1, 0], [1, 2, 3, 4], spec,
-                        vectorize=True, **kw)
-    seq = train_clients(model, layout, g, x, y, idx, [1, 2, 1, 0], [1, 2, 3, 4], spec,
-                        vectorize=False, **kw)
+    vec = train_clients(
+        model, layout, g, x, y, idx, [1, 2, 1, 0], [1, 2, 3, 4], spec, vectorize=True, **kw
+    )
+    seq = train_clients(
+        model, layout, g, x, y, idx, [1, 2, 1, 0], [1, 2, 3, 4], spec, vectorize=False, **kw
+    )
     torch.testing.assert_close(vec.updates, seq.updates, rtol=0, atol=1e-5)
     np.testing.assert_allclose(vec.losses, seq.losses, rtol=0, atol=1e-5)
     assert set(vec.outputs) == set(seq.outputs)
     for k in vec.outputs:
         torch.testing.assert_close(vec.outputs[k], seq.outputs[k], rtol=0, atol=1e-5)
-    assert torch.count_nonzero(vec.updates[3]) == 0      # the client with no work
-    for t in a.client_state:                             # ... keeps its state
+    assert torch.count_nonzero(vec.updates[3]) == 0  # the client with no work
+    for t in a.client_state:  # ... keeps its state
         torch.testing.assert_close(vec.outputs[t][3], state[t][3])
 
 
@@ -183,8 +242,17 @@ def test_momentum_matches_plain_pytorch_sgd(momentum: float, wd: float) -> None:
     schedule (variable-size last batch)."""
     model, layout, g, x, y = _setup()
     n, epochs, bs = 23, 2, 10
-    out = train_clients(model, layout, g, x, y, [np.arange(n)], [epochs], [7],
-                        LocalSpec(lr=0.1, batch_size=bs, weight_decay=wd, momentum=momentum))
+    out = train_clients(
+        model,
+        layout,
+        g,
+        x,
+        y,
+        [np.arange(n)],
+        [epochs],
+        [7],
+        LocalSpec(lr=0.1, batch_size=bs, weight_decay=wd, momentum=momentum),
+    )
     idx, mask = make_schedule([n], [epochs], [7], bs)
     ref = ModelSpec("mlp", (1, 8, 8), 10, hidden=16).build(seed=0)
     opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=momentum, weight_decay=wd)
@@ -220,16 +288,29 @@ def test_local_parameters_stay_on_clients(keepnorm: None, tmp_path: Any) -> None
     ones stay at their initial values) and each client continues from its own."""
     from simulator.round.engine import Simulation
 
-    cfg = build_config(flat={"backend": "local", "num_clients": 4, "clients_per_round": 4,
-                             "rounds": 2, "local_epochs": 1, "batch_size": 16, "hidden": 16,
-                             "norm": "batch", "partition": "iid", "algorithm": "keepnorm_test",
-                             "defense": "median", "progress": False, "plots": False,
-                             "out": str(tmp_path)})
+    cfg = build_config(
+        flat={
+            "backend": "local",
+            "num_clients": 4,
+            "clients_per_round": 4,
+            "rounds": 2,
+            "local_epochs": 1,
+            "batch_size": 16,
+            "hidden": 16,
+            "norm": "batch",
+            "partition": "iid",
+            "algorithm": "keepnorm_test",
+            "defense": "median",
+            "progress": False,
+            "plots": False,
+            "out": str(tmp_path),
+        }
+    )
     sim = Simulation(cfg)
     try:
         g0 = sim.global_flat.clone()
         local = torch.from_numpy(sim.space.local)
-        assert len(local) == 4 * 16          # weight, bias, running mean and variance
+        assert len(local) == 4 * 16  # weight, bias, running mean and variance
         rec = sim.run_round(0, 0.0)
         assert rec.rows is not None and rec.rows.updates.shape[1] == sim.space.size
         assert sim.space.size == sim.fed.layout.size - len(local)
@@ -239,6 +320,6 @@ def test_local_parameters_stay_on_clients(keepnorm: None, tmp_path: Any) -> None
         assert present.all() and not np.allclose(first, g0[local].numpy())
         sim.run_round(1, 0.0)
         second, _ = sim.store.get("local", np.arange(4))
-        assert not np.allclose(second, first)    # trained on from each client's own values
+        assert not np.allclose(second, first)  # trained on from each client's own values
     finally:
         sim.close()

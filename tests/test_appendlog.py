@@ -111,8 +111,10 @@ def test_records_intact_and_truncated(tmp_path: Path) -> None:
 
 
 def test_unknown_kind_lists_the_valid_ones(tmp_path: Path) -> None:
-    for call in (lambda: AppendLog(tmp_path / "x", "csv"),
-                 lambda: drop_torn_tail(tmp_path / "x", "csv")):
+    for call in (
+        lambda: AppendLog(tmp_path / "x", "csv"),
+        lambda: drop_torn_tail(tmp_path / "x", "csv"),
+    ):
         with pytest.raises(ValueError, match="jsonl, records"):
             call()
     assert not (tmp_path / "x").exists()
@@ -162,27 +164,42 @@ def test_event_log_round_trip_and_resume_truncation(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ failpoint
 
 
-@pytest.mark.parametrize(("spec", "want"), [
-    (None, None), ("", None),
-    ("events.jsonl:4", Failpoint("events.jsonl", 4, False)),
-    ("events.jsonl:12:after", Failpoint("events.jsonl", 12, True)),
-    ("blocks.rlp:1", Failpoint("blocks.rlp", 1, False)),
-])
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        (None, None),
+        ("", None),
+        ("events.jsonl:4", Failpoint("events.jsonl", 4, False)),
+        ("events.jsonl:12:after", Failpoint("events.jsonl", 12, True)),
+        ("blocks.rlp:1", Failpoint("blocks.rlp", 1, False)),
+    ],
+)
 def test_failpoint_parses(spec: str | None, want: Failpoint | None) -> None:
     assert parse_failpoint(spec) == want
 
 
-@pytest.mark.parametrize("spec", ["events.jsonl", "events.jsonl:0", "events.jsonl:-1",
-                                  "events.jsonl:x", ":3", "events.jsonl:3:before",
-                                  "events.jsonl:3:after:1", "a:b:3"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "events.jsonl",
+        "events.jsonl:0",
+        "events.jsonl:-1",
+        "events.jsonl:x",
+        ":3",
+        "events.jsonl:3:before",
+        "events.jsonl:3:after:1",
+        "a:b:3",
+    ],
+)
 def test_failpoint_rejects_bad_syntax_in_one_line(spec: str) -> None:
     with pytest.raises(ValueError, match="FEDSENTRY_FAILPOINT") as err:
         parse_failpoint(spec)
     assert "\n" not in str(err.value)
 
 
-def test_bad_failpoint_fails_at_first_append(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_failpoint_fails_at_first_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(appendlog.FAILPOINT_ENV, "events.jsonl:soon")
     monkeypatch.setattr(appendlog, "_ARMED", appendlog._Armed())
     log = AppendLog(tmp_path / "events.jsonl")  # opening does not read it
@@ -206,17 +223,26 @@ with AppendLog(d / "other.jsonl") as o, AppendLog(d / "events.jsonl") as a:
 """
 
 
-@pytest.mark.parametrize(("spec", "events", "tail"), [
-    ("events.jsonl:3", 2, b'{"round": 2, "pad'),  # the first 17 of the 3rd line's 34 bytes
-    ("events.jsonl:3:after", 3, b""),
-    ("blocks.rlp:2", 5, b"\x00\x00\x00\x04"),         # half of the 2nd 8-byte record
-    ("nothing.jsonl:1", 5, None),
-])
-def test_failpoint_kills_the_process_at_the_nth_append(tmp_path: Path, spec: str,
-                                                        events: int, tail: bytes | None) -> None:
+@pytest.mark.parametrize(
+    ("spec", "events", "tail"),
+    [
+        ("events.jsonl:3", 2, b'{"round": 2, "pad'),  # the first 17 of the 3rd line's 34 bytes
+        ("events.jsonl:3:after", 3, b""),
+        ("blocks.rlp:2", 5, b"\x00\x00\x00\x04"),  # half of the 2nd 8-byte record
+        ("nothing.jsonl:1", 5, None),
+    ],
+)
+def test_failpoint_kills_the_process_at_the_nth_append(
+    tmp_path: Path, spec: str, events: int, tail: bytes | None
+) -> None:
     env = {**os.environ, appendlog.FAILPOINT_ENV: spec}
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=ROOT, env=env,
-                          capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == (0 if tail is None else -9), proc.stderr.decode()
     lines = (tmp_path / "events.jsonl").read_bytes().split(b"\n")
     assert [json.loads(x)["round"] for x in lines[:-1]] == list(range(events))

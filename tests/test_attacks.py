@@ -15,15 +15,25 @@ from attacks.minmax import perturbation, search_gamma
 BENIGN = torch.tensor([[1.0, 2.0, 0.0], [3.0, 2.0, 1.0], [2.0, 5.0, -1.0]])
 
 
-def ctx(malicious: torch.Tensor, benign: torch.Tensor | None = None, n: int | None = None,
-        seed: int = 0, global_flat: torch.Tensor | None = None) -> AttackContext:
+def ctx(
+    malicious: torch.Tensor,
+    benign: torch.Tensor | None = None,
+    n: int | None = None,
+    seed: int = 0,
+    global_flat: torch.Tensor | None = None,
+) -> AttackContext:
     p = malicious.shape[1]
     benign = torch.zeros(0, p) if benign is None else benign
     f = malicious.shape[0]
     g = torch.zeros(p) if global_flat is None else global_flat
-    return AttackContext(round=0, global_flat=g, benign=benign, num_byzantine=f,
-                         num_total=f + benign.shape[0] if n is None else n,
-                         rng=np.random.default_rng(seed))
+    return AttackContext(
+        round=0,
+        global_flat=g,
+        benign=benign,
+        num_byzantine=f,
+        num_total=f + benign.shape[0] if n is None else n,
+        rng=np.random.default_rng(seed),
+    )
 
 
 def test_signflip() -> None:
@@ -45,7 +55,7 @@ def test_alie_hand_checked() -> None:
     mal = torch.zeros(2, 3)
     out = make_attack("alie").apply(mal, ctx(mal, BENIGN, n=10))
     mu = torch.tensor([2.0, 3.0, 0.0])
-    sigma = torch.tensor([1.0, 3.0 ** 0.5, 1.0])          # ddof=1: [(1+1+0)/2, (1+1+4)/2, ...]
+    sigma = torch.tensor([1.0, 3.0**0.5, 1.0])  # ddof=1: [(1+1+0)/2, (1+1+4)/2, ...]
     z = NormalDist().inv_cdf(0.6)
     assert out.shape == (2, 3)
     assert torch.allclose(out, (mu - z * sigma).expand(2, 3))
@@ -143,21 +153,24 @@ def test_shape_dtype_empty_and_determinism(name: str) -> None:
     assert atk.kind == "model" and atk.name == name
 
 
-@pytest.mark.parametrize(("name", "params", "match"), [
-    ("signflip", {"scale": 0}, "'scale'"),
-    ("signflip", {"scale": "big"}, "'scale'"),
-    ("gaussian", {"sigma": -1.0}, "'sigma'"),
-    ("gaussian", {"sigma": float("nan")}, "'sigma'"),
-    ("scale", {"factor": True}, "'factor'"),
-    ("alie", {"z": "x"}, "'z'"),
-    ("ipm", {"eps": 0.0}, "'eps'"),
-    ("minmax", {"direction": "up"}, "'direction'"),
-    ("minsum", {"tau": 0}, "'tau'"),
-    ("minmax", {"gamma_init": -1}, "'gamma_init'"),
-    ("minmax", {"max_iters": 0}, "'max_iters'"),
-    ("ipm", {"epsilon": 1.0}, r"unknown parameter 'epsilon'; valid: \['eps'\]"),
-    ("none", {"scale": 1.0}, "unknown parameter 'scale'"),
-])
+@pytest.mark.parametrize(
+    ("name", "params", "match"),
+    [
+        ("signflip", {"scale": 0}, "'scale'"),
+        ("signflip", {"scale": "big"}, "'scale'"),
+        ("gaussian", {"sigma": -1.0}, "'sigma'"),
+        ("gaussian", {"sigma": float("nan")}, "'sigma'"),
+        ("scale", {"factor": True}, "'factor'"),
+        ("alie", {"z": "x"}, "'z'"),
+        ("ipm", {"eps": 0.0}, "'eps'"),
+        ("minmax", {"direction": "up"}, "'direction'"),
+        ("minsum", {"tau": 0}, "'tau'"),
+        ("minmax", {"gamma_init": -1}, "'gamma_init'"),
+        ("minmax", {"max_iters": 0}, "'max_iters'"),
+        ("ipm", {"epsilon": 1.0}, r"unknown parameter 'epsilon'; valid: \['eps'\]"),
+        ("none", {"scale": 1.0}, "unknown parameter 'scale'"),
+    ],
+)
 def test_invalid_params(name: str, params: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make_attack(name, **params)
@@ -169,16 +182,33 @@ def test_numeric_string_params_are_accepted() -> None:
 
 def test_registry() -> None:
     assert ATTACKS["none"] is None and make_attack("none") is None
-    assert set(ATTACKS) == {"none", "signflip", "gaussian", "scale", "alie", "ipm", "minmax",
-                            "minsum", "labelflip", "backdoor", "model_replacement"}
+    assert set(ATTACKS) == {
+        "none",
+        "signflip",
+        "gaussian",
+        "scale",
+        "alie",
+        "ipm",
+        "minmax",
+        "minsum",
+        "labelflip",
+        "backdoor",
+        "model_replacement",
+    }
     with pytest.raises(ValueError, match=r"unknown attack 'nope'; valid: \['alie'"):
         make_attack("nope")
 
 
 def test_apply_rejects_mismatched_context() -> None:
     mal = torch.zeros(2, 3)
-    bad = AttackContext(0, torch.zeros(3), torch.zeros(1, 3), num_byzantine=1, num_total=3,
-                        rng=np.random.default_rng(0))
+    bad = AttackContext(
+        0,
+        torch.zeros(3),
+        torch.zeros(1, 3),
+        num_byzantine=1,
+        num_total=3,
+        rng=np.random.default_rng(0),
+    )
     with pytest.raises(ValueError, match="num_byzantine"):
         make_attack("signflip").apply(mal, bad)
     with pytest.raises(ValueError, match="P=3"):

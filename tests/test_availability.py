@@ -17,9 +17,10 @@ from simulator.population.availability import (
 )
 from simulator.population.availability_trace import load_availability_trace
 from simulator.population.clock import compute_seconds_unchecked
-from simulator.population.devices import Population, TraceError, generate_population_arrays
+from simulator.population.devices import Population, generate_population_arrays
 from simulator.population.online_intervals import IntervalTrace
 from simulator.population.selection import next_online_time, select_clients
+from simulator.population.traces import TraceError
 
 # Period 100. Traced devices 0, 4, 7 (k = 0, 1, 2 in id order):
 #   0: [0, 20) and [50, 100)  -> online across the wrap from 50 to 120
@@ -47,10 +48,18 @@ def test_trace_is_read_into_merged_csr_arrays(trace: IntervalTrace) -> None:
     assert trace.ends.tolist() == [20.0, 100.0, 30.0, 40.0]
 
 
-@pytest.mark.parametrize(("t", "expected"), [
-    (15.0, [True, True, False]), (35.0, [False, False, True]), (45.0, [False, False, False]),
-    (60.0, [True, False, False]), (210.0, [True, True, False]),   # 210 = 10 of the 3rd cycle
-    (-85.0, [True, True, False]), (20.0, [False, True, False])])   # ends are exclusive
+@pytest.mark.parametrize(
+    ("t", "expected"),
+    [
+        (15.0, [True, True, False]),
+        (35.0, [False, False, True]),
+        (45.0, [False, False, False]),
+        (60.0, [True, False, False]),
+        (210.0, [True, True, False]),  # 210 = 10 of the 3rd cycle
+        (-85.0, [True, True, False]),
+        (20.0, [False, True, False]),
+    ],
+)  # ends are exclusive
 def test_trace_online(trace: IntervalTrace, t: float, expected: list[bool]) -> None:
     avail = TraceAvailability(3, trace)
     assert avail.online(t).tolist() == expected
@@ -61,13 +70,15 @@ def test_trace_online_until(trace: IntervalTrace) -> None:
     avail = TraceAvailability(3, trace)
     ids = np.array([0, 1, 2])
     assert avail.online_until(215.0, ids).tolist() == [220.0, 230.0, 215.0]
-    assert avail.online_until(37.0, ids).tolist() == [37.0, 37.0, 40.0]   # merged interval
+    assert avail.online_until(37.0, ids).tolist() == [37.0, 37.0, 40.0]  # merged interval
     # device 0 at 60: [50, 100) then [0, 20) of the next cycle, offline at 100 + 20
     assert avail.online_until(60.0, ids).tolist() == [120.0, 60.0, 60.0]
     assert avail.online_until(360.0, np.array([0])).tolist() == [420.0]
     always = IntervalTrace.from_rows([3, 5], [0.0, 10.0], [100.0, 20.0], 100.0)
     assert TraceAvailability(2, always).online_until(55.0, np.array([0, 1])).tolist() == [
-        np.inf, 55.0]
+        np.inf,
+        55.0,
+    ]
 
 
 def test_trace_next_online_time(trace: IntervalTrace) -> None:
@@ -76,14 +87,15 @@ def test_trace_next_online_time(trace: IntervalTrace) -> None:
     # a 2-device population only follows traced devices 0 and 4: [30, 40) is not used
     assert TraceAvailability(2, trace).next_online_time(32.0) == 50.0
     never = IntervalTrace.from_rows([5], [10.0], [20.0], 100.0)
-    lone = TraceAvailability(1, IntervalTrace(np.array([1, 5]), np.array([0, 0, 1]),
-                                              never.starts, never.ends, 100.0))
+    lone = TraceAvailability(
+        1, IntervalTrace(np.array([1, 5]), np.array([0, 0, 1]), never.starts, never.ends, 100.0)
+    )
     with pytest.raises(ValueError, match="ever online"):
         lone.next_online_time(0.0)
 
 
 def test_population_device_i_follows_traced_device_i_mod_t(trace: IntervalTrace) -> None:
-    avail = TraceAvailability(5, trace)        # devices 0..4 -> traced 0, 4, 7, 0, 4
+    avail = TraceAvailability(5, trace)  # devices 0..4 -> traced 0, 4, 7, 0, 4
     assert len(avail) == 5
     assert avail.online(15.0).tolist() == [True, True, False, True, True]
     assert avail.online(35.0).tolist() == [False, False, True, False, False]
@@ -91,11 +103,13 @@ def test_population_device_i_follows_traced_device_i_mod_t(trace: IntervalTrace)
 
 
 def test_selection_and_next_online_time_with_a_trace(trace: IntervalTrace) -> None:
-    avail = TraceAvailability(6, trace)        # at 15: devices 0, 1, 3, 4 online
+    avail = TraceAvailability(6, trace)  # at 15: devices 0, 1, 3, 4 online
     got = select_clients(avail, 15.0, 3, np.array([1]), np.random.default_rng(0))
     assert len(got) == 3 and set(got.tolist()) <= {0, 3, 4}
-    assert select_clients(avail, 45.0, 3, np.zeros(0, np.int64),
-                          np.random.default_rng(0)).tolist() == []
+    assert (
+        select_clients(avail, 45.0, 3, np.zeros(0, np.int64), np.random.default_rng(0)).tolist()
+        == []
+    )
     assert next_online_time(avail, 45.0) == 50.0
 
 
@@ -120,31 +134,34 @@ def test_diurnal_online_until_by_hand() -> None:
     phase = pop.phases(seed=9, period_s=100.0)
     assert model.online_until(12.0, np.array([0])).tolist() == [np.inf]
     assert model.online_until(phase[1] + 10.0, np.array([1]))[0] == pytest.approx(
-        phase[1] + 50.0, abs=1e-9)
-    assert model.online_until(phase[1] + 60.0, np.array([1]))[0] == phase[1] + 60.0   # offline
+        phase[1] + 50.0, abs=1e-9
+    )
+    assert model.online_until(phase[1] + 60.0, np.array([1]))[0] == phase[1] + 60.0  # offline
     assert model.online_until(phase[2] + 124.0, np.array([2]))[0] == pytest.approx(
-        phase[2] + 125.0, abs=1e-9)                                # next cycle's window
+        phase[2] + 125.0, abs=1e-9
+    )  # next cycle's window
 
 
 def test_diurnal_selection_is_bitwise_the_old_one() -> None:
     """Ids the selection gave before availability models existed (same seeds)."""
     small = generate_population_arrays(50, seed=3, availability_low=0.3)
     big = generate_population_arrays(300_000, seed=9, availability_low=0.4)
-    for pop, seed, t, m, want in ((small, 3, 100.0, 5, [10, 17, 25, 37, 38]),
-                                  (big, 9, 1234.5, 7, [76100, 98447, 107354, 144506, 212894,
-                                                       249080, 280187])):
+    for pop, seed, t, m, want in (
+        (small, 3, 100.0, 5, [10, 17, 25, 37, 38]),
+        (big, 9, 1234.5, 7, [76100, 98447, 107354, 144506, 212894, 249080, 280187]),
+    ):
         busy = np.arange(0, len(pop), 3)
-        got = select_clients(Diurnal(pop, seed, 3600.0), t, m, busy,
-                             np.random.default_rng([seed, 1]))
+        got = select_clients(
+            Diurnal(pop, seed, 3600.0), t, m, busy, np.random.default_rng([seed, 1])
+        )
         assert got.tolist() == want
     assert next_online_time(Diurnal(small, 3, 3600.0), 100.0) == 127.32555120767822
 
 
 def test_lost_to_dropout_by_hand(trace: IntervalTrace) -> None:
-    avail = TraceAvailability(4, trace)   # at 15 devices 0..3 stay online until 20, 30, -, 20
+    avail = TraceAvailability(4, trace)  # at 15 devices 0..3 stay online until 20, 30, -, 20
     finish = np.array([19.0, 31.0, 15.5, 20.0])
-    assert lost_to_dropout(avail, 15.0, finish, np.arange(4)).tolist() == [
-        False, True, True, False]
+    assert lost_to_dropout(avail, 15.0, finish, np.arange(4)).tolist() == [False, True, True, False]
     with pytest.raises(ValueError, match="same shape"):
         lost_to_dropout(avail, 15.0, finish, np.arange(3))
 
@@ -152,8 +169,11 @@ def test_lost_to_dropout_by_hand(trace: IntervalTrace) -> None:
 def test_make_availability(tmp_path: Path) -> None:
     pop = generate_population_arrays(5, seed=1)
     assert isinstance(make_availability(pop, seed=1, period_s=3600.0), Diurnal)
-    path = write(tmp_path, "t.json", '{"devices": [{"device_id": 2, "online": [[0, 30]]},\n'
-                                     '{"device_id": 0, "online": []}]}')
+    path = write(
+        tmp_path,
+        "t.json",
+        '{"devices": [{"device_id": 2, "online": [[0, 30]]},\n{"device_id": 0, "online": []}]}',
+    )
     model = make_availability(pop, seed=1, period_s=3600.0, trace=path, trace_period_s=60.0)
     assert isinstance(model, TraceAvailability) and model.period_s == 60.0
     # traced ids 0 (never online), 2: population devices 1 and 3 follow device 2
@@ -161,11 +181,12 @@ def test_make_availability(tmp_path: Path) -> None:
 
 
 def test_trace_period_precedence(tmp_path: Path) -> None:
-    csv = write(tmp_path, "p.csv", "end_s,device_id,start_s\n30,0,10\n")   # any column order
+    csv = write(tmp_path, "p.csv", "end_s,device_id,start_s\n30,0,10\n")  # any column order
     assert load_availability_trace(csv).period_s == 30.0
     assert load_availability_trace(csv, 150.0).period_s == 150.0
-    js = write(tmp_path, "p.json", '{"period_s": 200, "devices": '
-                                   '[{"device_id": 0, "online": [[10, 30]]}]}')
+    js = write(
+        tmp_path, "p.json", '{"period_s": 200, "devices": [{"device_id": 0, "online": [[10, 30]]}]}'
+    )
     assert load_availability_trace(js, 150.0).period_s == 200.0
 
 
@@ -180,19 +201,23 @@ CSV_ERRORS = [
     (H + "0,10,150\n", ":2: end_s 150 is past the period 100"),
     (H + "1.5,0,10\n", ":2: device_id is not an int >= 0: '1.5'"),
     (H + "-1,0,10\n", ":2: device_id is not an int >= 0"),
-    (H + "0,0,10\n1,0,5\n0,5,20\n", ":4: interval [5, 20) of device 0 overlaps its previous "
-                                    "interval [0, 10) on line 2"),
+    (
+        H + "0,0,10\n1,0,5\n0,5,20\n",
+        ":4: interval [5, 20) of device 0 overlaps its previous interval [0, 10) on line 2",
+    ),
     (H + "0,50,60\n0,10,20\n", ":3: interval [10, 20) of device 0 starts before"),
-    ("# c\n\n" + H + "0,0,10\n# x\n\n0,5,20\n", ":7: interval [5, 20) of device 0 overlaps "
-                                               "its previous interval [0, 10) on line 4"),
+    (
+        "# c\n\n" + H + "0,0,10\n# x\n\n0,5,20\n",
+        ":7: interval [5, 20) of device 0 overlaps its previous interval [0, 10) on line 4",
+    ),
     (H + "0,0,10\n0,1\n", ":3: expected 3 fields (device_id,start_s,end_s), got 2"),
     (H + "0,0,10\n0,,20\n", ":3: missing value for start_s"),
     ("device_id,start_s\n0,1\n", ":1: missing column 'end_s'"),
     (H.strip() + ",note\n0,0,10,x\n", ":1: unexpected column 'note'"),
     ("# only\n" + H, ":2: empty trace"),
     ("", ":1: empty trace"),
-    (H + "0,0,10\n0,5,8\n0,x,1\n", ":3: interval [5, 8)"),         # value error before parse
-    (H + "0,x,1\n0,5,1\n", ":2: start_s is not a number"),          # parse error first
+    (H + "0,0,10\n0,5,8\n0,x,1\n", ":3: interval [5, 8)"),  # value error before parse
+    (H + "0,x,1\n0,5,1\n", ":2: start_s is not a number"),  # parse error first
 ]
 
 
@@ -219,17 +244,24 @@ JSON_ERRORS = [
     (entries('{"device_id": 1.5, "online": []}'), ":2: device_id is not an int >= 0: 1.5"),
     (entries('{"device_id": true, "online": []}'), ":2: device_id is not an int >= 0"),
     (entries(OK0, '{"device_id": 1, "online": [[1, 2, 3]]}'), ":3: device 1: interval [1, 2, 3]"),
-    (entries(OK0, '{"device_id": 1, "online": [[1, NaN]]}'), ":3: device 1: interval [1, nan] "
-                                                              "is not finite"),
+    (
+        entries(OK0, '{"device_id": 1, "online": [[1, NaN]]}'),
+        ":3: device 1: interval [1, nan] is not finite",
+    ),
     (entries(OK0, '{"device_id": 1, "online": [[-1, 2]]}'), ":3: start_s is negative"),
     (entries(OK0, '{"device_id": 1, "online": [[5, 2]]}'), ":3: end_s 2 is not after"),
-    (entries(OK0, '{"device_id": 1, "online": [[5, 120]]}', head='"period_s": 110, '),
-     ":3: end_s 120 is past the period 110"),
-    (entries(OK0, '{"device_id": 1,\n "online": [[0, 9], [5, 20]]}'),
-     ":3: interval [5, 20) of device 1 overlaps its previous interval [0, 9) on line 3"),
-    (entries(OK0, '{"device_id": 0, "online": [[5, 20]]}'), ":3: interval [5, 20) of device 0 "
-                                                            "overlaps its previous interval "
-                                                            "[0, 10) on line 2"),
+    (
+        entries(OK0, '{"device_id": 1, "online": [[5, 120]]}', head='"period_s": 110, '),
+        ":3: end_s 120 is past the period 110",
+    ),
+    (
+        entries(OK0, '{"device_id": 1,\n "online": [[0, 9], [5, 20]]}'),
+        ":3: interval [5, 20) of device 1 overlaps its previous interval [0, 9) on line 3",
+    ),
+    (
+        entries(OK0, '{"device_id": 0, "online": [[5, 20]]}'),
+        ":3: interval [5, 20) of device 0 overlaps its previous interval [0, 10) on line 2",
+    ),
     ('{"period_s": -3,\n"devices": []}', ":1: period_s must be a finite number > 0"),
     ('{"devices": [],\n "period_s": "x"}', ":2: period_s must be"),
     ('{"devices": [{"device_id": 0, "online": []}]}', ":1: empty trace"),
@@ -254,29 +286,45 @@ def test_trace_file_level_errors(tmp_path: Path) -> None:
         IntervalTrace.from_rows([0, 1], [0.0, 9.0], [3.0, 5.0])
 
 
-def test_bad_trace_on_the_command_line_exits_2(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_trace_on_the_command_line_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from simulator.cli import main
 
     bad = write(tmp_path, "bad.csv", H + "0,0,10\n0,5,20\n")
-    rc = main(["--availability-trace", str(bad), "--backend", "local", "--rounds", "1",
-               "--out", str(tmp_path / "run"), "--no-progress", "--no-plots"])
+    rc = main(
+        [
+            "--availability-trace",
+            str(bad),
+            "--backend",
+            "local",
+            "--rounds",
+            "1",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--no-plots",
+        ]
+    )
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and err == (f"error: {bad}:3: interval [5, 20) of device 0 overlaps its "
-                               "previous interval [0, 10) on line 2; a device's intervals must "
-                               "be in time order and disjoint")
+    assert rc == 2 and err == (
+        f"error: {bad}:3: interval [5, 20) of device 0 overlaps its "
+        "previous interval [0, 10) on line 2; a device's intervals must "
+        "be in time order and disjoint"
+    )
 
 
 def test_million_row_csv_loads_in_seconds(tmp_path: Path) -> None:
     dev = np.repeat(np.arange(1000), 1000)
     start = np.tile(np.arange(1000) * 86.4, 1000)
-    body = "\n".join(f"{d},{s:.1f},{s + 40.0:.1f}" for d, s in zip(dev.tolist(),
-                                                                     start.tolist(), strict=True))
+    body = "\n".join(
+        f"{d},{s:.1f},{s + 40.0:.1f}" for d, s in zip(dev.tolist(), start.tolist(), strict=True)
+    )
     path = write(tmp_path, "big.csv", H + body + "\n")
     t0 = time.perf_counter()
     tr = load_availability_trace(path, 86400.0)
     avail = TraceAvailability(10**6, tr)
-    online = avail.online(100.0)          # 100 s is in every device's interval [86.4, 126.4)
+    online = avail.online(100.0)  # 100 s is in every device's interval [86.4, 126.4)
     assert time.perf_counter() - t0 < 5.0
     assert len(tr) == 1000 and len(tr.starts) == 10**6 and online.all()
     assert not avail.online_ids(130.0, np.arange(0, 10**6, 1001)).any()
@@ -294,12 +342,16 @@ def test_compute_seconds_with_and_without_declared_gflops() -> None:
     assert plain.compute_seconds(ids, samples, epochs, 3.0, 1e6).tolist() == [3.0, 0.3, 0.9]
     # GFLOP/s: 1e6 * 50 / 2e9 = 0.025 and 1e6 * 30 / 0.5e9 = 0.06; device 0 declares none
     assert fast.compute_seconds(ids, samples, epochs, 3.0, 1e6).tolist() == pytest.approx(
-        [3.0, 0.025, 0.06], rel=1e-15)
+        [3.0, 0.025, 0.06], rel=1e-15
+    )
     assert fast.compute_seconds(ids, samples, epochs, 3.0, 2e6)[1:].tolist() == pytest.approx(
-        [0.05, 0.12], rel=1e-15)                               # a bigger model is slower
+        [0.05, 0.12], rel=1e-15
+    )  # a bigger model is slower
     pop = generate_population_arrays(200, seed=5)
     sel, n, e = np.arange(0, 200, 7), np.arange(29) * 3 + 1.0, np.full(29, 2.0)
-    assert np.array_equal(pop.compute_seconds(sel, n, e, 3.0, 1e6), compute_seconds_unchecked(
-        n, e, pop.compute_ms_per_sample[sel], np.float64(3.0)))
+    assert np.array_equal(
+        pop.compute_seconds(sel, n, e, 3.0, 1e6),
+        compute_seconds_unchecked(n, e, pop.compute_ms_per_sample[sel], np.float64(3.0)),
+    )
     with pytest.raises(ValueError, match="train_flops_per_sample"):
         fast.compute_seconds(ids, samples, epochs, 3.0, 0.0)

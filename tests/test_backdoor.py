@@ -14,16 +14,23 @@ from conftest import run_records
 from attacks import ATTACKS, AttackContext, make_attack
 from attacks.backdoor import Backdoor, attack_success_rate, patch_size
 from attacks.model_replacement import ModelReplacement
-from simulator.config.sections import Config, ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.sections import Config, build_config
+from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
+from simulator.training.stacked import LocalSpec, train_clients
 
 
 def ctx(malicious: torch.Tensor, n: int) -> AttackContext:
     p = malicious.shape[1]
-    return AttackContext(round=0, global_flat=torch.zeros(p), benign=torch.zeros(0, p),
-                         num_byzantine=malicious.shape[0], num_total=n,
-                         rng=np.random.default_rng(0))
+    return AttackContext(
+        round=0,
+        global_flat=torch.zeros(p),
+        benign=torch.zeros(0, p),
+        num_byzantine=malicious.shape[0],
+        num_total=n,
+        rng=np.random.default_rng(0),
+    )
 
 
 def test_stamp_image_sets_exactly_bottom_right_3x3() -> None:
@@ -33,7 +40,7 @@ def test_stamp_image_sets_exactly_bottom_right_3x3() -> None:
     expected[0, 0, 5:, 5:] = 1.0
     assert torch.equal(out, expected)
     assert int(out.sum()) == 9
-    assert torch.equal(x, torch.zeros(1, 1, 8, 8))          # input untouched
+    assert torch.equal(x, torch.zeros(1, 1, 8, 8))  # input untouched
 
 
 def test_stamp_every_channel_and_trigger_value() -> None:
@@ -59,7 +66,8 @@ def test_poison_fraction_one_stamps_and_relabels_all() -> None:
     x = torch.zeros(2, 4, 1, 8, 8)
     y = torch.arange(8).reshape(2, 4) % 5
     xp, yp = make_attack("backdoor", target=3, poison_fraction=1.0).poison(
-        x, y, num_classes=5, seed=0)
+        x, y, num_classes=5, seed=0
+    )
     assert torch.equal(yp, torch.full((2, 4), 3))
     assert yp.dtype == torch.int64 and xp.shape == x.shape and xp.dtype == x.dtype
     assert torch.equal(xp[..., 5:, 5:], torch.ones(2, 4, 1, 3, 3))
@@ -68,11 +76,11 @@ def test_poison_fraction_one_stamps_and_relabels_all() -> None:
 
 def test_poison_half_is_seeded_and_consistent() -> None:
     atk = make_attack("backdoor", target=2)
-    x = torch.zeros(4, 8, 6)                                  # [S, B, D] flat inputs
+    x = torch.zeros(4, 8, 6)  # [S, B, D] flat inputs
     y = torch.zeros(4, 8, dtype=torch.int64)
     xp, yp = atk.poison(x, y, num_classes=3, seed=42)
     hit = yp == 2
-    assert int(hit.sum()) == 16                               # 16 of 32 for seed 42
+    assert int(hit.sum()) == 16  # 16 of 32 for seed 42
     # a stamped sample is exactly a relabelled one
     assert torch.equal(xp[..., -3:].sum(-1) == 3, hit)
     assert float(xp[..., :3].abs().sum()) == 0.0
@@ -84,27 +92,31 @@ def test_poison_half_is_seeded_and_consistent() -> None:
 
 def test_poison_rejects_target_out_of_range() -> None:
     with pytest.raises(ValueError, match="target 5 out of range"):
-        make_attack("backdoor", target=5).poison(torch.zeros(1, 2, 3), torch.zeros(1, 2).long(),
-                                                 num_classes=5, seed=0)
+        make_attack("backdoor", target=5).poison(
+            torch.zeros(1, 2, 3), torch.zeros(1, 2).long(), num_classes=5, seed=0
+        )
 
 
 def test_attack_success_rate() -> None:
     y = torch.tensor([0, 1, 2, 0, 3])
     pred = torch.tensor([0, 0, 2, 1, 0])
-    assert attack_success_rate(pred, y, 0) == pytest.approx(2 / 3)   # over labels 1, 2, 3
+    assert attack_success_rate(pred, y, 0) == pytest.approx(2 / 3)  # over labels 1, 2, 3
     assert np.isnan(attack_success_rate(pred, torch.zeros(5).long(), 0))
 
 
-@pytest.mark.parametrize(("params", "match"), [
-    ({"target": -1}, "'target'"),
-    ({"target": 1.5}, "'target'"),
-    ({"poison_fraction": 0.0}, "'poison_fraction'"),
-    ({"poison_fraction": 1.5}, "'poison_fraction'"),
-    ({"poison_fraction": "half"}, "'poison_fraction'"),
-    ({"pattern": "star"}, "'pattern'"),
-    ({"trigger_value": float("inf")}, "'trigger_value'"),
-    ({"size": 3}, "unknown parameter 'size'"),
-])
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"target": -1}, "'target'"),
+        ({"target": 1.5}, "'target'"),
+        ({"poison_fraction": 0.0}, "'poison_fraction'"),
+        ({"poison_fraction": 1.5}, "'poison_fraction'"),
+        ({"poison_fraction": "half"}, "'poison_fraction'"),
+        ({"pattern": "star"}, "'pattern'"),
+        ({"trigger_value": float("inf")}, "'trigger_value'"),
+        ({"size": 3}, "unknown parameter 'size'"),
+    ],
+)
 def test_backdoor_invalid_params(params: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make_attack("backdoor", **params)
@@ -129,20 +141,22 @@ def test_model_replacement_data_attribute() -> None:
     assert isinstance(atk.data, Backdoor) and atk.data.kind == "data"
     assert atk.data.params["target"] == 3 and atk.data.params["poison_fraction"] == 1.0
     assert atk.params["target"] == 3
-    _, yp = atk.data.poison(torch.zeros(1, 2, 4), torch.zeros(1, 2).long(), num_classes=4,
-                            seed=0)
+    _, yp = atk.data.poison(torch.zeros(1, 2, 4), torch.zeros(1, 2).long(), num_classes=4, seed=0)
     assert torch.equal(yp, torch.full((1, 2), 3))
     again = pickle.loads(pickle.dumps(atk))
     assert isinstance(again, ModelReplacement) and again.data.params == atk.data.params
 
 
-@pytest.mark.parametrize(("params", "match"), [
-    ({"boost": 0}, "'boost'"),
-    ({"boost": -1.0}, "'boost'"),
-    ({"target": -2}, r"attack 'model_replacement': parameter 'target'"),
-    ({"poison_fraction": 2}, "'poison_fraction'"),
-    ({"scale": 2}, "unknown parameter 'scale'"),
-])
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"boost": 0}, "'boost'"),
+        ({"boost": -1.0}, "'boost'"),
+        ({"target": -2}, r"attack 'model_replacement': parameter 'target'"),
+        ({"poison_fraction": 2}, "'poison_fraction'"),
+        ({"scale": 2}, "unknown parameter 'scale'"),
+    ],
+)
 def test_model_replacement_invalid_params(params: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make_attack("model_replacement", **params)
@@ -176,8 +190,9 @@ def test_training_with_full_backdoor_equals_training_on_stamped_target_data() ->
     spec = LocalSpec(0.1, 5, data_attack=atk, num_classes=3)
     out = train_clients(model, lay, g, x, y, idx, [2, 2], [11, 12], spec, poisoned=[True, False])
     # with poison_fraction 1 every sample is stamped and labelled target, whatever the batching
-    ref = train_clients(model, lay, g, atk.stamp(x), torch.full_like(y, 1), idx[:1], [2], [11],
-                        LocalSpec(0.1, 5))
+    ref = train_clients(
+        model, lay, g, atk.stamp(x), torch.full_like(y, 1), idx[:1], [2], [11], LocalSpec(0.1, 5)
+    )
     hon = train_clients(model, lay, g, x, y, idx[1:], [2], [12], LocalSpec(0.1, 5))
     torch.testing.assert_close(out.updates[0], ref.updates[0], rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(out.updates[1], hon.updates[0], rtol=1e-6, atol=1e-7)
@@ -185,7 +200,13 @@ def test_training_with_full_backdoor_equals_training_on_stamped_target_data() ->
 
 @pytest.mark.parametrize("name", ["backdoor", "model_replacement"])
 def test_simulation_runs(make_config: Callable[..., Config], name: str) -> None:
-    cfg = make_config(num_clients=6, clients_per_round=3, rounds=2, attack=name,
-                      attack_fraction=0.5, attack_params={"target": 1})
+    cfg = make_config(
+        num_clients=6,
+        clients_per_round=3,
+        rounds=2,
+        attack=name,
+        attack_fraction=0.5,
+        attack_params={"target": 1},
+    )
     recs = run_records(cfg)
     assert len(recs) == 2

@@ -6,15 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from defenses import DefenseContext, PreconditionError, UpdateBatch, make_defense
+from defenses import DEFENSES, DefenseContext, PreconditionError, UpdateBatch, make_defense
 from defenses.bucketing import buckets
 
 
 def batch(rows: list[float], samples: list[int]) -> UpdateBatch:
     k = len(rows)
-    return UpdateBatch(torch.tensor([[r] for r in rows], dtype=torch.float32),
-                       np.arange(10, 10 + k, dtype=np.int64), np.array(samples, np.int64),
-                       np.zeros(k, np.int64))
+    return UpdateBatch(
+        torch.tensor([[r] for r in rows], dtype=torch.float32),
+        np.arange(10, 10 + k, dtype=np.int64),
+        np.array(samples, np.int64),
+        np.zeros(k, np.int64),
+    )
 
 
 def ctx(seed: int = 0) -> DefenseContext:
@@ -62,13 +65,34 @@ def test_precondition_counts_buckets() -> None:
         d(batch([0.0] * 8, [1] * 8), ctx())
 
 
-@pytest.mark.parametrize(("name", "params", "pattern"), [
-    ("median", {"bucket": 0}, r"'median': bucket 0 invalid; valid: integer >= 1"),
-    ("median", {"bucket": 1.5}, r"'median': bucket 1.5 invalid"),
-    ("fltrust", {"bucket": 2}, r"'fltrust': unknown parameter 'bucket'"),
-    ("median", {"buckets": 2},
-     r"'median': unknown parameter 'buckets'; valid: \['weighting', 'bucket'\]"),
-])
+@pytest.mark.parametrize(
+    ("name", "params", "pattern"),
+    [
+        ("median", {"bucket": 0}, r"'median': bucket 0 invalid; valid: integer >= 1"),
+        ("median", {"bucket": 1.5}, r"'median': bucket 1.5 invalid"),
+        ("fltrust", {"bucket": 2}, r"'fltrust': unknown parameter 'bucket'"),
+        (
+            "median",
+            {"buckets": 2},
+            r"'median': unknown parameter 'buckets'; valid: \['weighting', 'bucket'\]",
+        ),
+    ],
+)
 def test_bad_bucket_parameters(name: str, params: dict[str, object], pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
         make_defense(name, **params)
+
+
+def test_bucketable_rules_are_the_row_only_ones() -> None:
+    # rules that read a public set, signals or stale bases do not take bucket=S
+    assert [n for n, cls in DEFENSES.items() if cls.bucketable] == [
+        "bulyan",
+        "centeredclip",
+        "geomed",
+        "krum",
+        "median",
+        "multikrum",
+        "trimmedmean",
+    ]
+    assert make_defense("krum", f=0, bucket=3).bucket == 3
+    assert make_defense("krum", f=0).bucket == 1

@@ -8,17 +8,9 @@ import numpy as np
 import pytest
 
 from simulator.data import partition
-from simulator.data.clients import (
-    LOCAL_TEST_TAG,
-    ClientRows,
-    NaturalData,
-    PartitionData,
-    hash_normal,
-    holdout_counts,
-    with_local_test,
-)
-from simulator.data.generated import _TAG as SYNTH_TAG
-from simulator.data.generated import SyntheticDevices, synthetic_test_set
+from simulator.data.clients import LOCAL_TEST_TAG, NaturalData, PartitionData, with_local_test
+from simulator.data.generated import SYNTH_TAG, SyntheticDevices, synthetic_test_set
+from simulator.data.rows import ClientRows, hash_normal, holdout_counts
 from simulator.data.virtual import VirtualData
 
 TRAIN_LABELS = np.arange(20_000, dtype=np.int64) % 10  # 2,000 rows per class
@@ -26,8 +18,15 @@ TEST_LABELS = np.arange(5_000, dtype=np.int64) % 10  # 500 rows per class
 
 
 def _virtual(num_clients: int = 1000, **kw: object) -> VirtualData:
-    args: dict = dict(seed=3, alpha=0.5, size_median=40, size_sigma=1.0, size_min=5,
-                      size_max=400, test_labels=TEST_LABELS)
+    args: dict = dict(
+        seed=3,
+        alpha=0.5,
+        size_median=40,
+        size_sigma=1.0,
+        size_min=5,
+        size_max=400,
+        test_labels=TEST_LABELS,
+    )
     args.update(kw)
     return VirtualData(TRAIN_LABELS, num_clients, **args)
 
@@ -178,8 +177,11 @@ def test_virtual_label_mix_follows_alpha() -> None:
         assert np.abs(_mix(r, TRAIN_LABELS) - 0.1).max() < 0.05
     # each class has 2,000 rows: drawn without replacement up to 2,000, with it beyond
     for size, repeats in ((2000, False), (5000, True)):
-        one = _virtual(5, alpha=1e-3, size_median=size, size_sigma=0.0, size_min=1,
-                       size_max=5000).rows([0]).index[0]
+        one = (
+            _virtual(5, alpha=1e-3, size_median=size, size_sigma=0.0, size_min=1, size_max=5000)
+            .rows([0])
+            .index[0]
+        )
         top = np.argmax(np.bincount(TRAIN_LABELS[one]))
         of_top = one[TRAIN_LABELS[one] == top]
         assert len(of_top) > 0.9 * size
@@ -221,13 +223,14 @@ def test_virtual_split_on_demand() -> None:
     v = _virtual()
     kept, held = v.split(0.2, seed=0, tag=9)
     ids = np.array([4, 77, 500])
-    for c, k, h, full in zip(ids, kept.rows(ids).index, held.rows(ids).index,
-                             v.rows(ids).index, strict=True):
+    for c, k, h, full in zip(
+        ids, kept.rows(ids).index, held.rows(ids).index, v.rows(ids).index, strict=True
+    ):
         n = len(full)
         assert len(h) == min(max(1, round(0.2 * n)), n - 1)
         assert np.array_equal(np.sort(np.concatenate([k, h])), full)
         perm = np.random.default_rng([0, 9, int(c)]).permutation(n)
-        assert np.array_equal(h, np.sort(full[perm[:len(h)]]))
+        assert np.array_equal(h, np.sort(full[perm[: len(h)]]))
     assert kept.sizes(ids).tolist() == [len(k) for k in kept.rows(ids).index]
     assert np.array_equal(held.rows([77]).index[0], held.rows(ids).index[1])
 
@@ -280,8 +283,9 @@ def test_synthetic_sizes_and_local_test() -> None:
     ids = np.arange(20_000)
     total = dev.total_sizes(ids)
     z = hash_normal(0, ids, 0x5E7E)
-    assert np.array_equal(total, np.minimum(np.floor(np.exp(4 + 2 * z)).astype(np.int64) + 50,
-                                            1000))
+    assert np.array_equal(
+        total, np.minimum(np.floor(np.exp(4 + 2 * z)).astype(np.int64) + 50, 1000)
+    )
     assert total.min() == 50 and total.max() == 1000  # floor(exp(.)) = 0 for z < -2
     assert abs(np.median(total) - (np.exp(4) + 50)) < 5  # median of lognormal(4, 2) + 50
     ids = np.array([0, 1, 2, 17])
@@ -303,8 +307,9 @@ def test_synthetic_sizes_and_local_test() -> None:
 
 def test_synthetic_iid_sizes_by_hand_and_test_set() -> None:
     # min_samples = max_samples = 100: every device has 100 samples, 20 held out
-    dev = SyntheticDevices(7, seed=2, alpha=0.0, beta=0.0, iid=True, min_samples=100,
-                           max_samples=100)
+    dev = SyntheticDevices(
+        7, seed=2, alpha=0.0, beta=0.0, iid=True, min_samples=100, max_samples=100
+    )
     assert dev.sizes(np.arange(7)).tolist() == [80] * 7
     x, y = synthetic_test_set(dev)  # count 100 > 7 devices: all of them
     assert x.shape == (140, 60) and y.shape == (140,) and x.dtype == np.float32
@@ -315,11 +320,17 @@ def test_synthetic_iid_sizes_by_hand_and_test_set() -> None:
     assert abs(float(dev.rows(range(7)).x.mean())) < 0.05
 
 
-def test_lazy_reexports_from_clients() -> None:
+def test_sources_are_exported_by_the_package() -> None:
+    """Every client source is one import away, from ``simulator.data`` (its ``__init__``; no
+    lazy module ``__getattr__`` re-exports them from ``clients``)."""
+    import simulator.data as data
     from simulator.data import clients
 
-    assert clients.VirtualData is VirtualData
-    assert clients.SyntheticDevices is SyntheticDevices
-    assert clients.synthetic_test_set is synthetic_test_set
+    assert data.VirtualData is VirtualData
+    assert data.SyntheticDevices is SyntheticDevices
+    assert data.synthetic_test_set is synthetic_test_set
+    assert (data.PartitionData, data.NaturalData) == (PartitionData, NaturalData)
+    assert data.ClientRows is ClientRows
+    assert "__getattr__" not in vars(clients)
     with pytest.raises(AttributeError):
-        clients.NoSuchThing  # noqa: B018
+        clients.VirtualData  # noqa: B018

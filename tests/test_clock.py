@@ -5,17 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simulator.policies import POLICIES, Arrival, make_policy
+from simulator.policies.deadline import Deadline
+from simulator.policies.deadline_carryover import DeadlineCarryover
+from simulator.policies.first_k import FirstK
+from simulator.policies.wait_for_all import WaitForAll
 from simulator.population.clock import (
-    POLICIES,
-    Arrival,
-    Deadline,
-    DeadlineCarryover,
-    FirstK,
     VirtualClock,
-    WaitForAll,
     arrivals_from_durations,
     compute_seconds,
-    make_policy,
     transfer_seconds,
 )
 
@@ -25,8 +23,13 @@ def ids(arrivals: tuple[Arrival, ...]) -> list[int]:
 
 
 # Round 3 starts at t=100; sorted order is (101, 1), (103, 2), (103, 4), (104, 5), (112, 3).
-NEW = [Arrival(5, 3, 104.0), Arrival(2, 3, 103.0), Arrival(4, 3, 103.0),
-       Arrival(1, 3, 101.0), Arrival(3, 3, 112.0)]
+NEW = [
+    Arrival(5, 3, 104.0),
+    Arrival(2, 3, 103.0),
+    Arrival(4, 3, 103.0),
+    Arrival(1, 3, 101.0),
+    Arrival(3, 3, 112.0),
+]
 
 
 def test_compute_seconds_exact() -> None:
@@ -44,14 +47,17 @@ def test_transfer_seconds_exact() -> None:
     np.testing.assert_array_equal(out, [9.0, 2.0])
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: compute_seconds(-1, 1, 5.0), "samples"),
-    (lambda: compute_seconds(1, 1, np.nan), "ms_per_sample"),
-    (lambda: compute_seconds(1, 1, 5.0, factor=0), "factor"),
-    (lambda: transfer_seconds(10, 0.0, 1.0, 0.0), "up_kbps"),
-    (lambda: transfer_seconds(10, 1.0, np.array([1.0, -2.0]), 0.0), "down_kbps"),
-    (lambda: transfer_seconds(10, 1.0, 1.0, -5.0), "latency_ms"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: compute_seconds(-1, 1, 5.0), "samples"),
+        (lambda: compute_seconds(1, 1, np.nan), "ms_per_sample"),
+        (lambda: compute_seconds(1, 1, 5.0, factor=0), "factor"),
+        (lambda: transfer_seconds(10, 0.0, 1.0, 0.0), "up_kbps"),
+        (lambda: transfer_seconds(10, 1.0, np.array([1.0, -2.0]), 0.0), "down_kbps"),
+        (lambda: transfer_seconds(10, 1.0, 1.0, -5.0), "latency_ms"),
+    ],
+)
 def test_cost_validation(call, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         call()
@@ -140,8 +146,15 @@ def test_update_from_a_future_round_is_rejected() -> None:
 
 
 def test_make_policy_builds_each_policy() -> None:
-    assert set(POLICIES) == {"wait_for_all", "deadline", "deadline_carryover", "first_k",
-                             "overcommit", "fedbuff", "fedasync"}
+    assert set(POLICIES) == {
+        "wait_for_all",
+        "deadline",
+        "deadline_carryover",
+        "first_k",
+        "overcommit",
+        "fedbuff",
+        "fedasync",
+    }
     assert isinstance(make_policy("wait_for_all"), WaitForAll)
     assert make_policy("deadline", deadline_s=2.5) == Deadline(2.5)
     assert make_policy("deadline_carryover", deadline_s=1.0).max_staleness == 5
@@ -151,17 +164,20 @@ def test_make_policy_builds_each_policy() -> None:
     assert make_policy("first_k", clients_per_round=1) == FirstK(1)
 
 
-@pytest.mark.parametrize("name, params, pattern", [
-    ("fastest", {}, "first_k.*wait_for_all|wait_for_all.*first_k"),
-    ("deadline", {"deadline": 3.0}, "deadline_s"),
-    ("deadline", {}, "missing.*deadline_s"),
-    ("wait_for_all", {"k": 2}, "unknown parameters \\['k'\\]"),
-    ("deadline", {"deadline_s": 0.0}, "deadline_s"),
-    ("deadline_carryover", {"deadline_s": -1.0}, "deadline_s"),
-    ("deadline_carryover", {"deadline_s": 1.0, "max_staleness": -1}, "max_staleness"),
-    ("first_k", {"k": -1}, "k must be"),
-    ("first_k", {"k": 1.5}, "k must be"),
-])
+@pytest.mark.parametrize(
+    "name, params, pattern",
+    [
+        ("fastest", {}, "first_k.*wait_for_all|wait_for_all.*first_k"),
+        ("deadline", {"deadline": 3.0}, "deadline_s"),
+        ("deadline", {}, "missing.*deadline_s"),
+        ("wait_for_all", {"k": 2}, "unknown parameters \\['k'\\]"),
+        ("deadline", {"deadline_s": 0.0}, "deadline_s"),
+        ("deadline_carryover", {"deadline_s": -1.0}, "deadline_s"),
+        ("deadline_carryover", {"deadline_s": 1.0, "max_staleness": -1}, "max_staleness"),
+        ("first_k", {"k": -1}, "k must be"),
+        ("first_k", {"k": 1.5}, "k must be"),
+    ],
+)
 def test_make_policy_errors(name: str, params: dict, pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
         make_policy(name, **params)

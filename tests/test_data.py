@@ -104,7 +104,6 @@ def test_fedprox_synthetic_heterogeneity() -> None:
     assert tv00 > 0.5 and tv11 > 0.5 and tv_iid < 0.2
 
 
-
 def _write_idx(path: Path, arr: np.ndarray) -> None:
     """Write uint8 idx: magic 0x0800 | ndim (2049 labels, 2051 images), big-endian dims."""
     payload = struct.pack(f">I{arr.ndim}I", 0x0800 | arr.ndim, *arr.shape)
@@ -157,7 +156,6 @@ def test_mnist_idx_errors_name_the_file(tmp_path: Path) -> None:
         load_dataset("mnist_idx", seed=0, path=str(tmp_path))
 
 
-
 def _write_cifar(root: Path) -> None:
     root.mkdir()
     for i in range(1, 6):
@@ -196,10 +194,12 @@ def test_cifar10_missing_and_malicious_batches(tmp_path: Path) -> None:
         load_dataset("cifar10", seed=0, path=str(root))
 
 
-
 def _leaf_doc(users: dict[str, list[int]], fill: float) -> dict[str, object]:
-    return {"users": list(users), "num_samples": [len(y) for y in users.values()],
-            "user_data": {u: {"x": [[fill] * 784 for _ in y], "y": y} for u, y in users.items()}}
+    return {
+        "users": list(users),
+        "num_samples": [len(y) for y in users.values()],
+        "user_data": {u: {"x": [[fill] * 784 for _ in y], "y": y} for u, y in users.items()},
+    }
 
 
 def test_femnist_leaf(tmp_path: Path) -> None:
@@ -207,8 +207,9 @@ def test_femnist_leaf(tmp_path: Path) -> None:
     (tmp_path / "test").mkdir()
     (tmp_path / "train" / "a.json").write_text(json.dumps(_leaf_doc({"f_b": [3, 61]}, 0.5)))
     (tmp_path / "train" / "b.json").write_text(
-        json.dumps(_leaf_doc({"f_a": [1, 2, 0], "f_c": [7]}, 1.0)))
-    (tmp_path / "test" / "a.json").write_text(json.dumps(_leaf_doc({"f_a": [5], "f_b": [6]}, 0.)))
+        json.dumps(_leaf_doc({"f_a": [1, 2, 0], "f_c": [7]}, 1.0))
+    )
+    (tmp_path / "test" / "a.json").write_text(json.dumps(_leaf_doc({"f_a": [5], "f_b": [6]}, 0.0)))
     d = load_dataset("femnist_leaf", seed=0, path=str(tmp_path))
     assert d.x_train.shape == (6, 1, 28, 28) and d.x_test.shape == (2, 1, 28, 28)
     assert d.num_classes == 62 and d.input_shape == (1, 28, 28)
@@ -224,10 +225,16 @@ def test_femnist_leaf(tmp_path: Path) -> None:
         load_dataset("femnist_leaf", seed=0, path=str(tmp_path))
 
 
-
 def test_registry_errors(tmp_path: Path) -> None:
-    assert {"digits", "mnist5k", "synthetic", "mnist1d", "mnist_idx", "cifar10",
-            "femnist_leaf"} <= set(DATASETS)
+    assert {
+        "digits",
+        "mnist5k",
+        "synthetic",
+        "mnist1d",
+        "mnist_idx",
+        "cifar10",
+        "femnist_leaf",
+    } <= set(DATASETS)
     with pytest.raises(DataError, match="unknown dataset 'mnist'.*cifar10.*digits"):
         load_dataset("mnist", seed=0)
     with pytest.raises(DataError, match="needs path"):

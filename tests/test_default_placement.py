@@ -9,15 +9,24 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config.sections import placement_of
+from simulator.config.plugins import placement_of
 from simulator.config.system import ExecutionConfig
 from tests.conftest import small_config
 
 #: quantity-skewed virtual clients on 2 workers, a model wide enough that the prior cuts each
 #: worker's clients into several chunks: the schedule has choices to make
-SKEWED = {"dataset": "mnist5k", "hidden": 64, "num_actors": 2, "partition": "virtual",
-          "virtual_size_median": 20, "virtual_size_sigma": 1.0, "num_clients": 60,
-          "clients_per_round": 20, "rounds": 3, "eval_every": 1}
+SKEWED = {
+    "dataset": "mnist5k",
+    "hidden": 64,
+    "num_actors": 2,
+    "partition": "virtual",
+    "virtual_size_median": 20,
+    "virtual_size_sigma": 1.0,
+    "num_clients": 60,
+    "clients_per_round": 20,
+    "rounds": 3,
+    "eval_every": 1,
+}
 
 
 def _run(out: Path) -> tuple[bytes, list[dict[str, Any]]]:
@@ -32,12 +41,20 @@ def _run(out: Path) -> tuple[bytes, list[dict[str, Any]]]:
     events = []
     for rec in records:
         ev = rec.to_event()
-        events.append({"accuracy": ev["accuracy"], "loss": ev["loss"],
-                       "train_loss": ev["train_loss"], "selected": ev["selected"],
-                       "placement": {k: ev["placement"][k] for k in
-                                     ("name", "predicted_s", "predicted_actor_s")},
-                       "chunks": [(c["actor"], c["clients"], c["max_steps"], c["samples"])
-                                  for c in ev["chunks"]]})
+        events.append(
+            {
+                "accuracy": ev["accuracy"],
+                "loss": ev["loss"],
+                "train_loss": ev["train_loss"],
+                "selected": ev["selected"],
+                "placement": {
+                    k: ev["placement"][k] for k in ("name", "predicted_s", "predicted_actor_s")
+                },
+                "chunks": [
+                    (c["actor"], c["clients"], c["max_steps"], c["samples"]) for c in ev["chunks"]
+                ],
+            }
+        )
     return sim.global_flat.numpy().tobytes(), events
 
 

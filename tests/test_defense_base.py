@@ -20,13 +20,17 @@ from defenses import (
 from defenses.fedavg import FedAvgDefense
 
 
-def batch_of(rows: list[list[float]], samples: list[int], ids: list[int] | None = None
-             ) -> UpdateBatch:
+def batch_of(
+    rows: list[list[float]], samples: list[int], ids: list[int] | None = None
+) -> UpdateBatch:
     k = len(rows)
-    return UpdateBatch(torch.tensor(rows, dtype=torch.float32),
-                       np.array(ids if ids is not None else range(10, 10 + k), np.int64),
-                       np.array(samples, np.int64), np.zeros(k, np.int64),
-                       {"loss": np.arange(k, dtype=np.float32)})
+    return UpdateBatch(
+        torch.tensor(rows, dtype=torch.float32),
+        np.array(ids if ids is not None else range(10, 10 + k), np.int64),
+        np.array(samples, np.int64),
+        np.zeros(k, np.int64),
+        {"loss": np.arange(k, dtype=np.float32)},
+    )
 
 
 CTX = DefenseContext(round=0, global_flat=torch.zeros(3))
@@ -52,8 +56,9 @@ def test_fedavg_uniform_weighting() -> None:
 
 
 def test_empty_batch_gives_zero_update() -> None:
-    empty = UpdateBatch(torch.zeros(0, 3), np.zeros(0, np.int64), np.zeros(0, np.int64),
-                        np.zeros(0, np.int64))
+    empty = UpdateBatch(
+        torch.zeros(0, 3), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    )
     res = FedAvgDefense()(empty, CTX)
     assert res.delta.tolist() == [0.0, 0.0, 0.0] and res.verdicts == ()
 
@@ -74,20 +79,30 @@ def test_subset_keeps_rows_aligned() -> None:
 
 
 def test_screen_malformed_non_finite() -> None:
-    rows = [[1.0, 2.0, 3.0], [float("nan"), 0.0, 0.0], [0.0, float("inf"), 0.0],
-            [0.0, 0.0, -float("inf")], [1.0, 1.0, 1.0]]
+    rows = [
+        [1.0, 2.0, 3.0],
+        [float("nan"), 0.0, 0.0],
+        [0.0, float("inf"), 0.0],
+        [0.0, 0.0, -float("inf")],
+        [1.0, 1.0, 1.0],
+    ]
     ok, bad = screen_malformed(batch_of(rows, [1] * 5), size=3)
     assert ok.tolist() == [0, 4]
     assert [(v.client_id, v.kept, v.weight, v.reason) for v in bad] == [
-        (11, False, 0.0, "non-finite"), (12, False, 0.0, "non-finite"),
-        (13, False, 0.0, "non-finite")]
+        (11, False, 0.0, "non-finite"),
+        (12, False, 0.0, "non-finite"),
+        (13, False, 0.0, "non-finite"),
+    ]
 
 
 def test_screen_malformed_bad_shape() -> None:
     ok, bad = screen_malformed(batch_of(ROWS, [1, 1, 1]), size=4)
     assert ok.tolist() == []
-    assert [(v.client_id, v.reason) for v in bad] == [(10, "bad-shape"), (11, "bad-shape"),
-                                                      (12, "bad-shape")]
+    assert [(v.client_id, v.reason) for v in bad] == [
+        (10, "bad-shape"),
+        (11, "bad-shape"),
+        (12, "bad-shape"),
+    ]
     flat = UpdateBatch(torch.zeros(3), np.arange(3), np.ones(3, np.int64), np.zeros(3, np.int64))
     ok, bad = screen_malformed(flat, size=3)
     assert ok.tolist() == [] and {v.reason for v in bad} == {"bad-shape"}
@@ -98,14 +113,19 @@ def test_screen_then_aggregate_ignores_bad_rows() -> None:
     b = batch_of(rows, [1, 5, 3])
     ok, _ = screen_malformed(b, 3)
     res = FedAvgDefense()(b.subset(ok), CTX)
-    assert res.delta.tolist() == [3.5, 0.5, 2.0]   # (1*[2,2,2] + 3*[4,0,2]) / 4
+    assert res.delta.tolist() == [3.5, 0.5, 2.0]  # (1*[2,2,2] + 3*[4,0,2]) / 4
     assert [v.weight for v in res.verdicts] == [0.25, 0.75]
 
 
 def test_verdict_to_dict_rounds_and_scores() -> None:
     v = Verdict(3, False, 1 / 3, 0.5, "outlier")
-    assert v.to_dict() == {"client": 3, "kept": False, "weight": 0.33333333, "score": 0.5,
-                           "reason": "outlier"}
+    assert v.to_dict() == {
+        "client": 3,
+        "kept": False,
+        "weight": 0.33333333,
+        "score": 0.5,
+        "reason": "outlier",
+    }
 
 
 def test_make_defense_errors_list_valid() -> None:
@@ -132,17 +152,24 @@ def test_round_breaking_a_precondition_is_skipped_with_verdicts() -> None:
 
     from simulator.round.aggregate import aggregate
 
-    side = SimpleNamespace(space=SimpleNamespace(size=3), defense=make_defense("krum", f=1),
-                           public_x=None, public_y=None, evaluation=None,
-                           global_flat=torch.zeros(3),
-                           global_shared=torch.zeros(3), seed=0)
+    side = SimpleNamespace(
+        space=SimpleNamespace(size=3),
+        defense=make_defense("krum", f=1),
+        public_x=None,
+        public_y=None,
+        evaluation=None,
+        global_flat=torch.zeros(3),
+        global_shared=torch.zeros(3),
+        seed=0,
+    )
     four = batch_of(ROWS + [[1.0, 1.0, 1.0]], [1, 1, 1, 1])
-    delta, verdicts = aggregate(side, 3, four)   # type: ignore[arg-type]
+    delta, verdicts = aggregate(side, 3, four)  # type: ignore[arg-type]
     assert delta.tolist() == [0.0, 0.0, 0.0]
     assert [(v.client_id, v.kept, v.reason) for v in verdicts] == [
-        (c, False, "precondition: n > 2f + 2 (n=4, f=1)") for c in (10, 11, 12, 13)]
+        (c, False, "precondition: n > 2f + 2 (n=4, f=1)") for c in (10, 11, 12, 13)
+    ]
     five = batch_of(ROWS + [[1.0, 1.0, 1.0], [2.0, 0.0, 0.0]], [1] * 5)
-    delta, verdicts = aggregate(side, 3, five)   # type: ignore[arg-type]
+    delta, verdicts = aggregate(side, 3, five)  # type: ignore[arg-type]
     assert sum(v.kept for v in verdicts) == 1 and delta.abs().sum() > 0
 
 
@@ -150,9 +177,22 @@ def test_configuration_breaking_the_precondition_every_round_is_refused(tmp_path
     from simulator.config.sections import build_config
     from simulator.round.engine import Simulation
 
-    cfg = build_config(flat=dict(num_clients=8, clients_per_round=4, rounds=1, defense="krum",
-                                 defense_params={"f": 1}, backend="local", progress=False,
-                                 plots=False, out=str(tmp_path / "r")))
-    with pytest.raises(ValueError, match=r"'krum': needs n > 2f \+ 2 \(n=4, f=1\) with 4 "
-                                         r"clients a round"):
+    cfg = build_config(
+        flat=dict(
+            num_clients=8,
+            clients_per_round=4,
+            rounds=1,
+            defense="krum",
+            defense_params={"f": 1},
+            backend="local",
+            progress=False,
+            plots=False,
+            out=str(tmp_path / "r"),
+        )
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"'krum': needs n > 2f \+ 2 \(n=4, f=1\) with 4 "
+        r"clients a round",
+    ):
         Simulation(cfg)

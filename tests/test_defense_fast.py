@@ -30,8 +30,9 @@ def fast_always(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def batch_of(x: torch.Tensor, ids: np.ndarray | None = None) -> UpdateBatch:
     n = len(x)
-    return UpdateBatch(x, np.arange(n) if ids is None else ids, np.ones(n, np.int64),
-                       np.zeros(n, np.int64))
+    return UpdateBatch(
+        x, np.arange(n) if ids is None else ids, np.ones(n, np.int64), np.zeros(n, np.int64)
+    )
 
 
 ROWS = torch.tensor([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0], [0.0, 1.0]])
@@ -40,11 +41,11 @@ D2 = [[0, 25, 100, 1], [25, 0, 25, 18], [100, 25, 0, 85], [1, 18, 85, 0]]
 
 
 def test_hand_checked_distances_and_scores() -> None:
-    np.testing.assert_allclose(exact_sq_dists(ROWS), D2, rtol=1e-15)   # sqrt, then squared
+    np.testing.assert_allclose(exact_sq_dists(ROWS), D2, rtol=1e-15)  # sqrt, then squared
     gd = gram_sq_dists(ROWS)
     np.testing.assert_allclose(gd.d2, D2, rtol=1e-12, atol=1e-12)
     assert (np.diag(gd.d2) == 0).all() and (gd.d2 == gd.d2.T).all()
-    scores, bound = fast_krum_scores(gd, 2)     # two nearest: 1+25, 18+25, 25+85, 1+18
+    scores, bound = fast_krum_scores(gd, 2)  # two nearest: 1+25, 18+25, 25+85, 1+18
     np.testing.assert_allclose(scores, [26, 43, 110, 19], rtol=1e-12)
     assert (bound < 1e-9).all()
 
@@ -63,7 +64,8 @@ def cases() -> list[tuple[torch.Tensor, np.ndarray]]:
     for t in range(24):
         n, d = int(g.integers(7, 30)), int(g.integers(2, 120))
         x = g.normal(size=(n, d)) * 10 ** g.uniform(-2, 2) + g.normal(size=d) * 10 ** g.uniform(
-            -1, 3)
+            -1, 3
+        )
         x = torch.tensor(x, dtype=torch.float32)
         if t % 3 == 0:
             for _ in range(n // 2):
@@ -82,15 +84,16 @@ def test_fast_selection_equals_exact(name: str, fast_always: None) -> None:
             a = make_defense(name, f=f)(batch_of(x, ids), CTX)
             b = make_defense(name, f=f, exact=True)(batch_of(x, ids), CTX)
             assert [v.kept for v in a.verdicts] == [v.kept for v in b.verdicts]
-            np.testing.assert_allclose([v.score for v in a.verdicts],
-                                       [v.score for v in b.verdicts], rtol=1e-6)
+            np.testing.assert_allclose(
+                [v.score for v in a.verdicts], [v.score for v in b.verdicts], rtol=1e-6
+            )
             torch.testing.assert_close(a.delta, b.delta, rtol=1e-6, atol=1e-6)
 
 
 def test_duplicates_share_distances_and_tie_by_id(fast_always: None) -> None:
     g = torch.Generator().manual_seed(1)
     x = torch.randn(9, 40, generator=g) * 3 + 100.0
-    x[4] = x[7] = x[1]                          # three copies: the best Krum scores, tied
+    x[4] = x[7] = x[1]  # three copies: the best Krum scores, tied
     gd = gram_sq_dists(x)
     assert gd.group.tolist() == [0, 1, 2, 3, 1, 5, 6, 1, 8]
     assert gd.d2[1, 4] == gd.d2[4, 7] == gd.d2[1, 7] == 0
@@ -98,8 +101,8 @@ def test_duplicates_share_distances_and_tie_by_id(fast_always: None) -> None:
     ids = np.array([50, 40, 30, 20, 12, 60, 70, 11, 80])
     scores, bound = fast_krum_scores(gd, 9 - 1 - 2)
     assert scores[1] == scores[4] == scores[7]
-    assert select_lowest(gd, scores, bound, ids, 6, 1).tolist() == [7]    # client 11
-    assert gd.exact_calls == 0                  # copies tie by id without re-scoring
+    assert select_lowest(gd, scores, bound, ids, 6, 1).tolist() == [7]  # client 11
+    assert gd.exact_calls == 0  # copies tie by id without re-scoring
     res = make_defense("krum", f=1)(batch_of(x, ids), CTX)
     assert [v.client_id for v in res.verdicts if v.kept] == [11]
 
@@ -113,12 +116,12 @@ def test_copies_share_their_first_rows_distances() -> None:
 
 def test_boundary_recheck_repairs_a_wrong_gram_order() -> None:
     # row 1 scores 2^-38 below row 0; a Gram error of 1e-9 on one pair would flip them
-    x = torch.tensor([[0.0], [2.0 ** -41], [2.0], [-2.0], [100.0]])
+    x = torch.tensor([[0.0], [2.0**-41], [2.0], [-2.0], [100.0]])
     gd = gram_sq_dists(x)
     exact = krum_scores(exact_sq_dists(x), 2)
-    gd.d2[1, 2] = gd.d2[2, 1] = gd.d2[1, 2] + 1e-9   # the Gram path alone would pick row 0
+    gd.d2[1, 2] = gd.d2[2, 1] = gd.d2[1, 2] + 1e-9  # the Gram path alone would pick row 0
     scores, bound = fast_krum_scores(gd, 2)
-    bound[:] = np.maximum(bound, 2e-9)                 # ... and the bound says it may be off
+    bound[:] = np.maximum(bound, 2e-9)  # ... and the bound says it may be off
     assert np.argmin(scores) != np.argmin(exact)
     calls = gd.exact_calls
     chosen = select_lowest(gd, scores, bound, np.arange(5), 2, 1)
@@ -130,7 +133,7 @@ def test_boundary_recheck_triggers_on_ties(fast_always: None) -> None:
     gd = gram_sq_dists(x)
     scores, bound = fast_krum_scores(gd, 2)
     chosen = select_lowest(gd, scores, bound, np.array([4, 3, 2, 1, 0]), 2, 1)
-    assert chosen.tolist() == [3] and gd.exact_calls >= 2   # four tied corners: client 1 wins
+    assert chosen.tolist() == [3] and gd.exact_calls >= 2  # four tied corners: client 1 wins
 
 
 def test_bulyan_incremental_loop_matches_reference(fast_always: None) -> None:
@@ -142,8 +145,9 @@ def test_bulyan_incremental_loop_matches_reference(fast_always: None) -> None:
         ids = g.permutation(n)
         f = int(g.integers(1, (n - 3) // 4 + 1))
         gd = gram_sq_dists(x)
-        assert select_fast(gd, f, n - 2 * f, ids) == select_exact(exact_sq_dists(x), f,
-                                                                 n - 2 * f, ids)
+        assert select_fast(gd, f, n - 2 * f, ids) == select_exact(
+            exact_sq_dists(x), f, n - 2 * f, ids
+        )
 
 
 def test_closest_to_median_window() -> None:
@@ -177,19 +181,46 @@ def test_compute_device_cpu_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_benchmark_quick_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "d.json"
-    assert defense_cost.main(["--quick", "--sizes", "12", "--dims", "20", "--defenses",
-                              "krum,multikrum,bulyan,geomed,median,fltrust", "--json",
-                              str(out)]) == 0
+    assert (
+        defense_cost.main(
+            [
+                "--quick",
+                "--sizes",
+                "12",
+                "--dims",
+                "20",
+                "--defenses",
+                "krum,multikrum,bulyan,geomed,median,fltrust",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())["rows"]
-    assert {r["defense"] for r in rows} == {"krum", "multikrum", "bulyan", "geomed", "median",
-                                            "fltrust"}
+    assert {r["defense"] for r in rows} == {
+        "krum",
+        "multikrum",
+        "bulyan",
+        "geomed",
+        "median",
+        "fltrust",
+    }
     assert all(r["same_rows"] for r in rows if "same_rows" in r)
     assert all(r["rel_err"] <= 1e-6 for r in rows if "rel_err" in r)
     assert "krum" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["--sizes", "x"], ["--defenses", "nope"], ["--repeats", "0"],
-                                  ["--sizes", "2"], ["--budget-s", "-1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--sizes", "x"],
+        ["--defenses", "nope"],
+        ["--repeats", "0"],
+        ["--sizes", "2"],
+        ["--budget-s", "-1"],
+    ],
+)
 def test_benchmark_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as e:
         defense_cost.main(argv)

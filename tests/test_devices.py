@@ -12,18 +12,19 @@ from simulator.population.devices import (
     FIELDS,
     DeviceProfile,
     Population,
-    TraceError,
     generate_population,
     generate_population_arrays,
-    load_trace,
 )
+from simulator.population.traces import TraceError, load_trace
 
 CSV_GOOD = """device_id,compute_ms_per_sample,up_kbps,down_kbps,latency_ms,availability
 0,5.0,1000,8000,50,1.0
 1,2.5,500,4000,0,0.5
 """
-EXPECTED = [DeviceProfile(0, 5.0, 1000.0, 8000.0, 50.0, 1.0),
-            DeviceProfile(1, 2.5, 500.0, 4000.0, 0.0, 0.5)]
+EXPECTED = [
+    DeviceProfile(0, 5.0, 1000.0, 8000.0, 50.0, 1.0),
+    DeviceProfile(1, 2.5, 500.0, 4000.0, 0.0, 0.5),
+]
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -69,8 +70,14 @@ def test_default_distribution_medians() -> None:
 
 
 def test_custom_parameters() -> None:
-    pop = generate_population_arrays(1000, seed=1, compute_ms_median=2.0, compute_sigma=0.0,
-                                     availability_low=0.3, availability_high=0.3)
+    pop = generate_population_arrays(
+        1000,
+        seed=1,
+        compute_ms_median=2.0,
+        compute_sigma=0.0,
+        availability_low=0.3,
+        availability_high=0.3,
+    )
     np.testing.assert_allclose(pop.compute_ms_per_sample, 2.0)
     np.testing.assert_allclose(pop.availability, 0.3)
 
@@ -79,18 +86,21 @@ def test_million_devices() -> None:
     assert len(generate_population_arrays(1_000_000, seed=0)) == 1_000_000
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"n": 0}, "n must"),
-    ({"seed": -1}, "seed"),
-    ({"compute_ms_median": 0.0}, "compute_ms_median"),
-    ({"up_kbps_median": -5.0}, "up_kbps_median"),
-    ({"down_kbps_median": float("inf")}, "down_kbps_median"),
-    ({"latency_ms_median": 0.0}, "latency_ms_median"),
-    ({"bandwidth_sigma": -0.1}, "bandwidth_sigma"),
-    ({"availability_low": 0.0}, "availability_low"),
-    ({"availability_high": 1.5}, "availability_high"),
-    ({"availability_low": 0.9, "availability_high": 0.8}, "availability_low"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"n": 0}, "n must"),
+        ({"seed": -1}, "seed"),
+        ({"compute_ms_median": 0.0}, "compute_ms_median"),
+        ({"up_kbps_median": -5.0}, "up_kbps_median"),
+        ({"down_kbps_median": float("inf")}, "down_kbps_median"),
+        ({"latency_ms_median": 0.0}, "latency_ms_median"),
+        ({"bandwidth_sigma": -0.1}, "bandwidth_sigma"),
+        ({"availability_low": 0.0}, "availability_low"),
+        ({"availability_high": 1.5}, "availability_high"),
+        ({"availability_low": 0.9, "availability_high": 0.8}, "availability_low"),
+    ],
+)
 def test_generation_validation(kwargs: dict, name: str) -> None:
     args = {"n": 10, "seed": 0, **kwargs}
     with pytest.raises(ValueError, match=name):
@@ -139,8 +149,10 @@ def test_load_csv(tmp_path: Path) -> None:
     pop = load_trace(write(tmp_path, "good.csv", CSV_GOOD))
     assert pop.to_profiles() == EXPECTED
     # columns in any order, extra columns ignored, no device_id, blank and comment lines
-    text = ("# a trace\navailability,latency_ms,down_kbps,up_kbps,compute_ms_per_sample,os\n"
-            "1.0,50,8000,1000,5.0,android\n\n0.5,0,4000,500,2.5,ios\n")
+    text = (
+        "# a trace\navailability,latency_ms,down_kbps,up_kbps,compute_ms_per_sample,os\n"
+        "1.0,50,8000,1000,5.0,android\n\n0.5,0,4000,500,2.5,ios\n"
+    )
     assert load_trace(str(write(tmp_path, "other.CSV", text))).to_profiles() == EXPECTED
 
 
@@ -151,16 +163,19 @@ def test_load_json(tmp_path: Path) -> None:
     assert load_trace(write(tmp_path, "b.json", json.dumps(doc))).to_profiles() == EXPECTED
 
 
-@pytest.mark.parametrize("bad_row, pattern", [
-    ("1,5.0,abc,8000,50,1.0", "field 'up_kbps' is not a number"),
-    ("1,5.0,1000,8000,50,1.5", "field 'availability' must be in"),
-    ("1,5.0,1000,-1,50,1.0", "field 'down_kbps' must be > 0"),
-    ("1,5.0,1000,8000,-3,1.0", "field 'latency_ms' must be >= 0"),
-    ("1,0,1000,8000,50,1.0", "field 'compute_ms_per_sample' must be > 0"),
-    ("1,5.0,,8000,50,1.0", "missing field 'up_kbps'"),
-    ("1,5.0,1000,8000", "expected 6 fields"),
-    ("9,5.0,1000,8000,50,1.0", "device_id"),
-])
+@pytest.mark.parametrize(
+    "bad_row, pattern",
+    [
+        ("1,5.0,abc,8000,50,1.0", "field 'up_kbps' is not a number"),
+        ("1,5.0,1000,8000,50,1.5", "field 'availability' must be in"),
+        ("1,5.0,1000,-1,50,1.0", "field 'down_kbps' must be > 0"),
+        ("1,5.0,1000,8000,-3,1.0", "field 'latency_ms' must be >= 0"),
+        ("1,0,1000,8000,50,1.0", "field 'compute_ms_per_sample' must be > 0"),
+        ("1,5.0,,8000,50,1.0", "missing field 'up_kbps'"),
+        ("1,5.0,1000,8000", "expected 6 fields"),
+        ("9,5.0,1000,8000,50,1.0", "device_id"),
+    ],
+)
 def test_bad_csv_row_reports_file_and_line(tmp_path: Path, bad_row: str, pattern: str) -> None:
     header, row1 = CSV_GOOD.splitlines()[:2]
     path = write(tmp_path, "trace.csv", f"{header}\n{row1}\n{bad_row}\n")
@@ -223,7 +238,7 @@ def test_gflops_generation_leaves_other_fields_bitwise_unchanged() -> None:
     assert np.median(fast.gflops) == pytest.approx(20.0, rel=0.05)
     assert np.std(np.log(fast.gflops)) == pytest.approx(0.5, rel=0.05)
     small = generate_population_arrays(10, seed=8, gflops_median=20.0)
-    assert np.array_equal(small.gflops, fast.gflops[:10])          # prefix property holds
+    assert np.array_equal(small.gflops, fast.gflops[:10])  # prefix property holds
     assert np.array_equal(fast.prefix(10).gflops, small.gflops)
     with pytest.raises(ValueError, match="gflops_median"):
         generate_population_arrays(10, seed=0, gflops_median=-1.0)
@@ -240,8 +255,10 @@ def test_gflops_round_trip_and_trace_column(tmp_path: Path) -> None:
     text = text.replace("50,1.0\n", "50,1.0,12.5\n").replace("0,0.5\n", "0,0.5,\n")
     assert load_trace(write(tmp_path, "g.csv", text)).gflops.tolist() == [12.5, 0.0]
     assert not load_trace(write(tmp_path, "plain.csv", CSV_GOOD)).gflops.any()
-    doc = [{**{f: getattr(p, f) for f in FIELDS}, "gflops": g}
-           for p, g in zip(EXPECTED, (0.0, 3.0), strict=True)]
+    doc = [
+        {**{f: getattr(p, f) for f in FIELDS}, "gflops": g}
+        for p, g in zip(EXPECTED, (0.0, 3.0), strict=True)
+    ]
     assert load_trace(write(tmp_path, "g.json", json.dumps(doc))).gflops.tolist() == [0.0, 3.0]
     bad = text.replace("12.5", "-4")
     with pytest.raises(TraceError, match=r"g2\.csv:2: field 'gflops' must be >= 0"):

@@ -15,9 +15,12 @@ import torch.nn.functional as F
 
 from simulator.algorithms import make_algorithm
 from simulator.algorithms.ditto import Ditto
-from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.learning import AlgorithmConfig
+from simulator.config.sections import build_config
+from simulator.training.flat import FlatLayout, evaluate
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, evaluate, make_schedule, train_clients
+from simulator.training.stacked import LocalSpec, make_schedule, train_clients
 from simulator.training.step import Step
 
 
@@ -36,16 +39,31 @@ def sum_logit_forward(p: dict[str, torch.Tensor], x: torch.Tensor) -> tuple[None
     return None, torch.stack([z.expand(len(x)), torch.zeros(len(x))], dim=-1)
 
 
-def step_of(a: Ditto, flat: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-            target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def step_of(
+    a: Ditto, flat: torch.Tensor, v: torch.Tensor, g: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Loss and gradients of Ditto's objective on a 2-row batch (labels 0, 1; the second row
     padding), the global model's data term a stand-in 0.5||w - target||^2."""
     flat = flat.clone().requires_grad_(True)
     v = v.clone().requires_grad_(True)
     x, y, mask = torch.zeros(2, 1), torch.tensor([0, 1]), torch.tensor([1.0, 0.0])
     ce = 0.5 * ((flat - target) ** 2).sum()
-    s = Step({"w": flat}, flat, x, y, mask, torch.zeros(0), torch.zeros(0), ce, g, {"w": g}, {},
-             {}, sum_logit_forward, {"personal": v})
+    s = Step(
+        {"w": flat},
+        flat,
+        x,
+        y,
+        mask,
+        torch.zeros(0),
+        torch.zeros(0),
+        ce,
+        g,
+        {"w": g},
+        {},
+        {},
+        sum_logit_forward,
+        {"personal": v},
+    )
     loss = a.client_loss(s)
     gw, gv = torch.autograd.grad(loss, (flat, v))
     return loss.detach(), gw, gv
@@ -59,8 +77,9 @@ def test_personal_step_by_hand() -> None:
     data term only (w - target = [1, 1, 1] - [1, 2, 3])."""
     a = ditto(lam=1.0)
     g = torch.zeros(3)
-    loss, gw, gv = step_of(a, torch.ones(3), torch.tensor([1.0, -2.0, 1.0]), g,
-                           torch.tensor([1.0, 2.0, 3.0]))
+    loss, gw, gv = step_of(
+        a, torch.ones(3), torch.tensor([1.0, -2.0, 1.0]), g, torch.tensor([1.0, 2.0, 3.0])
+    )
     # 0.5 * (0 + 1 + 4) + ln 2 + 0.5 * (1 + 4 + 1)
     assert loss.item() == pytest.approx(2.5 + math.log(2) + 3.0, abs=1e-6)
     torch.testing.assert_close(gw, torch.tensor([0.0, -1.0, -2.0]))
@@ -82,9 +101,22 @@ def test_personal_model_contracts_to_the_global_one_on_a_quadratic() -> None:
 
     for _ in range(3):
         vv = v.clone().requires_grad_(True)
-        s = Step({"w": g}, g, torch.zeros(2, 1), torch.tensor([0, 1]), torch.ones(2),
-                 torch.zeros(0), torch.zeros(0), torch.zeros(()), g, {"w": g}, {}, {},
-                 const_forward, {"personal": vv})
+        s = Step(
+            {"w": g},
+            g,
+            torch.zeros(2, 1),
+            torch.tensor([0, 1]),
+            torch.ones(2),
+            torch.zeros(0),
+            torch.zeros(0),
+            torch.zeros(()),
+            g,
+            {"w": g},
+            {},
+            {},
+            const_forward,
+            {"personal": vv},
+        )
         (gv,) = torch.autograd.grad(a.client_loss(s), vv)
         v = v - 0.1 * gv
     torch.testing.assert_close(v, torch.tensor([1.0, 1.024, 1.048]))
@@ -120,18 +152,38 @@ def setup() -> tuple[torch.nn.Module, FlatLayout, torch.Tensor, torch.Tensor, to
     model = ModelSpec("mlp", (1, 8, 8), 10, hidden=16).build(seed=0)
     layout = FlatLayout(model)
     gen = torch.Generator().manual_seed(0)
-    return (model, layout, layout.flatten(model), torch.rand(60, 1, 8, 8, generator=gen),
-            torch.randint(0, 10, (60,), generator=gen))
+    return (
+        model,
+        layout,
+        layout.flatten(model),
+        torch.rand(60, 1, 8, 8, generator=gen),
+        torch.randint(0, 10, (60,), generator=gen),
+    )
 
 
 def both(a: Ditto, state: torch.Tensor, epochs: list[int], momentum: float = 0.0) -> Any:
     model, layout, g, x, y = setup()
     spec = LocalSpec(lr=0.1, batch_size=10, step=a, momentum=momentum)
-    out = [train_clients(model, layout, g, x, y, IDX, epochs, [1, 2, 3, 4], spec, vectorize=v,
-                         state={"personal": state}) for v in (True, False)]
+    out = [
+        train_clients(
+            model,
+            layout,
+            g,
+            x,
+            y,
+            IDX,
+            epochs,
+            [1, 2, 3, 4],
+            spec,
+            vectorize=v,
+            state={"personal": state},
+        )
+        for v in (True, False)
+    ]
     torch.testing.assert_close(out[0].updates, out[1].updates, rtol=0, atol=1e-5)
-    torch.testing.assert_close(out[0].outputs["personal"], out[1].outputs["personal"],
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        out[0].outputs["personal"], out[1].outputs["personal"], rtol=0, atol=1e-5
+    )
     np.testing.assert_allclose(out[0].losses, out[1].losses, rtol=0, atol=1e-5)
     return out[0]
 
@@ -142,12 +194,14 @@ def test_global_update_is_fedavg_and_lambda_zero_personal_model_is_the_local_mod
     the update rows equal FedAvg's whatever lambda."""
     model, layout, g, x, y = setup()
     n = layout.num_params
-    fedavg = train_clients(model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4],
-                           LocalSpec(lr=0.1, batch_size=10))
+    fedavg = train_clients(
+        model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4], LocalSpec(lr=0.1, batch_size=10)
+    )
     out = both(ditto(lam=0.0), torch.zeros(4, n), [1, 2, 1, 0])
     torch.testing.assert_close(out.updates, fedavg.updates, rtol=0, atol=1e-6)
-    torch.testing.assert_close(out.outputs["personal"], g[:n] + fedavg.updates[:, :n],
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        out.outputs["personal"], g[:n] + fedavg.updates[:, :n], rtol=0, atol=1e-6
+    )
     out1 = both(ditto(lam=1.0), torch.zeros(4, n), [1, 2, 1, 0])
     torch.testing.assert_close(out1.updates, fedavg.updates, rtol=0, atol=1e-6)
 
@@ -195,10 +249,21 @@ def test_vectorized_equals_sequential_and_idle_rows_keep_their_start() -> None:
 
 # ------------------------------------------------------------------------------- the engine
 
-RUN = {"backend": "local", "dataset": "digits", "num_clients": 6, "clients_per_round": 3,
-       "partition": "shards", "classes_per_client": 2, "client_test_fraction": 0.25,
-       "local_epochs": 1, "batch_size": 16, "hidden": 16, "algorithm": "ditto",
-       "progress": False, "plots": False}
+RUN = {
+    "backend": "local",
+    "dataset": "digits",
+    "num_clients": 6,
+    "clients_per_round": 3,
+    "partition": "shards",
+    "classes_per_client": 2,
+    "client_test_fraction": 0.25,
+    "local_epochs": 1,
+    "batch_size": 16,
+    "hidden": 16,
+    "algorithm": "ditto",
+    "progress": False,
+    "plots": False,
+}
 
 
 def test_client_accuracy_comes_from_the_personal_models(tmp_path: Path) -> None:
@@ -213,7 +278,7 @@ def test_client_accuracy_comes_from_the_personal_models(tmp_path: Path) -> None:
         ev, f = sim.client_eval, sim.fed
         rows, _ = sim.store.get("personal", ev.clients)
         trained = {c for c in np.flatnonzero(np.abs(rows).sum(1) > 0)}
-        assert 3 <= len(trained) < len(ev.clients)    # some clients have never trained
+        assert 3 <= len(trained) < len(ev.clients)  # some clients have never trained
         data = f.arrays(f.local_test, ev.clients, f.local_test_pool)
         personal, plain = [], []
         for i, (xi, yi) in enumerate(data):

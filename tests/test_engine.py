@@ -26,8 +26,19 @@ from simulator.run.output import read_events, summarize, truncate_events
 MakeConfig = Callable[..., Config]
 
 # per-round fields that must be reproducible (wall_time is not)
-KEYS = ("round", "accuracy", "loss", "train_loss", "selected", "participants", "dropped",
-        "stale", "rejected", "verdicts", "virtual_time")
+KEYS = (
+    "round",
+    "accuracy",
+    "loss",
+    "train_loss",
+    "selected",
+    "participants",
+    "dropped",
+    "stale",
+    "rejected",
+    "verdicts",
+    "virtual_time",
+)
 
 
 class RecordingDefense:
@@ -54,8 +65,9 @@ class RecordingDefense:
         self.inner.load_state_dict(st)
 
 
-def run_sim(cfg: Config, record: bool = False
-            ) -> tuple[list[RoundRecord], Simulation, RecordingDefense | None]:
+def run_sim(
+    cfg: Config, record: bool = False
+) -> tuple[list[RoundRecord], Simulation, RecordingDefense | None]:
     sim = Simulation(cfg)
     rec = None
     if record:
@@ -87,8 +99,11 @@ def test_same_seed_same_metrics_other_seed_differs(make_config: MakeConfig) -> N
 
 
 def test_fedavg_learns_on_digits(make_config: MakeConfig) -> None:
-    recs, _, _ = run_sim(make_config(rounds=5, clients_per_round=5, local_epochs=2, lr=0.5,
-                                     hidden=32, partition="iid"))
+    recs, _, _ = run_sim(
+        make_config(
+            rounds=5, clients_per_round=5, local_epochs=2, lr=0.5, hidden=32, partition="iid"
+        )
+    )
     acc = [r.accuracy for r in recs]
     loss = [r.loss for r in recs]
     assert acc[-1] >= 0.7 and acc[-1] > acc[0] + 0.3, acc
@@ -110,9 +125,9 @@ def test_wait_for_all_round_by_hand(make_config: MakeConfig) -> None:
     for c, nk in zip(sel, n, strict=True):
         assert weights[int(c)] == pytest.approx(nk / n.sum(), abs=1e-8)
     pop = fed.population
-    dur = (compute_seconds(n, 1, pop.compute_ms_per_sample[sel], 3.0)
-           + transfer_seconds(4 * fed.layout.size, pop.up_kbps[sel], pop.down_kbps[sel],
-                              pop.latency_ms[sel]))
+    dur = compute_seconds(n, 1, pop.compute_ms_per_sample[sel], 3.0) + transfer_seconds(
+        4 * fed.layout.size, pop.up_kbps[sel], pop.down_kbps[sel], pop.latency_ms[sel]
+    )
     assert r.virtual_time == pytest.approx(float(np.max(dur)), rel=1e-12)
     assert rec is not None and len(rec.batches) == 1
     assert rec.batches[0].updates.shape == (4, fed.layout.size)
@@ -132,16 +147,14 @@ def test_rows_belong_to_their_clients(make_config: MakeConfig) -> None:
         assert b.num_samples.tolist() == sim.fed.client_sizes[b.client_ids].tolist()
     fed = sim.fed
     init = fed.layout.flatten(fed.model_spec.build(seed=cfg.experiment.seed))
-    trainer = ClientTrainer(fed.model_spec, fed.x_train, fed.y_train, fed.clients,
-                            threads=None)
+    trainer = ClientTrainer(fed.model_spec, fed.x_train, fed.y_train, fed.clients, threads=None)
     trainer.configure(sim.spec)
     b0 = rec.batches[0]
     seeds = client_seeds(cfg.experiment.seed, 0, np.array(recs[0].selected))
     seed_of = dict(zip(recs[0].selected, seeds.tolist(), strict=True))
     for j, c in enumerate(b0.client_ids.tolist()):
         alone = trainer.train(init.numpy(), TrainRequest([TrainTask(c, 1, seed_of[c])]))
-        np.testing.assert_allclose(b0.updates[j].numpy(), alone["rows"][0], rtol=0,
-                                   atol=1e-5)
+        np.testing.assert_allclose(b0.updates[j].numpy(), alone["rows"][0], rtol=0, atol=1e-5)
 
 
 def test_eval_every(make_config: MakeConfig) -> None:
@@ -160,7 +173,6 @@ def test_eval_every(make_config: MakeConfig) -> None:
 def _poisoned_run(cfg: Config, victim: int) -> tuple[list[RoundRecord], Simulation]:
     """Run with client ``victim``'s training data set to NaN: its update is non-finite."""
 
-
     fed = build_federation(cfg)
     fed.x_train[fed.client_index[victim]] = np.nan
     sim = Simulation(cfg, federation=fed)
@@ -171,11 +183,12 @@ def _poisoned_run(cfg: Config, victim: int) -> tuple[list[RoundRecord], Simulati
 
 
 @pytest.mark.parametrize("preaggregate", [True, False])
-def test_nan_update_rejected_model_stays_finite(make_config: MakeConfig,
-                                                preaggregate: bool) -> None:
+def test_nan_update_rejected_model_stays_finite(
+    make_config: MakeConfig, preaggregate: bool
+) -> None:
     cfg = make_config(rounds=3, preaggregate=preaggregate)
     clean, _, _ = run_sim(cfg)
-    victim = clean[0].selected[-1]     # the highest id selected in round 0
+    victim = clean[0].selected[-1]  # the highest id selected in round 0
     recs, sim = _poisoned_run(cfg, victim)
     hit = 0
     for r in recs:
@@ -185,8 +198,9 @@ def test_nan_update_rejected_model_stays_finite(make_config: MakeConfig,
         hit += 1
         assert r.rejected == [victim]
         bad = [v for v in r.verdicts if not v["kept"]]
-        assert bad == [{"client": victim, "kept": False, "weight": 0.0, "score": None,
-                        "reason": "non-finite"}]
+        assert bad == [
+            {"client": victim, "kept": False, "weight": 0.0, "score": None, "reason": "non-finite"}
+        ]
         assert sorted(r.participants) == sorted(set(r.selected) - {victim})
         assert sum(v["weight"] for v in r.verdicts if v["kept"]) == pytest.approx(1.0)
         assert r.accuracy is not None and np.isfinite(r.loss)
@@ -203,15 +217,23 @@ def test_nan_client_does_not_erase_train_loss(make_config: MakeConfig) -> None:
 
 def test_preaggregate_equals_full_batch(make_config: MakeConfig) -> None:
     """Actor-side partial sums (linear rule) give the same model as the defense on all rows."""
-    over = {"rounds": 3, "round_policy": "deadline_carryover", "deadline_s": 3.0,
-            "weight_decay": 0.001}
+    over = {
+        "rounds": 3,
+        "round_policy": "deadline_carryover",
+        "deadline_s": 3.0,
+        "weight_decay": 0.001,
+    }
     fast, sim_fast, _ = run_sim(make_config(preaggregate=True, **over))
     slow, sim_slow, _ = run_sim(make_config(preaggregate=False, **over))
-    assert any(r.stale for r in fast)     # carried rows go through the combine path too
+    assert any(r.stale for r in fast)  # carried rows go through the combine path too
     torch.testing.assert_close(sim_fast.global_flat, sim_slow.global_flat, rtol=0, atol=1e-5)
     for a, b in zip(fast, slow, strict=True):
-        assert (a.selected, a.stale, a.dropped, a.rejected) == \
-            (b.selected, b.stale, b.dropped, b.rejected)
+        assert (a.selected, a.stale, a.dropped, a.rejected) == (
+            b.selected,
+            b.stale,
+            b.dropped,
+            b.rejected,
+        )
         assert sorted(a.participants) == sorted(b.participants)
         wa = {v["client"]: v["weight"] for v in a.verdicts}
         wb = {v["client"]: v["weight"] for v in b.verdicts}
@@ -247,12 +269,11 @@ def test_tiny_deadline_drops_everyone_model_unchanged(make_config: MakeConfig) -
 
 
 def test_deadline_carryover_stale_arrivals(make_config: MakeConfig) -> None:
-    cfg = make_config(rounds=4, round_policy="deadline_carryover", deadline_s=3.0,
-                      max_staleness=5)
+    cfg = make_config(rounds=4, round_policy="deadline_carryover", deadline_s=3.0, max_staleness=5)
     recs, sim, rec = run_sim(cfg, record=True)
     assert rec is not None
     assert any(r.stale for r in recs)
-    assert sum(len(r.dropped) for r in recs) == 0   # nothing is older than 5 rounds
+    assert sum(len(r.dropped) for r in recs) == 0  # nothing is older than 5 rounds
     for r, b in zip(recs, rec.batches, strict=True):
         rows = list(zip(b.client_ids.tolist(), b.base_rounds.tolist(), strict=True))
         # the event's stale list is exactly the rows built on an older global model
@@ -262,8 +283,11 @@ def test_deadline_carryover_stale_arrivals(make_config: MakeConfig) -> None:
         assert r.virtual_time == pytest.approx(3.0 * (r.round + 1))
     # every update trained is aggregated exactly once or still in flight at the end
     trained = {(c, r.round) for r in recs for c in r.selected}
-    used = {(int(c), int(br)) for b in rec.batches for c, br in zip(b.client_ids, b.base_rounds,
-                                                                     strict=True)}
+    used = {
+        (int(c), int(br))
+        for b in rec.batches
+        for c, br in zip(b.client_ids, b.base_rounds, strict=True)
+    }
     left = {(f.arrival.client_id, f.arrival.base_round) for f in sim.in_flight}
     assert sum(len(b) for b in rec.batches) == len(used)
     assert used | left == trained and not used & left
@@ -284,15 +308,22 @@ def test_first_k_aggregates_exactly_k(make_config: MakeConfig) -> None:
 
 @pytest.mark.parametrize("drop", [True, False])
 def test_fedprox_stragglers(make_config: MakeConfig, drop: bool) -> None:
-    cfg = make_config(rounds=3, algorithm="fedprox", algorithm_params={"mu": 0.01}, local_epochs=3,
-                      straggler_fraction=0.5, drop_stragglers=drop)
+    cfg = make_config(
+        rounds=3,
+        algorithm="fedprox",
+        algorithm_params={"mu": 0.01},
+        local_epochs=3,
+        straggler_fraction=0.5,
+        drop_stragglers=drop,
+    )
     recs, _, _ = run_sim(cfg)
     algo = make_algorithm(cfg.algorithm)
     n_partial = 0
     for r in recs:
-        epochs = algo.client_epochs(len(r.selected), stream(cfg.experiment.seed, r.round,
-                                                            Stream.EPOCHS))
-        assert sorted(epochs.tolist()).count(3) >= 2   # round(0.5 * 4) = 2 stragglers at most
+        epochs = algo.client_epochs(
+            len(r.selected), stream(cfg.experiment.seed, r.round, Stream.EPOCHS)
+        )
+        assert sorted(epochs.tolist()).count(3) >= 2  # round(0.5 * 4) = 2 stragglers at most
         partial = sorted(c for c, e in zip(r.selected, epochs, strict=True) if e < 3)
         n_partial += len(partial)
         if drop:
@@ -305,8 +336,15 @@ def test_fedprox_stragglers(make_config: MakeConfig, drop: bool) -> None:
 
 
 def test_drop_stragglers_also_drops_carried_partial_work(make_config: MakeConfig) -> None:
-    cfg = make_config(rounds=4, algorithm="fedprox", local_epochs=3, straggler_fraction=1.0,
-                      drop_stragglers=True, round_policy="deadline_carryover", deadline_s=5.0)
+    cfg = make_config(
+        rounds=4,
+        algorithm="fedprox",
+        local_epochs=3,
+        straggler_fraction=1.0,
+        drop_stragglers=True,
+        round_policy="deadline_carryover",
+        deadline_s=5.0,
+    )
     recs, _, rec = run_sim(cfg, record=True)
     assert rec is not None
     algo = make_algorithm(cfg.algorithm)
@@ -314,8 +352,11 @@ def test_drop_stragglers_also_drops_carried_partial_work(make_config: MakeConfig
     for r in recs:
         e = algo.client_epochs(len(r.selected), stream(cfg.experiment.seed, r.round, Stream.EPOCHS))
         partial |= {(c, r.round) for c, ee in zip(r.selected, e, strict=True) if ee < 3}
-    used = {(int(c), int(br)) for b in rec.batches
-            for c, br in zip(b.client_ids, b.base_rounds, strict=True)}
+    used = {
+        (int(c), int(br))
+        for b in rec.batches
+        for c, br in zip(b.client_ids, b.base_rounds, strict=True)
+    }
     assert partial and used
     assert not used & partial, sorted(used & partial)
 
@@ -333,13 +374,14 @@ def test_selection_only_among_online_devices(make_config: MakeConfig) -> None:
         assert len(r.selected) == min(5, int(online.sum()))
         offline_seen += int((~online).sum())
         start = r.virtual_time
-    assert offline_seen > 0   # the check above is not vacuous
+    assert offline_seen > 0  # the check above is not vacuous
 
 
 def test_clock_advances_when_nobody_online(make_config: MakeConfig) -> None:
     # seed 6, 3 devices with availability in [0.05, 1]: all three are offline at t = 0
-    cfg = make_config(seed=6, rounds=3, num_clients=3, clients_per_round=2, partition="iid",
-                      availability_low=0.05)
+    cfg = make_config(
+        seed=6, rounds=3, num_clients=3, clients_per_round=2, partition="iid", availability_low=0.05
+    )
     fed = build_federation(cfg)
     assert not fed.population.available(0.0, seed=6).any()
     recs, _, _ = run_sim(cfg)
@@ -361,8 +403,12 @@ def _strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_checkpoint_resume_matches_uninterrupted(make_config: MakeConfig) -> None:
-    overrides = {"rounds": 5, "checkpoint_every": 2, "round_policy": "deadline_carryover",
-                 "deadline_s": 3.0}
+    overrides = {
+        "rounds": 5,
+        "checkpoint_every": 2,
+        "round_policy": "deadline_carryover",
+        "deadline_s": 3.0,
+    }
     crashed = make_config("crashed", **overrides)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(crashed, crash_after=3)
@@ -398,7 +444,8 @@ class CrashAfterCheckpoint:
 
 
 def test_interrupt_inside_a_callback_keeps_log_and_checkpoint_in_step(
-        make_config: MakeConfig) -> None:
+    make_config: MakeConfig,
+) -> None:
     # round callbacks run before the event and the checkpoint are written: an interruption in
     # round 2's callback leaves events 0-1 and the checkpoint after round 1, never one ahead
     cfg = make_config(rounds=4, checkpoint_every=1)
@@ -413,18 +460,49 @@ def test_interrupt_inside_a_callback_keeps_log_and_checkpoint_in_step(
 
 def test_output_helpers_by_hand(tmp_path: Path) -> None:
     events = [
-        {"round": 0, "virtual_time": 2.0, "wall_time": 1.0, "accuracy": 0.5, "loss": 1.0,
-         "participants": [1, 2], "dropped": [3], "stale": [], "rejected": []},
-        {"round": 1, "virtual_time": 5.0, "wall_time": 2.0, "accuracy": None, "loss": None,
-         "participants": [1], "dropped": [], "stale": [4], "rejected": [2]},
-        {"round": 2, "virtual_time": 9.0, "wall_time": 4.0, "accuracy": 0.7, "loss": 0.5,
-         "participants": [1, 2, 3], "dropped": [], "stale": [], "rejected": []},
+        {
+            "round": 0,
+            "virtual_time": 2.0,
+            "wall_time": 1.0,
+            "accuracy": 0.5,
+            "loss": 1.0,
+            "participants": [1, 2],
+            "dropped": [3],
+            "stale": [],
+            "rejected": [],
+        },
+        {
+            "round": 1,
+            "virtual_time": 5.0,
+            "wall_time": 2.0,
+            "accuracy": None,
+            "loss": None,
+            "participants": [1],
+            "dropped": [],
+            "stale": [4],
+            "rejected": [2],
+        },
+        {
+            "round": 2,
+            "virtual_time": 9.0,
+            "wall_time": 4.0,
+            "accuracy": 0.7,
+            "loss": 0.5,
+            "participants": [1, 2, 3],
+            "dropped": [],
+            "stale": [],
+            "rejected": [],
+        },
     ]
     s = summarize(events)
     assert s["rounds"] == 3 and s["final_accuracy"] == 0.7 and s["best_accuracy"] == 0.7
     assert s["final_loss"] == 0.5 and s["last5_accuracy"] == pytest.approx(0.6)
-    assert (s["client_updates"], s["dropped_total"], s["stale_total"], s["rejected_total"]) \
-        == (6, 1, 1, 1)
+    assert (s["client_updates"], s["dropped_total"], s["stale_total"], s["rejected_total"]) == (
+        6,
+        1,
+        1,
+        1,
+    )
     assert s["virtual_time"] == 9.0 and s["updates_per_second"] == 1.5
     path = tmp_path / "events.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -434,8 +512,14 @@ def test_output_helpers_by_hand(tmp_path: Path) -> None:
 
 def test_busy_clients_are_not_selected_again(make_config: MakeConfig) -> None:
     # with carry-over, a client whose update is still in flight is busy: never re-selected
-    cfg = make_config(rounds=8, num_clients=12, clients_per_round=8,
-                      round_policy="deadline_carryover", deadline_s=3.0, max_staleness=4)
+    cfg = make_config(
+        rounds=8,
+        num_clients=12,
+        clients_per_round=8,
+        round_policy="deadline_carryover",
+        deadline_s=3.0,
+        max_staleness=4,
+    )
     sim = Simulation(cfg)
     try:
         overlaps, carried = [], 0

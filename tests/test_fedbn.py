@@ -11,7 +11,9 @@ import torch
 
 from simulator.algorithms import ALGORITHMS, make_algorithm
 from simulator.algorithms.fedbn import FedBN, batchnorm_layers, batchnorm_names
-from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.learning import AlgorithmConfig
+from simulator.config.sections import build_config
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
 from simulator.training.space import ParamSpace
@@ -37,9 +39,16 @@ def test_local_entries_of_a_small_mlp_by_hand() -> None:
     model = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, norm="batch").build(seed=0)
     layout = FlatLayout(model)
     names = FEDBN.local_parameters(list(layout.names))
-    assert names == ["body.2.weight", "body.2.bias", "body.5.weight", "body.5.bias",
-                     "body.2.running_mean", "body.2.running_var", "body.5.running_mean",
-                     "body.5.running_var"]
+    assert names == [
+        "body.2.weight",
+        "body.2.bias",
+        "body.5.weight",
+        "body.5.bias",
+        "body.2.running_mean",
+        "body.2.running_var",
+        "body.5.running_mean",
+        "body.5.running_var",
+    ]
     assert batchnorm_layers(list(layout.names)) == ["body.2", "body.5"]
     space = ParamSpace.of(layout, FEDBN)
     assert layout.size == 1610
@@ -49,31 +58,54 @@ def test_local_entries_of_a_small_mlp_by_hand() -> None:
     assert "body.2.num_batches_tracked" not in layout.names
 
 
-@pytest.mark.parametrize("spec", [ModelSpec("mlp", (1, 8, 8), 10, hidden=8, norm="batch"),
-                                  ModelSpec("cnn", (1, 8, 8), 10, hidden=8, norm="batch"),
-                                  ModelSpec("cnn", (1, 28, 28), 10, hidden=8, norm="batch")])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ModelSpec("mlp", (1, 8, 8), 10, hidden=8, norm="batch"),
+        ModelSpec("cnn", (1, 8, 8), 10, hidden=8, norm="batch"),
+        ModelSpec("cnn", (1, 28, 28), 10, hidden=8, norm="batch"),
+    ],
+)
 def test_entries_found_by_buffers_equal_those_found_by_type(spec: ModelSpec) -> None:
     model = spec.build(seed=0)
     names = list(FlatLayout(model).names)
     by_type = batchnorm_names(model)
     assert sorted(FEDBN.local_parameters(names)) == sorted(by_type)
-    assert len(by_type) == 8      # two BatchNorm layers x (weight, bias, mean, variance)
+    assert len(by_type) == 8  # two BatchNorm layers x (weight, bias, mean, variance)
 
 
 @pytest.mark.parametrize("model", ["mlp", "logreg", "cnn"])
 def test_no_batchnorm_is_a_config_error(model: str) -> None:
     layout = FlatLayout(ModelSpec(model, (1, 8, 8), 10, hidden=8).build(seed=0))
-    with pytest.raises(ConfigError, match=r"fedbn .* the model has none; run it with "
-                                          r"--norm batch$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"fedbn .* the model has none; run it with "
+        r"--norm batch$",
+    ):
         ParamSpace.of(layout, FEDBN)
 
 
 def test_cli_without_batchnorm_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from simulator.cli import main
 
-    rc = main(["--algorithm", "fedbn", "--backend", "local", "--rounds", "1",
-               "--num-clients", "2", "--clients-per-round", "2", "--no-progress",
-               "--no-plots", "--out", str(tmp_path)])
+    rc = main(
+        [
+            "--algorithm",
+            "fedbn",
+            "--backend",
+            "local",
+            "--rounds",
+            "1",
+            "--num-clients",
+            "2",
+            "--clients-per-round",
+            "2",
+            "--no-progress",
+            "--no-plots",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2
     assert err.count("\n") == 0 and "--norm batch" in err
@@ -85,11 +117,25 @@ def test_batchnorm_stays_out_of_the_aggregate_exactly(tmp_path: Path) -> None:
     BatchNorm is in the store (and differs between clients)."""
     from simulator.round.engine import Simulation
 
-    cfg = build_config(flat={"backend": "local", "num_clients": 4, "clients_per_round": 4,
-                             "rounds": 2, "local_epochs": 1, "batch_size": 16, "hidden": 16,
-                             "norm": "batch", "partition": "iid", "algorithm": "fedbn",
-                             "preaggregate": False, "feature_shift": 1.0, "progress": False,
-                             "plots": False, "out": str(tmp_path)})
+    cfg = build_config(
+        flat={
+            "backend": "local",
+            "num_clients": 4,
+            "clients_per_round": 4,
+            "rounds": 2,
+            "local_epochs": 1,
+            "batch_size": 16,
+            "hidden": 16,
+            "norm": "batch",
+            "partition": "iid",
+            "algorithm": "fedbn",
+            "preaggregate": False,
+            "feature_shift": 1.0,
+            "progress": False,
+            "plots": False,
+            "out": str(tmp_path),
+        }
+    )
     sim = Simulation(cfg)
     try:
         g0 = sim.global_flat.clone()
@@ -104,8 +150,9 @@ def test_batchnorm_stays_out_of_the_aggregate_exactly(tmp_path: Path) -> None:
             assert rows is not None and tuple(rows.updates.shape) == (4, 1482)
             w = torch.from_numpy(rows.num_samples / rows.num_samples.sum()).double()
             mean = (w[:, None] * rows.updates.double()).sum(0)
-            torch.testing.assert_close(sim.global_flat[shared].double(),
-                                       before[shared].double() + mean, rtol=0, atol=1e-6)
+            torch.testing.assert_close(
+                sim.global_flat[shared].double(), before[shared].double() + mean, rtol=0, atol=1e-6
+            )
             assert torch.equal(sim.global_flat[local], g0[local])
         own, present = sim.store.get("local", np.arange(4))
         assert present.all() and own.shape == (4, 128)

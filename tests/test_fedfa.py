@@ -15,10 +15,13 @@ import torch
 
 from simulator.algorithms import ServerRound, make_algorithm
 from simulator.algorithms.fedfa_layer import FFALayer, ffa_layers, layer_gammas, student_t_gamma
-from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.learning import AlgorithmConfig
+from simulator.config.sections import build_config
 from simulator.run.output import read_events
+from simulator.training.flat import FlatLayout
 from simulator.training.models import BATCH_MASK, STEP_NOISE, STEP_SHARED, ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
+from simulator.training.stacked import LocalSpec, train_clients
 
 
 def fedfa(**params: Any) -> Any:
@@ -40,8 +43,7 @@ def test_gamma_three_clients_two_channels_by_hand() -> None:
     torch.testing.assert_close(student_t_gamma(torch.ones(3, 2)), torch.ones(2))
     # two layers (2 + 1 channels): each normalised to mean 1 on its own; a lone channel is 1
     both = torch.cat([MU, torch.tensor([[0.0], [5.0], [1.0]])], dim=1)
-    torch.testing.assert_close(layer_gammas(both, [2, 1]),
-                               torch.tensor([22 / 31, 40 / 31, 1.0]))
+    torch.testing.assert_close(layer_gammas(both, [2, 1]), torch.tensor([22 / 31, 40 / 31, 1.0]))
     with pytest.raises(ValueError, match="statistics have 3 channels, the FFA layers 2"):
         layer_gammas(both, [2])
 
@@ -51,23 +53,28 @@ def test_server_update_by_hand() -> None:
     step on w, the statistics back to (0, 1). Gammas from the kept rows only: the rejected
     4th client's (100, 100) would change them."""
     a = fedfa()
-    slices = {"w": slice(0, 2), "body.1.1.ffa_stats": slice(2, 6)}   # [2, C]: mubar, sigmabar
+    slices = {"w": slice(0, 2), "body.1.1.ffa_stats": slice(2, 6)}  # [2, C]: mubar, sigmabar
     g = torch.tensor([1.0, 2.0, 0.3, 0.4, 1.1, 0.9])
     delta = torch.tensor([0.5, -0.5, 0.1, 0.1, 0.1, 0.1])
-    extras = {"ffa_mu": torch.cat([MU, torch.full((1, 2), 100.0)]),
-              "ffa_sigma": torch.cat([SIGMA, torch.full((1, 2), 100.0)])}
+    extras = {
+        "ffa_mu": torch.cat([MU, torch.full((1, 2), 100.0)]),
+        "ffa_sigma": torch.cat([SIGMA, torch.full((1, 2), 100.0)]),
+    }
     server = a.init_server(g, 2)
     assert {k: v.numel() for k, v in server.items()} == {"gamma_mu": 0, "gamma_sigma": 0}
 
     def step(kept: list[bool]) -> torch.Tensor:
-        return a.server_update(ServerRound(0, g, delta, np.arange(4), np.array(kept),
-                                           np.ones(4) / 4, extras, server, 4, slices))
+        return a.server_update(
+            ServerRound(
+                0, g, delta, np.arange(4), np.array(kept), np.ones(4) / 4, extras, server, 4, slices
+            )
+        )
 
     nxt = step([True, True, True, False])
     torch.testing.assert_close(nxt, torch.tensor([1.5, 1.5, 0.0, 0.0, 1.0, 1.0]))
     torch.testing.assert_close(server["gamma_mu"], torch.tensor([22 / 31, 40 / 31]))
     torch.testing.assert_close(server["gamma_sigma"], torch.tensor([0.0, 2.0]))
-    step([False, False, False, False])                 # all rejected: gammas unchanged
+    step([False, False, False, False])  # all rejected: gammas unchanged
     torch.testing.assert_close(server["gamma_mu"], torch.tensor([22 / 31, 40 / 31]))
 
 
@@ -77,11 +84,12 @@ def test_server_update_by_hand() -> None:
 # sample 1 = (2, 6): mu 4, sigma 2. Over the batch: mean mu 3, var mu 1; mean sigma 1.5,
 # var sigma 0.25. A third row (100, 300) is padding (mask 0) where a mask is given.
 X = torch.tensor([[[[1.0, 3.0]]], [[[2.0, 6.0]]], [[[100.0, 300.0]]]])
-FIRE, IDLE = -1.0, 1.0        # coins: Phi(-1) = 0.159 < p = 0.5 fires, Phi(1) = 0.841 does not
+FIRE, IDLE = -1.0, 1.0  # coins: Phi(-1) = 0.159 < p = 0.5 fires, Phi(1) = 0.841 does not
 
 
-def run_layer(variant: str, coin: float, padded: bool = False, gamma: float = 3.0,
-              training: bool = True) -> tuple[torch.Tensor, FFALayer]:
+def run_layer(
+    variant: str, coin: float, padded: bool = False, gamma: float = 3.0, training: bool = True
+) -> tuple[torch.Tensor, FFALayer]:
     """Noise = [coin, eps_mu (per sample), eps_sigma (per sample)] with eps_mu = (0.5, -1),
     eps_sigma = (1, -0.5) for the two real samples (0 for the padding row)."""
     layer = FFALayer(1, 0, 1, 0, 0, p=0.5, alpha=0.9, variant=variant, lam=0.5, eps=0.0)
@@ -90,8 +98,11 @@ def run_layer(variant: str, coin: float, padded: bool = False, gamma: float = 3.
     e_mu, e_sigma = [0.5, -1.0] + [0.0] * padded, [1.0, -0.5] + [0.0] * padded
     noise = torch.tensor([coin, *e_mu, *e_sigma])
     shared = {"gamma_mu": torch.tensor([gamma]), "gamma_sigma": torch.tensor([gamma])}
-    tokens = [STEP_NOISE.set(noise), STEP_SHARED.set(shared),
-              BATCH_MASK.set(torch.tensor([1.0, 1.0, 0.0]) if padded else None)]
+    tokens = [
+        STEP_NOISE.set(noise),
+        STEP_SHARED.set(shared),
+        BATCH_MASK.set(torch.tensor([1.0, 1.0, 0.0]) if padded else None),
+    ]
     try:
         out = layer(x)
     finally:
@@ -119,11 +130,12 @@ def test_ffa_layer_variants_by_hand() -> None:
     statistics): S_mu = sqrt(2), S_sigma = h = sqrt(0.5) -> mu^ = (2 + h, 4 - 2h),
     sigma^ = (1 + h, 2 - h / 2): out = (1, 3 + 2h), (2 - 1.5h, 6 - 2.5h)."""
     torch.testing.assert_close(run_layer("C", FIRE)[0], torch.tensor([[1.0, 4.0], [1.25, 4.75]]))
-    torch.testing.assert_close(run_layer("R", FIRE)[0],
-                               torch.tensor([[0.75, 3.75], [1.75, 5.25]]))
+    torch.testing.assert_close(run_layer("R", FIRE)[0], torch.tensor([[0.75, 3.75], [1.75, 5.25]]))
     h = math.sqrt(0.5)
-    torch.testing.assert_close(run_layer("full", FIRE, gamma=1.0)[0],
-                               torch.tensor([[1.0, 3 + 2 * h], [2 - 1.5 * h, 6 - 2.5 * h]]))
+    torch.testing.assert_close(
+        run_layer("full", FIRE, gamma=1.0)[0],
+        torch.tensor([[1.0, 3 + 2 * h], [2 - 1.5 * h, 6 - 2.5 * h]]),
+    )
 
 
 def test_ffa_layer_hidden_units_by_hand() -> None:
@@ -132,8 +144,10 @@ def test_ffa_layer_hidden_units_by_hand() -> None:
     drawn: noise = [coin, eps_mu]. Momentum: mubar = 0.1 * 2, sigmabar = 0.9 * 1 + 0.1 * 0."""
     layer = FFALayer(1, 0, 1, 0, 0, p=0.5, alpha=0.9, spatial=False, eps=0.0).train()
     assert layer.draws == 1
-    tokens = [STEP_NOISE.set(torch.tensor([FIRE, 0.5, -1.0])),
-              STEP_SHARED.set({"gamma_mu": torch.tensor([3.0])})]
+    tokens = [
+        STEP_NOISE.set(torch.tensor([FIRE, 0.5, -1.0])),
+        STEP_SHARED.set({"gamma_mu": torch.tensor([3.0])}),
+    ]
     try:
         out = layer(torch.tensor([[1.0], [3.0]]))
     finally:
@@ -156,16 +170,20 @@ def test_ffa_is_identity_unless_fired_in_training() -> None:
     for out, layer in (run_layer("full", IDLE), run_layer("full", FIRE, training=False)):
         torch.testing.assert_close(out, X[:2].reshape(2, 2), rtol=0, atol=0)
         assert layer.ffa_stats.tolist() == [[0.0], [1.0]]
-    layer = FFALayer(1, 0, 1, 0, 0, p=1.0, alpha=0.9).train()     # no step context: identity
+    layer = FFALayer(1, 0, 1, 0, 0, p=1.0, alpha=0.9).train()  # no step context: identity
     torch.testing.assert_close(layer(X), X, rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------ the model
 
+
 def test_layers_after_each_stage_and_weights_unchanged() -> None:
     a = fedfa()
-    for name, shape, channels in (("cnn", (1, 28, 28), [16, 32]), ("cnn", (1, 8, 8), [16, 32]),
-                                  ("mlp", (1, 8, 8), [24])):
+    for name, shape, channels in (
+        ("cnn", (1, 28, 28), [16, 32]),
+        ("cnn", (1, 8, 8), [16, 32]),
+        ("mlp", (1, 8, 8), [24]),
+    ):
         plain = ModelSpec(name, shape, 10, hidden=24, norm="batch").build(seed=3)
         ext = ModelSpec(name, shape, 10, hidden=24, norm="batch", extension=a).build(seed=3)
         assert [m.channels for m in ffa_layers(ext)] == channels
@@ -174,11 +192,11 @@ def test_layers_after_each_stage_and_weights_unchanged() -> None:
             assert torch.equal(p, q)
         x = torch.rand(4, *shape)
         ext.eval(), plain.eval()
-        torch.testing.assert_close(ext(x), plain(x), rtol=0, atol=0)     # identity at test time
+        torch.testing.assert_close(ext(x), plain(x), rtol=0, atol=0)  # identity at test time
     cnn = ModelSpec("cnn", (1, 8, 8), 10, extension=a).build(seed=0)
-    assert a.noise_size(cnn, 10) == 2 + 10 * 2 * (16 + 32)        # coins, eps_mu, eps_sigma
+    assert a.noise_size(cnn, 10) == 2 + 10 * 2 * (16 + 32)  # coins, eps_mu, eps_sigma
     mlp = ModelSpec("mlp", (1, 8, 8), 10, hidden=24, extension=a).build(seed=0)
-    assert a.noise_size(mlp, 10) == 1 + 10 * 24                   # coin, eps_mu
+    assert a.noise_size(mlp, 10) == 1 + 10 * 24  # coin, eps_mu
     with pytest.raises(ConfigError, match="no conv stage or hidden block"):
         ModelSpec("logreg", (1, 8, 8), 10, extension=a).build(seed=0)
     with pytest.raises(ConfigError, match=r"fedfa variant='X' invalid; must be str one of"):
@@ -198,26 +216,62 @@ def test_vectorized_equals_sequential_cnn(variant: str, momentum: float) -> None
     idx = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
     shared = {k: 0.5 + torch.rand(48, generator=gen) for k in ("gamma_mu", "gamma_sigma")}
     spec = LocalSpec(lr=0.1, batch_size=8, step=a, momentum=momentum)
-    out = [train_clients(model, layout, g, x, y, idx, [1, 2, 1, 0], [1, 2, 3, 4], spec,
-                         vectorize=v, shared=shared) for v in (True, False)]
+    out = [
+        train_clients(
+            model,
+            layout,
+            g,
+            x,
+            y,
+            idx,
+            [1, 2, 1, 0],
+            [1, 2, 3, 4],
+            spec,
+            vectorize=v,
+            shared=shared,
+        )
+        for v in (True, False)
+    ]
     torch.testing.assert_close(out[0].updates, out[1].updates, rtol=0, atol=1e-5)
     assert set(out[0].outputs) == {"ffa_mu", "ffa_sigma"}
     for k in out[0].outputs:
         torch.testing.assert_close(out[0].outputs[k], out[1].outputs[k], rtol=0, atol=1e-5)
     mu = out[0].outputs["ffa_mu"]
     assert mu.shape == (4, 48) and bool((mu[:3] != 0).any(1).all()) and not mu[3].any()
-    plain = train_clients(model, layout, g, x, y, idx, [1, 2, 1, 0], [1, 2, 3, 4],
-                          LocalSpec(lr=0.1, batch_size=8, momentum=momentum))
+    plain = train_clients(
+        model,
+        layout,
+        g,
+        x,
+        y,
+        idx,
+        [1, 2, 1, 0],
+        [1, 2, 3, 4],
+        LocalSpec(lr=0.1, batch_size=8, momentum=momentum),
+    )
     n = layout.num_params
     assert not torch.allclose(out[0].updates[:3, :n], plain.updates[:3, :n], atol=1e-4)
 
 
 # ------------------------------------------------------------------ through the engine
 
-RUN = {"backend": "local", "dataset": "digits", "model": "cnn", "hidden": 16, "norm": "batch",
-       "num_clients": 4, "clients_per_round": 4, "partition": "iid", "feature_shift": 1.0,
-       "local_epochs": 1, "batch_size": 32, "algorithm": "fedfa", "defense": "median",
-       "progress": False, "plots": False}
+RUN = {
+    "backend": "local",
+    "dataset": "digits",
+    "model": "cnn",
+    "hidden": 16,
+    "norm": "batch",
+    "num_clients": 4,
+    "clients_per_round": 4,
+    "partition": "iid",
+    "feature_shift": 1.0,
+    "local_epochs": 1,
+    "batch_size": 32,
+    "algorithm": "fedfa",
+    "defense": "median",
+    "progress": False,
+    "plots": False,
+}
 
 
 def test_two_rounds_through_the_engine(tmp_path: Path) -> None:
@@ -239,8 +293,9 @@ def test_two_rounds_through_the_engine(tmp_path: Path) -> None:
             for k in ("gamma_mu", "gamma_sigma"):
                 gam = sim.server_state[k]
                 assert gam.shape == (48,) and bool(torch.isfinite(gam).all())
-                torch.testing.assert_close(torch.stack([gam[:16].mean(), gam[16:].mean()]),
-                                           torch.ones(2))
+                torch.testing.assert_close(
+                    torch.stack([gam[:16].mean(), gam[16:].mean()]), torch.ones(2)
+                )
         assert not torch.equal(sim.global_flat, g0)
     finally:
         sim.close()
@@ -256,7 +311,9 @@ def test_resume_is_bitwise_identical(tmp_path: Path) -> None:
     resumed = run_experiment(resume_config(tmp_path / "crashed"))
     full = run_experiment(build_config(flat={**flat, "out": str(tmp_path / "full")}))
     wall = ("wall_time", "slowest_train_seconds", "chunks", "placement")
-    ev = [[{k: v for k, v in e.items() if k not in wall} for e in read_events(p)]
-          for p in (tmp_path / "crashed" / "events.jsonl", tmp_path / "full" / "events.jsonl")]
+    ev = [
+        [{k: v for k, v in e.items() if k not in wall} for e in read_events(p)]
+        for p in (tmp_path / "crashed" / "events.jsonl", tmp_path / "full" / "events.jsonl")
+    ]
     assert len(ev[0]) == 3 and ev[0] == ev[1]
     assert resumed["final_accuracy"] == full["final_accuracy"]

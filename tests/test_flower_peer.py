@@ -20,15 +20,19 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.peers.flower_peer import (  # noqa: E402
-    OFFLINE_ENV,
-    best_flower,
-    local_sgd,
-    run_flower,
-)
+from benchmarks.peers.flower_apps import OFFLINE_ENV, local_sgd  # noqa: E402
+from benchmarks.peers.flower_peer import best_flower, run_flower  # noqa: E402
 
-RESULT_KEYS = {"rounds_timed", "seconds", "client_updates", "samples", "updates_per_s",
-               "samples_per_s", "client_cpus", "final_weights_ok"}
+RESULT_KEYS = {
+    "rounds_timed",
+    "seconds",
+    "client_updates",
+    "samples",
+    "updates_per_s",
+    "samples_per_s",
+    "client_cpus",
+    "final_weights_ok",
+}
 SIZES = (12, 15, 20, 26, 33, 41)  # six clients of different sizes
 DIM, CLASSES = 5, 3
 linear = functools.partial(nn.Linear, DIM, CLASSES)
@@ -36,20 +40,32 @@ linear = functools.partial(nn.Linear, DIM, CLASSES)
 
 def _clients(sizes: tuple[int, ...] = SIZES, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
-    return [(rng.standard_normal((n, DIM)).astype(np.float32),
-             rng.integers(0, CLASSES, n).astype(np.int64)) for n in sizes]
+    return [
+        (
+            rng.standard_normal((n, DIM)).astype(np.float32),
+            rng.integers(0, CLASSES, n).astype(np.int64),
+        )
+        for n in sizes
+    ]
 
 
 def test_local_sgd_counts_samples_and_is_seeded() -> None:
-    (x, y), = _clients((23,))
+    ((x, y),) = _clients((23,))
     x_t, y_t = torch.from_numpy(x), torch.from_numpy(y)
     weights = []
     for _ in range(2):
         torch.manual_seed(1)
         model = linear()
         before = [p.detach().clone() for p in model.parameters()]
-        seen = local_sgd(model, x_t, y_t, epochs=3, batch_size=5, lr=0.1,
-                         generator=torch.Generator().manual_seed(7))
+        seen = local_sgd(
+            model,
+            x_t,
+            y_t,
+            epochs=3,
+            batch_size=5,
+            lr=0.1,
+            generator=torch.Generator().manual_seed(7),
+        )
         assert seen == 23 * 3
         assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
         weights.append([p.detach().clone() for p in model.parameters()])
@@ -57,32 +73,58 @@ def test_local_sgd_counts_samples_and_is_seeded() -> None:
 
 
 def test_local_sgd_zero_lr_keeps_weights() -> None:
-    (x, y), = _clients((9,))
+    ((x, y),) = _clients((9,))
     model = linear()
     before = [p.detach().clone() for p in model.parameters()]
-    local_sgd(model, torch.from_numpy(x), torch.from_numpy(y), epochs=1, batch_size=4, lr=0.0,
-              generator=torch.Generator().manual_seed(0))
+    local_sgd(
+        model,
+        torch.from_numpy(x),
+        torch.from_numpy(y),
+        epochs=1,
+        batch_size=4,
+        lr=0.0,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert all(torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"rounds": 1, "warmup_rounds": 1},
-    {"clients_per_round": 7},
-    {"clients_per_round": 0},
-    {"epochs": 0},
-    {"client_cpus": 0.0},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rounds": 1, "warmup_rounds": 1},
+        {"clients_per_round": 7},
+        {"clients_per_round": 0},
+        {"epochs": 0},
+        {"client_cpus": 0.0},
+    ],
+)
 def test_run_flower_rejects_bad_arguments(kwargs: dict) -> None:
-    args = {"rounds": 2, "clients_per_round": 3, "epochs": 1, "batch_size": 4, "lr": 0.1,
-            "seed": 0, **kwargs}
+    args = {
+        "rounds": 2,
+        "clients_per_round": 3,
+        "epochs": 1,
+        "batch_size": 4,
+        "lr": 0.1,
+        "seed": 0,
+        **kwargs,
+    }
     with pytest.raises(ValueError):
         run_flower(_clients(), linear, **args)
 
 
 def test_best_flower_needs_options() -> None:
     with pytest.raises(ValueError):
-        best_flower(_clients(), linear, cpus_options=(), rounds=2, clients_per_round=3,
-                    epochs=1, batch_size=4, lr=0.1, seed=0)
+        best_flower(
+            _clients(),
+            linear,
+            cpus_options=(),
+            rounds=2,
+            clients_per_round=3,
+            epochs=1,
+            batch_size=4,
+            lr=0.1,
+            seed=0,
+        )
 
 
 def _check_counts(res: dict, *, rounds_timed: int, per_round: int, epochs: int) -> None:
@@ -102,8 +144,9 @@ def _check_counts(res: dict, *, rounds_timed: int, per_round: int, epochs: int) 
 @pytest.mark.slow
 def test_run_flower_tiny_counts() -> None:
     pytest.importorskip("flwr")
-    res = run_flower(_clients(), linear, rounds=2, clients_per_round=3, epochs=2,
-                     batch_size=4, lr=0.1, seed=0)
+    res = run_flower(
+        _clients(), linear, rounds=2, clients_per_round=3, epochs=2, batch_size=4, lr=0.1, seed=0
+    )
     _check_counts(res, rounds_timed=1, per_round=3, epochs=2)
     assert res["client_cpus"] == 1.0
     assert len(res["round_s"]) == 1
@@ -117,8 +160,18 @@ def test_run_flower_beside_an_initialised_ray(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv(key, value)
     ray.init(num_cpus=1, include_dashboard=False, object_store_memory=100 * 1024**2)
     try:
-        res = run_flower(_clients(), linear, rounds=3, clients_per_round=3, epochs=1,
-                         batch_size=8, lr=0.1, seed=1, client_cpus=2.0, warmup_rounds=2)
+        res = run_flower(
+            _clients(),
+            linear,
+            rounds=3,
+            clients_per_round=3,
+            epochs=1,
+            batch_size=8,
+            lr=0.1,
+            seed=1,
+            client_cpus=2.0,
+            warmup_rounds=2,
+        )
         _check_counts(res, rounds_timed=1, per_round=3, epochs=1)
         assert res["client_cpus"] == 2.0
         assert ray.is_initialized()

@@ -17,12 +17,13 @@ from simulator.config.sections import Config
 
 def batch(rows: list[list[float]]) -> UpdateBatch:
     n = len(rows)
-    return UpdateBatch(torch.tensor(rows), np.arange(n), np.ones(n, np.int64),
-                       np.zeros(n, np.int64))
+    return UpdateBatch(
+        torch.tensor(rows), np.arange(n), np.ones(n, np.int64), np.zeros(n, np.int64)
+    )
 
 
 def test_trust_scores_and_rescaling_by_hand() -> None:
-    g0 = torch.tensor([1.0, 0.0], dtype=torch.float64)       # ||g0|| = 1
+    g0 = torch.tensor([1.0, 0.0], dtype=torch.float64)  # ||g0|| = 1
     # row 0: same direction, norm 2 -> cos 1, rescaled to [1, 0]
     # row 1: 45 degrees, norm sqrt(2) -> cos 1/sqrt(2), rescaled to [1/sqrt2, 1/sqrt2]
     # row 2: opposite -> cos -1 -> trust 0 (rejected)
@@ -51,8 +52,14 @@ def test_needs_root_set_and_valid_eps() -> None:
 
 
 def test_fltrust_through_the_engine(make_config: Callable[..., Config]) -> None:
-    cfg = make_config(defense="fltrust", public_fraction=0.07, rounds=3, attack="signflip",
-                      attack_fraction=0.3, attack_params={"scale": 4})
+    cfg = make_config(
+        defense="fltrust",
+        public_fraction=0.07,
+        rounds=3,
+        attack="signflip",
+        attack_fraction=0.3,
+        attack_params={"scale": 4},
+    )
     recs = run_records(cfg)
     # sign-flipped rows point away from the server's update: zero trust
     for r in recs:

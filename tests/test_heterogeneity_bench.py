@@ -1,5 +1,6 @@
-"""benchmarks/heterogeneity.py: the verdict rule on hand-made numbers, rounds-to-baseline, the
-case registry and its checks, the JSON schema of a tiny run, and the CLI's errors."""
+"""benchmarks/heterogeneity.py (benchmarks/heterogeneity_study/): the verdict rule on hand-made
+numbers, rounds-to-baseline, the case registry and its checks, the JSON schema of a tiny run, and
+the CLI's errors."""
 
 from __future__ import annotations
 
@@ -13,16 +14,25 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import heterogeneity as bench  # noqa: E402
-from benchmarks import heterogeneity_core as core  # noqa: E402
-from benchmarks.heterogeneity_cases import (  # noqa: E402
+from benchmarks.heterogeneity_study import cli, core, plots  # noqa: E402
+from benchmarks.heterogeneity_study.cases import (  # noqa: E402
     CASES,
     Case,
     CaseError,
     Comparison,
-    discover,
     versus,
 )
+from benchmarks.heterogeneity_study.main import main  # noqa: E402
+from simulator.registry import Registry  # noqa: E402
+
+
+def use_case(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:
+    """Make the command line see ``case`` in place of the registered case of its name."""
+    reg: Registry[Case] = Registry("heterogeneity case")
+    for name, c in CASES.items():
+        reg.register(case if name == case.name else c)
+    monkeypatch.setattr(cli, "CASES", reg)
+
 
 # ------------------------------------------------------------------------------ verdict rule
 
@@ -35,19 +45,19 @@ def test_verdict_reproduced_when_gain_exceeds_the_larger_std() -> None:
     assert v["baseline_mean"] == pytest.approx(0.75)
     assert v["baseline_std"] == pytest.approx(0.05)
     assert v["gain"] == pytest.approx(0.07) and v["reproduced"] is True
-    assert v["wins"] == 3                              # 0.80>0.70, 0.82>0.75, 0.84>0.80
+    assert v["wins"] == 3  # 0.80>0.70, 0.82>0.75, 0.84>0.80
 
 
 def test_verdict_not_reproduced_within_one_std_or_wrong_way() -> None:
     # baseline 0.70, 0.78, 0.86: mean 0.78, std 0.08 > gain 0.04
     v = core.verdict([0.80, 0.82, 0.84], [0.70, 0.78, 0.86], "higher")
     assert v["gain"] == pytest.approx(0.04) and v["reproduced"] is False
-    assert v["wins"] == 2                              # 0.84 < 0.86 on the third seed
+    assert v["wins"] == 2  # 0.84 < 0.86 on the third seed
     # predicted lower, but the method is higher: gain -0.07
     v = core.verdict([0.80, 0.82, 0.84], [0.70, 0.75, 0.80], "lower")
     assert v["gain"] == pytest.approx(-0.07) and v["reproduced"] is False
     assert v["wins"] == 0
-    assert core.verdict([0.8, 0.9], [0.7], "higher")["wins"] is None   # a run failed
+    assert core.verdict([0.8, 0.9], [0.7], "higher")["wins"] is None  # a run failed
 
 
 def test_verdict_lower_direction_and_single_seed() -> None:
@@ -64,12 +74,21 @@ def test_verdict_lower_direction_and_single_seed() -> None:
 def test_rounds_to_baseline_pairs_seeds() -> None:
     """Baseline final accuracy 0.6 (reached first at round 3 of 4); the method reaches 0.6 at
     round 2; a second method never does -> rounds + 1 = 5."""
-    base = {"final_accuracy": 0.6, "rounds": 4,
-            "curves": {"round": [1, 2, 3, 4], "accuracy": [0.2, 0.5, 0.6, 0.6]}}
-    fast = {"final_accuracy": 0.7, "rounds": 4,
-            "curves": {"round": [1, 2, 3, 4], "accuracy": [0.3, 0.65, 0.7, 0.7]}}
-    slow = {"final_accuracy": 0.5, "rounds": 4,
-            "curves": {"round": [1, 2, 3, 4], "accuracy": [0.1, 0.2, 0.4, 0.5]}}
+    base = {
+        "final_accuracy": 0.6,
+        "rounds": 4,
+        "curves": {"round": [1, 2, 3, 4], "accuracy": [0.2, 0.5, 0.6, 0.6]},
+    }
+    fast = {
+        "final_accuracy": 0.7,
+        "rounds": 4,
+        "curves": {"round": [1, 2, 3, 4], "accuracy": [0.3, 0.65, 0.7, 0.7]},
+    }
+    slow = {
+        "final_accuracy": 0.5,
+        "rounds": 4,
+        "curves": {"round": [1, 2, 3, 4], "accuracy": [0.1, 0.2, 0.4, 0.5]},
+    }
     c = Comparison("m", "b", "rounds_to_baseline", "lower")
     assert core.metric_values(c, [fast, slow], [base, base]) == ([2.0, 5.0], [3.0, 3.0])
 
@@ -78,16 +97,62 @@ def test_rounds_to_baseline_pairs_seeds() -> None:
 
 
 def test_registry_discovers_one_case_per_file() -> None:
-    files = {p.stem for p in (ROOT / "benchmarks" / "heterogeneity_cases").glob("*.py")
-             if not p.stem.startswith("_")}
+    folder = ROOT / "benchmarks" / "heterogeneity_study" / "cases"
+    files = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")} - {"base"}
     assert set(CASES) == files
     assert {"fedbn", "fedprox", "scaffold", "feddyn"} <= set(CASES)
-    assert discover() == CASES
+    before = CASES.items()
+    CASES.discover("benchmarks.heterogeneity_study.cases")  # a second discovery adds nothing
+    assert CASES.items() == before
     fedprox = CASES["fedprox"]
     assert [(c.method, c.baseline) for c in fedprox.comparisons] == [
-        ("fedprox-mu1-st0", "fedavg-drop-st0"), ("fedprox-mu1-st50", "fedavg-drop-st50"),
-        ("fedprox-mu1-st90", "fedavg-drop-st90")]
+        ("fedprox-mu1-st0", "fedavg-drop-st0"),
+        ("fedprox-mu1-st50", "fedavg-drop-st50"),
+        ("fedprox-mu1-st90", "fedavg-drop-st90"),
+    ]
     assert fedprox.flat("fedavg-drop-st90", quick=True)["straggler_fraction"] == 0.9
+
+
+def test_a_dropped_case_file_is_discovered_and_registered_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package outside the repository (a tmp dir on sys.path) with one case file and one
+    private helper file: discovery imports the case file, whose ``CASES.register`` puts its
+    case under its name; the ``_helper`` module is not imported."""
+    from benchmarks.heterogeneity_study.cases import base
+
+    pkg = tmp_path / "extra_cases_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_helper.py").write_text("raise RuntimeError('a private module was imported')\n")
+    (pkg / "tiny.py").write_text(
+        "from benchmarks.heterogeneity_study.cases.base import CASES, Case, versus\n"
+        "CASE = CASES.register(Case(name='tiny', claim='b beats a',\n"
+        "                           base={'dataset': 'digits', 'rounds': 50},\n"
+        "                           arms={'a': {}, 'b': {'algorithm': 'fedprox'}},\n"
+        "                           comparisons=versus('a', ['b']),\n"
+        "                           quick={'rounds': 2}, full={'rounds': 9}))\n"
+    )
+    fresh: Registry[Case] = Registry("heterogeneity case")
+    monkeypatch.setattr(base, "CASES", fresh)  # the file registers here, not in CASES
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fresh.discover("extra_cases_pkg")
+    assert fresh.names() == ["tiny"]
+    tiny = fresh.get("tiny")
+    assert tiny.claim == "b beats a"
+    # RUN_DEFAULTS | base | quick (or full) | arm
+    assert tiny.flat("b", quick=True) == {
+        "backend": "local",
+        "progress": False,
+        "plots": False,
+        "dataset": "digits",
+        "rounds": 2,
+        "algorithm": "fedprox",
+    }
+    assert tiny.flat("a", quick=False)["rounds"] == 9
+    with pytest.raises(ValueError, match=r"unknown heterogeneity case 'nope'; valid: \['tiny'\]"):
+        fresh.get("nope")
+    assert "tiny" not in CASES
 
 
 def test_case_declarations_are_checked() -> None:
@@ -119,7 +184,7 @@ def test_shared_runs_carry_every_cases_scores(tmp_path: Path) -> None:
     """moon (6 arms) and fedfm (9 arms) share the Dirichlet(0.5) fedavg and moon runs: 13
     distinct runs per seed; the shared ones carry fedfm's silhouette score even though moon,
     which has no scores, declared them first; moon's own fedavg-head runs carry none."""
-    from benchmarks.heterogeneity_cases.fedfm import silhouette
+    from benchmarks.heterogeneity_study.cases.fedfm import silhouette
 
     jobs, index = core.make_jobs([CASES["moon"], CASES["fedfm"]], True, 1, tmp_path)
     assert len(jobs) == 13
@@ -131,24 +196,54 @@ def test_shared_runs_carry_every_cases_scores(tmp_path: Path) -> None:
     assert by_key[index[("moon", "fedavg-head-b0.5", 0)]]["scores"] == {}
 
 
-def test_scored_metric_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                  capsys: pytest.CaptureFixture) -> None:
+def test_scored_metric_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     """A fedfm-like case on digits, 2 rounds, 1 seed: the silhouette rows come out with the
     scores the harness computed, and each equals the score recomputed from the run's
     checkpoint (the value the harness stored is the run's, not another run's); the progress
     bar counts the 2 runs on stderr."""
-    from benchmarks.heterogeneity_cases.fedfm import silhouette
+    from benchmarks.heterogeneity_study.cases.fedfm import silhouette
 
-    base = {"dataset": "digits", "num_clients": 4, "clients_per_round": 4, "model": "mlp",
-            "hidden": 16, "local_epochs": 1, "rounds": 2, "checkpoint_every": 2}
-    arms = {"fedavg": {"algorithm": "fedavg"},   # FedFM with its loss on from round 1
-            "fedfm": {"algorithm": "fedfm", "algorithm_params": {"start_round": 1}}}
-    case = Case("fedfm", "claim", base, arms, versus("fedavg", ["fedfm"], "feature_silhouette"),
-                scores={"feature_silhouette": silhouette})
-    monkeypatch.setitem(CASES, "fedfm", case)
+    base = {
+        "dataset": "digits",
+        "num_clients": 4,
+        "clients_per_round": 4,
+        "model": "mlp",
+        "hidden": 16,
+        "local_epochs": 1,
+        "rounds": 2,
+        "checkpoint_every": 2,
+    }
+    arms = {
+        "fedavg": {"algorithm": "fedavg"},  # FedFM with its loss on from round 1
+        "fedfm": {"algorithm": "fedfm", "algorithm_params": {"start_round": 1}},
+    }
+    case = Case(
+        "fedfm",
+        "claim",
+        base,
+        arms,
+        versus("fedavg", ["fedfm"], "feature_silhouette"),
+        scores={"feature_silhouette": silhouette},
+    )
+    use_case(monkeypatch, case)
     out, js = tmp_path / "out", tmp_path / "r.json"
-    rc = bench.main(["--case", "fedfm", "--quick", "--seeds", "1", "--workers", "1",
-                     "--out", str(out), "--json", str(js)])
+    rc = main(
+        [
+            "--case",
+            "fedfm",
+            "--quick",
+            "--seeds",
+            "1",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+            str(js),
+        ]
+    )
     assert rc == 0
     err = capsys.readouterr().err
     assert "runs: 100%" in err and "2/2" in err
@@ -166,39 +261,69 @@ def test_scored_metric_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_unknown_case_exits_2(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as e:
-        bench.main(["--case", "fedbn", "--case", "nope"])
+        main(["--case", "fedbn", "--case", "nope"])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2
     assert err == f"error: unknown case 'nope'; valid: {list(CASES)}"
     with pytest.raises(SystemExit) as e:
-        bench.main(["--seeds", "0"])
+        main(["--seeds", "0"])
     assert e.value.code == 2
 
 
-def test_json_schema_of_a_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture) -> None:
+def test_json_schema_of_a_tiny_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     """The fedbn case, 1 seed, 2 rounds, in this process: the JSON has one entry per
     comparison with the required keys, the CSV and the plot exist; ``--no-progress`` leaves
     no progress bar on stderr."""
     case = CASES["fedbn"]
-    monkeypatch.setitem(CASES, "fedbn", Case(case.name, case.claim, case.base, case.arms,
-                                             case.comparisons, quick={"rounds": 2}))
+    use_case(
+        monkeypatch,
+        Case(case.name, case.claim, case.base, case.arms, case.comparisons, quick={"rounds": 2}),
+    )
     out, js, cs = tmp_path / "out", tmp_path / "r.json", tmp_path / "r.csv"
-    rc = bench.main(["--case", "fedbn", "--quick", "--seeds", "1", "--workers", "1",
-                     "--out", str(out), "--json", str(js), "--csv", str(cs), "--no-progress"])
+    rc = main(
+        [
+            "--case",
+            "fedbn",
+            "--quick",
+            "--seeds",
+            "1",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+            str(js),
+            "--csv",
+            str(cs),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     assert "runs:" not in capsys.readouterr().err
     data = json.loads(js.read_text())
     assert list(data) == ["cases"] and len(data["cases"]) == 3
-    required = {"case", "method", "baseline", "method_mean", "method_std", "baseline_mean",
-                "baseline_std", "reproduced"}
+    required = {
+        "case",
+        "method",
+        "baseline",
+        "method_mean",
+        "method_std",
+        "baseline_mean",
+        "baseline_std",
+        "reproduced",
+    }
     for row in data["cases"]:
         assert required <= set(row)
         assert row["case"] == "fedbn" and row["error"] is None
         assert isinstance(row["reproduced"], bool)
         assert row["method_std"] == 0.0 and 0.0 <= row["method_mean"] <= 1.0
     assert [(r["method"], r["baseline"]) for r in data["cases"]] == [
-        ("fedbn", "fedavg"), ("fedbn", "fedprox"), ("fedbn", "fedavg")]
+        ("fedbn", "fedavg"),
+        ("fedbn", "fedprox"),
+        ("fedbn", "fedavg"),
+    ]
     assert len(cs.read_text().splitlines()) == 4
     assert (out / "fedbn.png").is_file()
     assert (out / "runs" / "fedbn" / "fedbn-s0" / "events.jsonl").is_file()
@@ -208,11 +333,15 @@ def test_plot_panels_follow_the_comparisons() -> None:
     """Arms that comparisons connect share a panel: fedfm's three partitions give three panels
     of three; fedufo's arms are all compared with fedavg, one panel; an arm in no comparison
     is a panel of its own."""
-    assert bench.panels(CASES["fedfm"], list(CASES["fedfm"].arms)) == [
+    assert plots.panels(CASES["fedfm"], list(CASES["fedfm"].arms)) == [
         ["fedavg-b0.5", "moon-b0.5", "fedfm-b0.5"],
         ["fedavg-miss3", "moon-miss3", "fedfm-miss3"],
-        ["fedavg-miss7", "moon-miss7", "fedfm-miss7"]]
-    assert bench.panels(CASES["fedufo"], list(CASES["fedufo"].arms)) == [
-        ["fedavg", "feduad", "fedufo-nods", "fedufo"]]
-    assert bench.panels(CASES["fedufo"], ["lonely", "fedufo", "fedavg"]) == [
-        ["lonely"], ["fedufo", "fedavg"]]
+        ["fedavg-miss7", "moon-miss7", "fedfm-miss7"],
+    ]
+    assert plots.panels(CASES["fedufo"], list(CASES["fedufo"].arms)) == [
+        ["fedavg", "feduad", "fedufo-nods", "fedufo"]
+    ]
+    assert plots.panels(CASES["fedufo"], ["lonely", "fedufo", "fedavg"]) == [
+        ["lonely"],
+        ["fedufo", "fedavg"],
+    ]

@@ -19,9 +19,24 @@ from cli_helper import run_cli, strip_wall
 from simulator.run.output import read_events
 
 ROUNDS = 6
-RUN = ["--backend", "local", "--dataset", "digits", "--num-clients", "8",
-       "--clients-per-round", "4", "--local-epochs", "1", "--rounds", str(ROUNDS),
-       "--checkpoint-every", "1", "--no-progress", "--no-plots"]
+RUN = [
+    "--backend",
+    "local",
+    "--dataset",
+    "digits",
+    "--num-clients",
+    "8",
+    "--clients-per-round",
+    "4",
+    "--local-epochs",
+    "1",
+    "--rounds",
+    str(ROUNDS),
+    "--checkpoint-every",
+    "1",
+    "--no-progress",
+    "--no-plots",
+]
 
 
 def _summary(out: Path) -> dict[str, Any]:
@@ -52,12 +67,16 @@ def _assert_resumes_to(out: Path, reference: Path) -> None:
     assert not (out / "checkpoint.pt.tmp").exists()
 
 
-@pytest.mark.parametrize(("failpoint", "complete"), [
-    ("events.jsonl:4", 3),        # killed halfway through writing round 3's event
-    ("events.jsonl:4:after", 4),  # killed after round 3's event, before its checkpoint
-])
-def test_sigkill_then_resume_matches_uninterrupted(tmp_path: Path, reference: Path,
-                                                   failpoint: str, complete: int) -> None:
+@pytest.mark.parametrize(
+    ("failpoint", "complete"),
+    [
+        ("events.jsonl:4", 3),  # killed halfway through writing round 3's event
+        ("events.jsonl:4:after", 4),  # killed after round 3's event, before its checkpoint
+    ],
+)
+def test_sigkill_then_resume_matches_uninterrupted(
+    tmp_path: Path, reference: Path, failpoint: str, complete: int
+) -> None:
     out = tmp_path / "killed"
     proc = run_cli(*RUN, "--out", str(out), failpoint=failpoint)
     assert proc.returncode == -9, proc.stderr  # a real SIGKILL, not an exception
@@ -74,7 +93,8 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path: Path, reference: Pa
 
 
 def test_kill_after_the_last_checkpoint_resumes_to_the_same_summary(
-        tmp_path: Path, reference: Path) -> None:
+    tmp_path: Path, reference: Path
+) -> None:
     # every round is logged and checkpointed, the kill lands while summary.json is written
     out = tmp_path / "finishing"
     shutil.copytree(reference, out)

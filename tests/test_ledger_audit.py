@@ -16,14 +16,9 @@ import pytest
 from ledger.audit import CHECKS, audit_run, main
 from ledger.audit_round import BLOB_CHECK
 from ledger.proof import receipt, verify_receipt
-from ledger.tamper import (
-    CASES,
-    RECEIPT_CASES,
-    RUN_CASES,
-    NotApplicable,
-    caught,
-    commitment_from_another_run,
-)
+from ledger.tamper import CASES, RECEIPT_CASES, RUN_CASES, caught
+from ledger.tamper_aggregator import commitment_from_another_run
+from ledger.tamper_tools import NotApplicable
 
 ROUNDS = 4
 POSITIONS = (0, 2, ROUNDS - 1)
@@ -34,11 +29,27 @@ def _record(out: Path, seed: int) -> Path:
     from simulator.config.sections import build_config
     from simulator.run.experiment import run_experiment
 
-    cfg = build_config(flat=dict(
-        dataset="digits", num_clients=8, clients_per_round=6, rounds=ROUNDS, local_epochs=1,
-        partition="iid", backend="local", defense="multikrum", defense_params={"f": 1},
-        attack="signflip", attack_fraction=0.25, ledger=True, committee=3, out=str(out),
-        progress=False, plots=False, seed=seed))
+    cfg = build_config(
+        flat=dict(
+            dataset="digits",
+            num_clients=8,
+            clients_per_round=6,
+            rounds=ROUNDS,
+            local_epochs=1,
+            partition="iid",
+            backend="local",
+            defense="multikrum",
+            defense_params={"f": 1},
+            attack="signflip",
+            attack_fraction=0.25,
+            ledger=True,
+            committee=3,
+            out=str(out),
+            progress=False,
+            plots=False,
+            seed=seed,
+        )
+    )
     run_experiment(cfg)
     return out
 
@@ -55,8 +66,7 @@ def run(recorded: tuple[Path, Path], tmp_path: Path) -> Path:
     return Path(shutil.copytree(recorded[0], tmp_path / "run"))
 
 
-def test_clean_run_audits_clean(recorded: tuple[Path, Path],
-                                capsys: pytest.CaptureFixture) -> None:
+def test_clean_run_audits_clean(recorded: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
     for d in recorded:
         report = audit_run(d)
         assert report.clean, report.text()
@@ -86,8 +96,9 @@ def test_tamper_case_caught_at_its_round_and_client(run: Path, case: str, positi
 
 
 @pytest.mark.parametrize("position", POSITIONS)
-def test_commitment_replayed_from_another_run(run: Path, recorded: tuple[Path, Path],
-                                              position: int) -> None:
+def test_commitment_replayed_from_another_run(
+    run: Path, recorded: tuple[Path, Path], position: int
+) -> None:
     expected = commitment_from_another_run(recorded[1])(run, position)
     _check(audit_run(run).findings, expected, "commitment from another run")
 
@@ -111,8 +122,9 @@ def test_receipts(run: Path, position: int) -> None:
 
 
 def test_every_check_has_a_tamper_case_and_is_documented() -> None:
-    src = (ROOT / "ledger/tamper.py").read_text() + (ROOT / "ledger/tamper_aggregator.py"
-                                                    ).read_text()
+    src = (ROOT / "ledger/tamper.py").read_text() + (
+        ROOT / "ledger/tamper_aggregator.py"
+    ).read_text()
     triggered = set(re.findall(r'return [^\n,]+, [^\n,]+, "([a-z-]+)"', src))
     triggered |= set(re.findall(r'_entry_edited\("[^"]+", "([a-z-]+)"\)', src))
     triggered |= {"committee-signature"}  # commitment_from_another_run, tested above

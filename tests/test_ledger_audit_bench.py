@@ -12,55 +12,99 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import ledger_audit, ledger_tamper_study  # noqa: E402
+from benchmarks.ledger_study import tamper_study  # noqa: E402
+from benchmarks.ledger_study.main import main  # noqa: E402
 
 
 def test_tiny_study_writes_the_json_the_issue_asks_for(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "study"
-    rc = ledger_audit.main(["--tasks", "robustness", "--seeds", "2", "--rounds", "3",
-                            "--committee", "1", "--jobs", "1", "--no-tamper", "--no-progress",
-                            "--set", "local_epochs=1", "--out", str(out),
-                            "--json", str(tmp_path / "l.json")])
+    rc = main(
+        [
+            "--tasks",
+            "robustness",
+            "--seeds",
+            "2",
+            "--rounds",
+            "3",
+            "--committee",
+            "1",
+            "--jobs",
+            "1",
+            "--no-tamper",
+            "--no-progress",
+            "--set",
+            "local_epochs=1",
+            "--out",
+            str(out),
+            "--json",
+            str(tmp_path / "l.json"),
+        ]
+    )
     assert rc == 0
     res = json.loads((tmp_path / "l.json").read_text())
     (task,) = res["tasks"]
-    assert {"task", "clients_per_round", "rounds", "overhead", "audit_rounds_per_s",
-            "recorder_lag_max"} <= set(task)
+    assert {
+        "task",
+        "clients_per_round",
+        "rounds",
+        "overhead",
+        "audit_rounds_per_s",
+        "recorder_lag_max",
+    } <= set(task)
     assert (task["task"], task["clients_per_round"], task["rounds"]) == ("robustness", 10, 3)
     assert 0 <= task["recorder_lag_max"] <= 2 and task["audit_rounds_per_s"] > 0
     assert [r["seed"] for r in task["runs"]] == [0, 1]
     assert all(r["same_accuracy"] for r in task["runs"]) and task["audit"]["clean"]
     assert res["tamper"] == [] and res["recorder_start_s"] > 0
     assert "median overhead" in capsys.readouterr().out
-    assert ledger_audit.main([str(tmp_path / "nothing-here")]) == 2
+    assert main([str(tmp_path / "nothing-here")]) == 2
     # audit recorded runs only
-    assert ledger_audit.main([str(out), "--jobs", "1"]) == 0
+    assert main([str(out), "--jobs", "1"]) == 0
     assert "audited 2 runs, 6 rounds" in capsys.readouterr().out
 
 
-def test_tamper_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_tamper_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from ledger import tamper
     from simulator.config.sections import build_config
     from simulator.run.experiment import run_experiment
 
     run = tmp_path / "run"
-    run_experiment(build_config(flat=dict(
-        dataset="digits", num_clients=6, clients_per_round=4, rounds=3, local_epochs=1,
-        backend="local", ledger=True, committee=1, out=str(run), progress=False, plots=False)))
+    run_experiment(
+        build_config(
+            flat=dict(
+                dataset="digits",
+                num_clients=6,
+                clients_per_round=4,
+                rounds=3,
+                local_epochs=1,
+                backend="local",
+                ledger=True,
+                committee=1,
+                out=str(run),
+                progress=False,
+                plots=False,
+            )
+        )
+    )
     keep = ("signature forged", "commitment left out of the chain")
     monkeypatch.setattr(tamper, "CASES", {k: tamper.CASES[k] for k in keep})
     monkeypatch.setattr(tamper, "RUN_CASES", {})
-    rows = ledger_tamper_study.tamper_study(run, tmp_path, progress=False)
+    rows = tamper_study.tamper_study(run, tmp_path, progress=False)
     assert [(r["case"], r["position"], r["caught"]) for r in rows] == [
-        ("signature forged", 0, True), ("signature forged", 1, True),
-        ("signature forged", 2, True), ("commitment left out of the chain", 0, None),
+        ("signature forged", 0, True),
+        ("signature forged", 1, True),
+        ("signature forged", 2, True),
+        ("commitment left out of the chain", 0, None),
         ("commitment left out of the chain", 1, None),
         ("commitment left out of the chain", 2, True),
         ("proof for a client not in the round", 0, True),
         ("proof for a client not in the round", 1, True),
-        ("proof for a client not in the round", 2, True)]
+        ("proof for a client not in the round", 2, True),
+    ]
     assert all(r["other_rounds"] == [] for r in rows if r["caught"])
-    ledger_tamper_study.print_table(rows)
+    tamper_study.print_table(rows)
     assert "7 of 7 applicable cases caught" in capsys.readouterr().out

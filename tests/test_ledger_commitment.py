@@ -61,8 +61,10 @@ def test_commit_message_is_sha256_of_the_abi_words() -> None:
     ]
     expected = hashlib.sha256(b"".join(words)).digest()
     assert commit_message(31337, CONTRACT, CHANNEL, 7, *DIGESTS) == expected
-    assert commit_message(31337, CONTRACT.upper().replace("0X", "0x"), CHANNEL, 7, *DIGESTS) \
+    assert (
+        commit_message(31337, CONTRACT.upper().replace("0X", "0x"), CHANNEL, 7, *DIGESTS)
         == expected
+    )
     others = {
         commit_message(1, CONTRACT, CHANNEL, 7, *DIGESTS),
         commit_message(31337, "0x" + "ac" * 20, CHANNEL, 7, *DIGESTS),
@@ -117,8 +119,10 @@ def test_sign_flag_picks_y(signatures: list[bytes], committee: Committee) -> Non
     flipped = bytes([signatures[0][0] ^ 0x20]) + signatures[0][1:]
     a, c = g2_eip2537(signatures[0]), g2_eip2537(flipped)
     assert a[:128] == c[:128]
-    assert all((int.from_bytes(a[i : i + 64], "big") + int.from_bytes(c[i : i + 64], "big")) % P
-               == 0 for i in (128, 192))
+    assert all(
+        (int.from_bytes(a[i : i + 64], "big") + int.from_bytes(c[i : i + 64], "big")) % P == 0
+        for i in (128, 192)
+    )
     pk = committee.validators[0].public_key
     g, h = g1_eip2537(pk), g1_eip2537(bytes([pk[0] ^ 0x20]) + pk[1:])
     assert g[:64] == h[:64] and int.from_bytes(g[64:], "big") + int.from_bytes(h[64:], "big") == P
@@ -165,5 +169,7 @@ def test_decompression_timing(signatures: list[bytes]) -> None:
         _ref_g2(sig)
     t2 = time.perf_counter()
     n = len(signatures)
-    print(f"\nG2 decompression: {(t1 - t0) / n * 1e3:.2f} ms here, "
-          f"{(t2 - t1) / n * 1e3:.2f} ms py-ecc")
+    print(
+        f"\nG2 decompression: {(t1 - t0) / n * 1e3:.2f} ms here, "
+        f"{(t2 - t1) / n * 1e3:.2f} ms py-ecc"
+    )

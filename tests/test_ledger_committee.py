@@ -18,18 +18,15 @@ import pytest
 from blspy import G2Element, PopSchemeMPL
 from py_ecc.bls import G2ProofOfPossession as bls
 
-from ledger.commitment import g2_compress_eip2537
-from ledger.committee import (
+from ledger.attestation import (
     Attestation,
-    Committee,
-    QuorumError,
-    Validator,
     default_quorum,
-    keygen,
     verify_attestation,
     verify_attestations,
     verify_registration,
 )
+from ledger.commitment import g2_compress_eip2537
+from ledger.committee import Committee, QuorumError, Validator, keygen
 
 MSG = hashlib.sha256(b"commitment of round 7").digest()
 OTHER = hashlib.sha256(b"commitment of round 8").digest()
@@ -53,7 +50,8 @@ SIGN_VECTORS = [
 ]
 #: the public key of the first vector's secret key (consensus-specs / go-ethereum tests).
 PUBKEY_VECTOR = (
-    "a491d1b0ecd9bb917989f0e74f0dea0422eac4a873e5e2644f368dffb9a6e20fd6e10c1b77654d067c0618f6e5a7f79a"
+    "a491d1b0ecd9bb917989f0e74f0dea0422eac4a873e5e2644f368dff"
+    "b9a6e20fd6e10c1b77654d067c0618f6e5a7f79a"
 )
 
 

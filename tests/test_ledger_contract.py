@@ -16,11 +16,13 @@ import pytest
 from ledger_nodes import ANVIL_CHAIN_ID, AnvilNode, anvil_or_skip
 
 import ledger.compile as compile_mod
-from ledger.chain import EMBEDDED_CALL_GAS, Chain, LedgerRevert, derive_accounts
+from ledger.chain import Chain
+from ledger.chain_batch import EMBEDDED_CALL_GAS
+from ledger.chain_errors import LedgerRevert
 from ledger.commitment import COMMIT_TAG, commit_message
 from ledger.committee import Committee
 from ledger.compile import EVM_VERSION, compile_flchain
-from ledger.pyevm import IndexedPyEVMBackend
+from ledger.pyevm import IndexedPyEVMBackend, derive_accounts
 
 CHANNEL = b"\x01" * 32
 DIGESTS = [bytes([i]) * 32 for i in range(2, 7)]
@@ -66,7 +68,7 @@ def test_compile_deterministic_and_cached(compiled) -> None:
     assert compiled.evm_version == EVM_VERSION == "shanghai"
     assert compiled.compiler_version.startswith("0.4.3")
     assert compile_flchain() is compiled
-    compile_mod._compile.cache_clear()
+    compile_mod.compile_source.cache_clear()
     again = compile_flchain()
     assert again is not compiled
     assert again.runtime_sha256 == compiled.runtime_sha256
@@ -76,7 +78,7 @@ def test_compile_deterministic_and_cached(compiled) -> None:
 def test_compile_disk_cache(tmp_path, monkeypatch: pytest.MonkeyPatch, compiled) -> None:
     monkeypatch.setenv("FEDSENTRY_CACHE", str(tmp_path))
     assert compile_mod.cache_dir() == tmp_path / "contracts"
-    compile_mod._compile.cache_clear()
+    compile_mod.compile_source.cache_clear()
     first = compile_flchain()  # compiles and writes the entry
     (entry,) = (tmp_path / "contracts").iterdir()
     assert entry.name == f"FLChain-{compiled.source_sha256}-vyper0.4.3-shanghai.json"
@@ -87,25 +89,30 @@ def test_compile_disk_cache(tmp_path, monkeypatch: pytest.MonkeyPatch, compiled)
 
     monkeypatch.setattr(compile_mod, "_compile_with_vyper", no_compiler)
     monkeypatch.setitem(sys.modules, "vyper", None)  # importing vyper now fails
-    compile_mod._compile.cache_clear()
+    compile_mod.compile_source.cache_clear()
     assert compile_flchain() == compiled
 
     good = entry.read_text()
     tampered = {**json.loads(good), "runtime_bytecode": "0x00"}
     wrong_type = {**json.loads(good), "runtime_bytecode": 7}
-    bad_entries = ["{not json", "[]", json.dumps({"abi": []}), json.dumps(tampered),
-                   json.dumps(wrong_type)]
+    bad_entries = [
+        "{not json",
+        "[]",
+        json.dumps({"abi": []}),
+        json.dumps(tampered),
+        json.dumps(wrong_type),
+    ]
     for bad in bad_entries:
         entry.write_text(bad)
-        compile_mod._compile.cache_clear()
+        compile_mod.compile_source.cache_clear()
         with pytest.raises(AssertionError, match="compiled again"):
             compile_flchain()  # a corrupt entry is not trusted
     monkeypatch.undo()
     monkeypatch.setenv("FEDSENTRY_CACHE", str(tmp_path))
-    compile_mod._compile.cache_clear()
+    compile_mod.compile_source.cache_clear()
     assert compile_flchain() == compiled and entry.read_text() == good  # rewritten
     assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # no temporary left
-    compile_mod._compile.cache_clear()
+    compile_mod.compile_source.cache_clear()
 
 
 def test_deploy_and_code_hash(chain: Chain, compiled, channel) -> None:
@@ -114,7 +121,10 @@ def test_deploy_and_code_hash(chain: Chain, compiled, channel) -> None:
     assert f.channel_id().call() == CHANNEL
     assert f.current_round().call() == 0
     assert (f.quorum().call(), f.committee_size().call(), f.verify_signatures().call()) == (
-        3, 4, False)
+        3,
+        4,
+        False,
+    )
     assert [f.committee_key(i).call() for i in range(4)] == KEYS
     assert f.COMMIT_TAG().call() == COMMIT_TAG
     with pytest.raises(Exception, match="unknown signer"):

@@ -10,19 +10,21 @@ from pathlib import Path
 import pytest
 import rlp
 
-from ledger.chain import GENESIS_TIMESTAMP, Chain
+from ledger.chain import Chain
 from ledger.devnet import (
-    BLOCK_TIME,
     BLOCKS_FILE,
     GENESIS_FILE,
     ChainExporter,
     ChainExportError,
+    export_chain,
+    import_chain,
+)
+from ledger.pyevm import (
+    BLOCK_TIME,
+    GENESIS_TIMESTAMP,
     DeterministicBackend,
     devnet_mix_hash,
-    export_chain,
     genesis_spec,
-    import_chain,
-    make_embedded_chain,
 )
 
 CHANNEL, UPD, ROOT = b"\x01" * 32, b"\x03" * 32, b"\x04" * 32
@@ -30,8 +32,9 @@ ROUNDS = 3
 
 
 def _commit(contract, rnd: int):
-    return contract.functions.commit(rnd, UPD, ROOT, b"\x05" * 32, b"\x06" * 32,
-                                     b"\x07" * 32, 0, b"")
+    return contract.functions.commit(
+        rnd, UPD, ROOT, b"\x05" * 32, b"\x06" * 32, b"\x07" * 32, 0, b""
+    )
 
 
 def _run(chain: Chain, exporter: ChainExporter | None = None, sleep: float = 0.0):
@@ -49,15 +52,17 @@ def _run(chain: Chain, exporter: ChainExporter | None = None, sleep: float = 0.0
 
 def _events(w3, contract) -> list[tuple]:
     bound = w3.eth.contract(address=contract.address, abi=contract.abi)
-    return [(e["blockNumber"], e["args"]["round"], bytes(e["args"]["global_hash"]))
-            for e in bound.events.Committed().get_logs(from_block=0)]
+    return [
+        (e["blockNumber"], e["args"]["round"], bytes(e["args"]["global_hash"]))
+        for e in bound.events.Committed().get_logs(from_block=0)
+    ]
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """One recorded run: (chain, contract, rounds, export directory)."""
     directory = tmp_path_factory.mktemp("export")
-    chain = make_embedded_chain(seed=3, n_accounts=5)
+    chain = Chain.embedded(seed=3, n_accounts=5)
     exporter = ChainExporter(chain, directory)
     contract, rounds = _run(chain, exporter)
     return chain, contract, rounds, directory
@@ -87,18 +92,18 @@ def _block_class():
 
 def test_same_transactions_same_hashes_whatever_the_wall_clock(exported):
     chain, _, _, _ = exported
-    other = make_embedded_chain(seed=3, n_accounts=5)
+    other = Chain.embedded(seed=3, n_accounts=5)
     _run(other, sleep=1.1)
     head, again = chain.w3.eth.get_block("latest"), other.w3.eth.get_block("latest")
     assert head["number"] == again["number"] == 1 + ROUNDS
     assert head["hash"] == again["hash"]
     assert head["timestamp"] == GENESIS_TIMESTAMP + BLOCK_TIME * head["number"]
     assert bytes(head["mixHash"]) == devnet_mix_hash(head["number"])
-    assert make_embedded_chain(seed=4, n_accounts=5).w3.eth.get_block(0)["hash"] != head["hash"]
+    assert Chain.embedded(seed=4, n_accounts=5).w3.eth.get_block(0)["hash"] != head["hash"]
 
 
 def test_every_sealing_path_follows_the_rule(tmp_path):
-    chain = make_embedded_chain(seed=3, n_accounts=2)
+    chain = Chain.embedded(seed=3, n_accounts=2)
     backend = chain.w3.provider.ethereum_tester.backend
     backend.mine_blocks(1, coinbase=b"\x11" * 20)  # eth-tester's path (random mix_hash)
     backend.chain.mine_all([], coinbase=b"\x11" * 20, mix_hash=b"\x22" * 32)  # one-block batches
@@ -116,7 +121,7 @@ def test_genesis_spec_is_json_and_rebuilds_the_genesis():
     again = json.loads(json.dumps(spec))
     assert again == spec and len(spec["alloc"]) == 5 and spec["fork"] == "prague"
     built = DeterministicBackend.from_spec(again).chain.get_canonical_head().hash
-    chain = make_embedded_chain(seed=3, n_accounts=5)
+    chain = Chain.embedded(seed=3, n_accounts=5)
     assert bytes(chain.w3.eth.get_block(0)["hash"]) == built
 
 
@@ -126,7 +131,7 @@ def test_flush_is_incremental_and_append_only(exported, tmp_path):
     assert exporter.flush() == chain.w3.eth.block_number and exporter.flush() == 0
     assert (tmp_path / "again" / BLOCKS_FILE).read_bytes() == (directory / BLOCKS_FILE).read_bytes()
     assert export_chain(chain, tmp_path / "once") == chain.w3.eth.block_number
-    with pytest.raises(ChainExportError, match="make_embedded_chain"):
+    with pytest.raises(ChainExportError, match=r"Chain\.embedded\(\) \(indexed\)"):
         ChainExporter(Chain.embedded(seed=3, n_accounts=2, indexed=False), tmp_path / "no")
 
 
@@ -176,8 +181,9 @@ def test_flipped_transaction_byte_is_caught(exported, copy):
     assert len(_events(result.chain.w3, exported[1])) == 1  # round 0 still queryable
 
 
-@pytest.mark.parametrize(("field", "delta"), [("gas_used", 1), ("extra_data", b"x"),
-                                              ("state_root", b"\x00" * 32)])
+@pytest.mark.parametrize(
+    ("field", "delta"), [("gas_used", 1), ("extra_data", b"x"), ("state_root", b"\x00" * 32)]
+)
 def test_edited_header_is_caught_at_that_block(exported, copy, field, delta):
     records, n = _records(copy), exported[2][0][1]
     block = rlp.decode(records[n - 1], sedes=_block_class())

@@ -18,10 +18,29 @@ from ledger.audit import audit_run
 from simulator.run.output import read_events
 
 ROUNDS = 5
-RUN = ["--backend", "local", "--dataset", "digits", "--num-clients", "8",
-       "--clients-per-round", "4", "--local-epochs", "1", "--rounds", str(ROUNDS),
-       "--checkpoint-every", "1", "--no-progress", "--no-plots", "--ledger", "--committee", "3",
-       "--defense", "median"]
+RUN = [
+    "--backend",
+    "local",
+    "--dataset",
+    "digits",
+    "--num-clients",
+    "8",
+    "--clients-per-round",
+    "4",
+    "--local-epochs",
+    "1",
+    "--rounds",
+    str(ROUNDS),
+    "--checkpoint-every",
+    "1",
+    "--no-progress",
+    "--no-plots",
+    "--ledger",
+    "--committee",
+    "3",
+    "--defense",
+    "median",
+]
 
 
 def _recorder_gone(out: Path) -> bool:
@@ -45,8 +64,9 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("failpoint", ["events.jsonl:3", "events.jsonl:3:after"])
-def test_sigkill_during_a_ledger_run_then_resume(tmp_path: Path, reference: Path,
-                                                 failpoint: str) -> None:
+def test_sigkill_during_a_ledger_run_then_resume(
+    tmp_path: Path, reference: Path, failpoint: str
+) -> None:
     out = tmp_path / "killed"
     proc = run_cli(*RUN, "--out", str(out), failpoint=failpoint)
     assert proc.returncode == -9, proc.stderr
@@ -64,10 +84,12 @@ def test_sigkill_during_a_ledger_run_then_resume(tmp_path: Path, reference: Path
     rep = audit_run(out)
     assert rep.clean, rep.text()
     assert rep.rounds == ROUNDS
-    assert strip_wall(read_events(out / "events.jsonl")) == \
-        strip_wall(read_events(reference / "events.jsonl"))
-    assert (out / "ledger/rounds.jsonl").read_bytes() == \
-        (reference / "ledger/rounds.jsonl").read_bytes()
+    assert strip_wall(read_events(out / "events.jsonl")) == strip_wall(
+        read_events(reference / "events.jsonl")
+    )
+    assert (out / "ledger/rounds.jsonl").read_bytes() == (
+        reference / "ledger/rounds.jsonl"
+    ).read_bytes()
 
 
 def test_recorder_killed_between_commit_and_index_line(tmp_path: Path, reference: Path) -> None:
@@ -77,10 +99,11 @@ def test_recorder_killed_between_commit_and_index_line(tmp_path: Path, reference
     out = tmp_path / "killed"
     proc = run_cli(*RUN, "--out", str(out), failpoint="rounds.jsonl:3")
     assert proc.returncode != 0 and "--resume" in proc.stderr
-    assert not (out / "ledger/rounds.jsonl").read_bytes().endswith(b"\n")   # torn line
+    assert not (out / "ledger/rounds.jsonl").read_bytes().endswith(b"\n")  # torn line
     proc = run_cli("--resume", str(out))
     assert proc.returncode == 0, proc.stderr
     rep = audit_run(out)
     assert rep.clean and rep.rounds == ROUNDS, rep.text()
-    assert (out / "ledger/rounds.jsonl").read_bytes() == \
-        (reference / "ledger/rounds.jsonl").read_bytes()
+    assert (out / "ledger/rounds.jsonl").read_bytes() == (
+        reference / "ledger/rounds.jsonl"
+    ).read_bytes()

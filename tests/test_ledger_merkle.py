@@ -41,12 +41,20 @@ A, B, C, D, E = LEAVES[:5]
 
 def test_leaf_layouts_by_hand() -> None:
     uh, bh, rh = bytes(range(32)), b"\x07" * 32, b"\x09" * 32
-    expected = h(b"\x00" + b"FLCHAIN-SUBMISSION-v2" + (258).to_bytes(8, "big") + uh
-                 + (40).to_bytes(8, "big") + bh + rh)
+    expected = h(
+        b"\x00"
+        + b"FLCHAIN-SUBMISSION-v2"
+        + (258).to_bytes(8, "big")
+        + uh
+        + (40).to_bytes(8, "big")
+        + bh
+        + rh
+    )
     assert submission_leaf(258, uh, 40, bh, rh) == expected
     key = b"\x02" + b"\x11" * 32
-    assert admission_leaf(5, key) == h(b"\x00" + b"FLCHAIN-ADMISSION-v2"
-                                       + (5).to_bytes(8, "big") + key)
+    assert admission_leaf(5, key) == h(
+        b"\x00" + b"FLCHAIN-ADMISSION-v2" + (5).to_bytes(8, "big") + key
+    )
     # every field is bound: change one, the leaf changes; the two kinds never collide
     assert submission_leaf(258, uh, 41, bh, rh) != expected
     assert submission_leaf(258, uh, 40, rh, bh) != expected

@@ -15,9 +15,11 @@ import pytest
 from blspy import G2Element, PopSchemeMPL
 from ledger_nodes import AnvilNode, anvil_binary, anvil_or_skip, start_anvil
 
-from ledger.chain import Chain, LedgerRevert
+from ledger.attestation import Attestation
+from ledger.chain import Chain
+from ledger.chain_errors import LedgerRevert
 from ledger.commitment import commit_message, g2_compress_eip2537, g2_eip2537
-from ledger.committee import Attestation, Committee
+from ledger.committee import Committee
 
 CHANNEL = b"\x01" * 32
 DIGESTS = [bytes([i]) * 32 for i in range(2, 7)]
@@ -72,8 +74,10 @@ def test_valid_attestations_commit(chain: Chain) -> None:
     att = COMMITTEE.attest(_message(chain, plain, 0))
     _commit(chain, plain, 0, att.bitmap(), att.signature_eip2537())
     gas = chain.gas_used("commit")
-    print(f"\ncommit gas on anvil, verified (4, 3, 3, 4 signers; the first also opens the "
-          f"round counter): {gas[:4]}; unverified (first): {gas[4]}")
+    print(
+        f"\ncommit gas on anvil, verified (4, 3, 3, 4 signers; the first also opens the "
+        f"round counter): {gas[:4]}; unverified (first): {gas[4]}"
+    )
 
 
 @pytest.mark.integration
@@ -152,12 +156,15 @@ def test_embedded_chain_verifies_too() -> None:
     msg = _message(chain, contract, 0)
     t0 = time.perf_counter()
     with pytest.raises(LedgerRevert, match="bad signature"):  # pre-flight call only
-        _commit(chain, contract, 0, 0b0111, g2_eip2537(_aggregate(COMMITTEE.sign_shares(
-            msg, [0, 1]))))
+        _commit(
+            chain, contract, 0, 0b0111, g2_eip2537(_aggregate(COMMITTEE.sign_shares(msg, [0, 1])))
+        )
     t1 = time.perf_counter()
     att = COMMITTEE.attest(msg)
     receipt = _commit(chain, contract, 0, att.bitmap(), att.signature_eip2537())  # call + tx
     t2 = time.perf_counter()
-    print(f"\npy-evm: rejecting call {t1 - t0:.2f} s, accepted commit (call + transaction) "
-          f"{t2 - t1:.2f} s, gas {receipt['gasUsed']}")
+    print(
+        f"\npy-evm: rejecting call {t1 - t0:.2f} s, accepted commit (call + transaction) "
+        f"{t2 - t1:.2f} s, gas {receipt['gasUsed']}"
+    )
     assert contract.functions.current_round().call() == 1

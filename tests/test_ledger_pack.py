@@ -19,8 +19,10 @@ def sha(b: bytes) -> bytes:
 
 def test_layout_by_hand(tmp_path: Path) -> None:
     pid = write_pack(tmp_path, 3, [Entry.of("global", b"GG"), Entry.of("verdicts", b"VVV")])
-    index = (b'{"entries":[["global","' + sha(b"GG").hex().encode() + b'",0,2],'
-             b'["verdicts","' + sha(b"VVV").hex().encode() + b'",2,3]],"round":3,"v":2}')
+    index = (
+        b'{"entries":[["global","' + sha(b"GG").hex().encode() + b'",0,2],'
+        b'["verdicts","' + sha(b"VVV").hex().encode() + b'",2,3]],"round":3,"v":2}'
+    )
     assert pid == sha(index)
     data = pack_path(tmp_path, pid).read_bytes()
     assert data == MAGIC + len(index).to_bytes(8, "little") + index + b"GGVVV"
@@ -28,16 +30,20 @@ def test_layout_by_hand(tmp_path: Path) -> None:
     assert (p.round, p.names, bytes(p.raw("verdicts"))) == (3, ["global", "verdicts"], b"VVV")
     assert p.ok("global") and p.span("verdicts") == (len(data) - 3, 3)
     # the same entries give the same pack; a different one another
-    assert write_pack(tmp_path, 3, [Entry.of("global", b"GG"), Entry.of("verdicts", b"VVV")]) \
-        == pid != write_pack(tmp_path, 4, [Entry.of("global", b"GG")])
+    assert (
+        write_pack(tmp_path, 3, [Entry.of("global", b"GG"), Entry.of("verdicts", b"VVV")])
+        == pid
+        != write_pack(tmp_path, 4, [Entry.of("global", b"GG")])
+    )
 
 
 def test_many_buffers_and_rows_from_a_matrix(tmp_path: Path) -> None:
     rows = np.arange(3000 * 4, dtype=np.float32).reshape(3000, 4)  # > one writev's buffers
     digests = hash_rows(rows)
     assert digests[5] == sha(update_prefix(4) + rows[5].tobytes())
-    entries = [Entry(f"update/{i}", digests[i], (update_prefix(4), rows[i]))
-               for i in range(len(rows))]
+    entries = [
+        Entry(f"update/{i}", digests[i], (update_prefix(4), rows[i])) for i in range(len(rows))
+    ]
     pid = write_pack(tmp_path, 0, entries)
     p = Pack.read(tmp_path, pid)
     got, ids = rows_of_pack(p, 4)

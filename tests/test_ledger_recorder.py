@@ -39,22 +39,30 @@ class ScriptedConn:
 
 
 def _recorder(monkeypatch: pytest.MonkeyPatch, conn: ScriptedConn) -> rec_mod.LedgerRecorder:
-    host = SimpleNamespace(conn=conn, busy=False, proc=SimpleNamespace(pid=1),
-                           exit_reason=lambda: "exited")
+    host = SimpleNamespace(
+        conn=conn, busy=False, proc=SimpleNamespace(pid=1), exit_reason=lambda: "exited"
+    )
     monkeypatch.setattr(rec_mod.RecorderHost, "get", classmethod(lambda cls: host))
-    cfg = SimpleNamespace(defense=SimpleNamespace(defense="fedavg", defense_params={}),
-                          output=SimpleNamespace(resume=None))
+    cfg = SimpleNamespace(
+        defense=SimpleNamespace(defense="fedavg", defense_params={}),
+        output=SimpleNamespace(resume=None),
+    )
     r = rec_mod.LedgerRecorder(cfg, "/nonexistent")
     r.acked = r.sent = -1
     return r
 
 
 def _round(rnd: int) -> tuple[SimpleNamespace, SimpleNamespace]:
-    batch = UpdateBatch(torch.ones(2, 3), np.array([1, 2]), np.array([5, 5]),
-                        np.array([rnd, rnd]), {"loss": np.zeros(2, np.float32),
-                                               "alarm": np.zeros(2, bool)})
-    record = SimpleNamespace(round=rnd, rows=batch, verdicts=[{"client": 1, "kept": True}],
-                             to_event=dict)
+    batch = UpdateBatch(
+        torch.ones(2, 3),
+        np.array([1, 2]),
+        np.array([5, 5]),
+        np.array([rnd, rnd]),
+        {"loss": np.zeros(2, np.float32), "alarm": np.zeros(2, bool)},
+    )
+    record = SimpleNamespace(
+        round=rnd, rows=batch, verdicts=[{"client": 1, "kept": True}], to_event=dict
+    )
     return SimpleNamespace(global_flat=torch.zeros(3)), record
 
 

@@ -25,8 +25,10 @@ from ledger.store import decode
 
 
 def test_canonical_json_is_sorted_compact_and_finite() -> None:
-    assert canonical_json({"b": 1, "a": [1.5, math.nan, np.float32(2.0)]}) == \
-        b'{"a":[1.5,null,2.0],"b":1}'
+    assert (
+        canonical_json({"b": 1, "a": [1.5, math.nan, np.float32(2.0)]})
+        == b'{"a":[1.5,null,2.0],"b":1}'
+    )
 
 
 def test_update_and_model_blobs_are_canonical_float32() -> None:
@@ -39,8 +41,19 @@ def test_update_and_model_blobs_are_canonical_float32() -> None:
 
 
 def _record() -> dict:
-    return make_record(b"\x01" * 32, "0x" + "ab" * 20, 31337, 3, 7, b"\x02" * 32, 42, 2,
-                       b"\x03" * 32, math.inf, True)
+    return make_record(
+        b"\x01" * 32,
+        "0x" + "ab" * 20,
+        31337,
+        3,
+        7,
+        b"\x02" * 32,
+        42,
+        2,
+        b"\x03" * 32,
+        math.inf,
+        True,
+    )
 
 
 def test_record_fields() -> None:
@@ -59,7 +72,8 @@ def test_signed_bytes_are_canonical_and_recover_the_client_key() -> None:
     # by hand: a recoverable ECDSA signature over sha256(domain || canonical record JSON)
     digest = hashlib.sha256(RECORD_DOMAIN + canonical_json(_record())).digest()
     want = coincurve.PublicKey.from_signature_and_message(
-        bytes.fromhex(doc["signature"]), digest, hasher=None).format()
+        bytes.fromhex(doc["signature"]), digest, hasher=None
+    ).format()
     assert want == pub == recover_key(doc)
     changed = {"record": dict(doc["record"], samples=43), "signature": doc["signature"]}
     assert recover_key(changed) not in (None, pub)

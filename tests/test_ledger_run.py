@@ -24,13 +24,22 @@ ROUNDS = 4
 
 
 def _ledger_config(out: Path, **kw):
-    return small_config(out, rounds=ROUNDS, ledger=True, committee=3, defense="trimmedmean",
-                        defense_params={"f": 1}, checkpoint_every=1, **kw)
+    return small_config(
+        out,
+        rounds=ROUNDS,
+        ledger=True,
+        committee=3,
+        defense="trimmedmean",
+        defense_params={"f": 1},
+        checkpoint_every=1,
+        **kw,
+    )
 
 
 def _globals(run: Path) -> list[str]:
-    return [json.loads(x)["global_hash"]
-            for x in (run / "ledger/rounds.jsonl").read_text().splitlines()]
+    return [
+        json.loads(x)["global_hash"] for x in (run / "ledger/rounds.jsonl").read_text().splitlines()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +62,9 @@ def test_same_seed_same_ledger_one_transaction_a_round(straight, tmp_path: Path)
     # one pack a round (and the initial model's), not two files per client
     assert len(list((out / "ledger/packs").iterdir())) == ROUNDS + 1
     # recording does not change what is learned
-    plain = small_config(tmp_path / "plain", rounds=ROUNDS, defense="trimmedmean",
-                         defense_params={"f": 1})
+    plain = small_config(
+        tmp_path / "plain", rounds=ROUNDS, defense="trimmedmean", defense_params={"f": 1}
+    )
     assert run_experiment(plain)["final_accuracy"] == summary["final_accuracy"]
 
 
@@ -73,8 +83,14 @@ def test_crash_then_resume_records_every_round_once(straight, tmp_path: Path) ->
 def test_resume_with_a_stateful_defense_keeps_the_committee_in_step(tmp_path: Path) -> None:
     # centered clipping carries momentum from round to round: after a resume the committee's
     # replay must have caught up, or it would refuse to attest the next round
-    cfg = small_config(tmp_path / "cc", rounds=ROUNDS, ledger=True, committee=1,
-                       defense="centeredclip", checkpoint_every=1)
+    cfg = small_config(
+        tmp_path / "cc",
+        rounds=ROUNDS,
+        ledger=True,
+        committee=1,
+        defense="centeredclip",
+        checkpoint_every=1,
+    )
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, crash_after=2)
     run_experiment(resume_config(tmp_path / "cc"))
@@ -94,16 +110,18 @@ def test_resume_with_a_broken_export_is_refused(tmp_path: Path) -> None:
     assert len(_globals(out)) == 2  # nothing lost
 
 
-def test_an_older_ledger_format_is_refused_in_one_line(tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture) -> None:
+def test_an_older_ledger_format_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     out = tmp_path / "v1"
     with pytest.raises(KeyboardInterrupt):
         run_experiment(_ledger_config(out), crash_after=1)
     m = json.loads((out / "ledger/manifest.json").read_text())
-    (out / "ledger/manifest.json").write_text(json.dumps({**m,
-                                                          "format": "fedsentry-ledger/1"}))
-    with pytest.raises(LedgerError, match="ledger format 'fedsentry-ledger/1'; this FedSentry "
-                                          "reads 'fedsentry-ledger/2'"):
+    (out / "ledger/manifest.json").write_text(json.dumps({**m, "format": "fedsentry-ledger/1"}))
+    with pytest.raises(
+        LedgerError,
+        match="ledger format 'fedsentry-ledger/1'; this FedSentry reads 'fedsentry-ledger/2'",
+    ):
         run_experiment(resume_config(out))
     assert audit_main([str(out)]) == 2
     err = capsys.readouterr().err
@@ -121,9 +139,9 @@ def _fresh_host(monkeypatch: pytest.MonkeyPatch, failpoint: str | None) -> None:
 
 
 @pytest.mark.parametrize("failpoint", ["rounds.jsonl:2", "blocks.rlp:3", "rounds.jsonl:3:after"])
-def test_recorder_killed_mid_write_then_resume(straight, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch,
-                                               failpoint: str) -> None:
+def test_recorder_killed_mid_write_then_resume(
+    straight, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failpoint: str
+) -> None:
     # the recorder process dies by SIGKILL in the middle of a write (a torn last line of
     # rounds.jsonl, a torn last block of the export) or between two rounds; the run stops with
     # one line, its checkpoint is never ahead of the ledger, and --resume finishes it
@@ -154,15 +172,25 @@ def anvil() -> AnvilNode:
 
 @pytest.mark.integration
 def test_robustness_task_on_anvil_verifies_on_chain_and_audits_clean(
-        anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    import benchmarks.robustness_grid as grid
+    anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import benchmarks.robustness_study.grid as grid
     from simulator.config.sections import build_config
 
     out = tmp_path / "rpc"
     flat = grid.resolve_scenario(grid.DEFAULT_SCENARIO, "digits", 3, {})
-    flat.update(out=str(out), backend="local", progress=False, plots=False, ledger_url=anvil.url,
-                ledger_chain_id=31337, defense="median", attack="labelflip",
-                attack_fraction=0.2, committee=4)
+    flat.update(
+        out=str(out),
+        backend="local",
+        progress=False,
+        plots=False,
+        ledger_url=anvil.url,
+        ledger_chain_id=31337,
+        defense="median",
+        attack="labelflip",
+        attack_fraction=0.2,
+        committee=4,
+    )
     s = run_experiment(build_config(flat=flat))
     assert s["ledger"]["backend"] == "rpc" and s["ledger"]["onchain_bls"] is True
     assert 200_000 < s["ledger"]["gas_per_round"] < 400_000  # the pairing check ran on chain
@@ -199,14 +227,31 @@ def test_node_lost_mid_run_keeps_what_was_recorded(anvil: AnvilNode, tmp_path: P
 
 
 @pytest.mark.integration
-def test_wrong_chain_id_and_unreachable_node_exit_2(anvil: AnvilNode, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture) -> None:
-    base = ["--backend", "local", "--rounds", "2", "--no-progress", "--no-plots",
-            "--num-clients", "4", "--clients-per-round", "2"]
-    assert sim_main(base + ["--out", str(tmp_path / "a"), "--ledger-url", anvil.url,
-                            "--ledger-chain-id", "1"]) == 2
-    assert sim_main(base + ["--out", str(tmp_path / "b"), "--ledger-url",
-                            "http://127.0.0.1:9"]) == 2
+def test_wrong_chain_id_and_unreachable_node_exit_2(
+    anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    base = [
+        "--backend",
+        "local",
+        "--rounds",
+        "2",
+        "--no-progress",
+        "--no-plots",
+        "--num-clients",
+        "4",
+        "--clients-per-round",
+        "2",
+    ]
+    assert (
+        sim_main(
+            base
+            + ["--out", str(tmp_path / "a"), "--ledger-url", anvil.url, "--ledger-chain-id", "1"]
+        )
+        == 2
+    )
+    assert (
+        sim_main(base + ["--out", str(tmp_path / "b"), "--ledger-url", "http://127.0.0.1:9"]) == 2
+    )
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2
     assert "has chain id 31337, expected 1" in lines[0]

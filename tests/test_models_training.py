@@ -12,28 +12,35 @@ import torch.nn.functional as F
 
 from simulator.algorithms import make_algorithm
 from simulator.algorithms.fedprox import proximal_term
-from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.learning import AlgorithmConfig
+from simulator.config.sections import build_config
+from simulator.training.flat import FlatLayout, evaluate
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, evaluate, make_schedule, train_clients
+from simulator.training.stacked import LocalSpec, make_schedule, train_clients
 
 # ---------------------------------------------------------------------------------- models
 
 
-@pytest.mark.parametrize("name, shape, norm, feat_dim", [
-    ("logreg", (1, 8, 8), "none", 64),
-    ("logreg", (60,), "none", 60),
-    ("mlp", (1, 8, 8), "none", 16),
-    ("mlp", (1, 8, 8), "batch", 16),
-    ("mlp", (60,), "none", 16),
-    ("mlp", (1, 28, 28), "batch", 16),
-    ("cnn", (1, 8, 8), "none", 16),
-    ("cnn", (1, 8, 8), "batch", 16),
-    ("cnn", (1, 28, 28), "none", 16),
-    ("cnn", (1, 28, 28), "batch", 16),
-    ("cnn", (3, 32, 32), "batch", 16),
-])
-def test_forward_shapes_and_split(name: str, shape: tuple[int, ...], norm: str,
-                                  feat_dim: int) -> None:
+@pytest.mark.parametrize(
+    "name, shape, norm, feat_dim",
+    [
+        ("logreg", (1, 8, 8), "none", 64),
+        ("logreg", (60,), "none", 60),
+        ("mlp", (1, 8, 8), "none", 16),
+        ("mlp", (1, 8, 8), "batch", 16),
+        ("mlp", (60,), "none", 16),
+        ("mlp", (1, 28, 28), "batch", 16),
+        ("cnn", (1, 8, 8), "none", 16),
+        ("cnn", (1, 8, 8), "batch", 16),
+        ("cnn", (1, 28, 28), "none", 16),
+        ("cnn", (1, 28, 28), "batch", 16),
+        ("cnn", (3, 32, 32), "batch", 16),
+    ],
+)
+def test_forward_shapes_and_split(
+    name: str, shape: tuple[int, ...], norm: str, feat_dim: int
+) -> None:
     model = ModelSpec(name, shape, 10, hidden=16, norm=norm).build(seed=0)
     x = torch.rand(5, *shape)
     model.eval()
@@ -46,20 +53,24 @@ def test_forward_shapes_and_split(name: str, shape: tuple[int, ...], norm: str,
     assert has_bn == (norm == "batch" and name != "logreg")
 
 
-@pytest.mark.parametrize("name, shape, norm, params, size", [
-    # 64*10 + 10
-    ("logreg", (1, 8, 8), "none", 650, 650),
-    # (64*16+16) + (16*16+16) + (16*10+10)
-    ("mlp", (1, 8, 8), "none", 1482, 1482),
-    # + 2 BatchNorm1d(16): 32 affine params each; running mean/var are 32 float buffers each
-    ("mlp", (1, 8, 8), "batch", 1546, 1610),
-    # conv 1->16 3x3 (160) + conv 16->32 3x3 (4640) + fc 512->16 (8208) + head 16->10 (170)
-    ("cnn", (1, 8, 8), "none", 13178, 13178),
-    # conv 1->16 5x5 (416) + conv 16->32 5x5 (12832) + fc 1568->16 (25104) + head (170)
-    ("cnn", (1, 28, 28), "none", 38522, 38522),
-])
-def test_parameter_counts(name: str, shape: tuple[int, ...], norm: str, params: int,
-                          size: int) -> None:
+@pytest.mark.parametrize(
+    "name, shape, norm, params, size",
+    [
+        # 64*10 + 10
+        ("logreg", (1, 8, 8), "none", 650, 650),
+        # (64*16+16) + (16*16+16) + (16*10+10)
+        ("mlp", (1, 8, 8), "none", 1482, 1482),
+        # + 2 BatchNorm1d(16): 32 affine params each; running mean/var are 32 float buffers each
+        ("mlp", (1, 8, 8), "batch", 1546, 1610),
+        # conv 1->16 3x3 (160) + conv 16->32 3x3 (4640) + fc 512->16 (8208) + head 16->10 (170)
+        ("cnn", (1, 8, 8), "none", 13178, 13178),
+        # conv 1->16 5x5 (416) + conv 16->32 5x5 (12832) + fc 1568->16 (25104) + head (170)
+        ("cnn", (1, 28, 28), "none", 38522, 38522),
+    ],
+)
+def test_parameter_counts(
+    name: str, shape: tuple[int, ...], norm: str, params: int, size: int
+) -> None:
     layout = FlatLayout(ModelSpec(name, shape, 10, hidden=16, norm=norm).build(seed=0))
     assert layout.num_params == params
     assert layout.size == size
@@ -77,8 +88,15 @@ def test_cnn_needs_image_input() -> None:
 def test_cnn_on_tabular_dataset_is_config_error() -> None:
     from simulator.run.federation import build_federation
 
-    cfg = build_config(flat={"dataset": "synthetic", "model": "cnn", "num_clients": 5,
-                             "partition": "iid"})
+    cfg = build_config(
+        flat={
+            "dataset": "synthetic",
+            "model": "cnn",
+            "num_clients": 5,
+            "clients_per_round": 5,
+            "partition": "iid",
+        }
+    )
     with pytest.raises(ConfigError, match="model.model: 'cnn' needs image data"):
         build_federation(cfg)
 
@@ -100,7 +118,7 @@ def test_flat_layout_roundtrip() -> None:
     spec = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, norm="batch")
     a, b = spec.build(seed=0), spec.build(seed=1)
     layout = FlatLayout(a)
-    assert layout.names[:len(layout.param_names)] == layout.param_names
+    assert layout.names[: len(layout.param_names)] == layout.param_names
     assert all(n.endswith(("running_mean", "running_var")) for n in layout.buffer_names)
     assert set(layout.int_buffers) == {"body.2.num_batches_tracked", "body.5.num_batches_tracked"}
     with torch.no_grad():
@@ -157,8 +175,9 @@ def test_make_schedule_zero_epochs_and_exact_multiple() -> None:
 # --------------------------------------------------------------------------------- training
 
 
-def _setup(name: str, norm: str, n: int = 60, seed: int = 0
-           ) -> tuple[torch.nn.Module, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _setup(
+    name: str, norm: str, n: int = 60, seed: int = 0
+) -> tuple[torch.nn.Module, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
     model = ModelSpec(name, (1, 8, 8), 10, hidden=16, norm=norm).build(seed=seed)
     layout = FlatLayout(model)
     gen = torch.Generator().manual_seed(seed)
@@ -175,14 +194,17 @@ def prox(mu: float) -> object:
 PROX = prox(0.5)
 
 
-@pytest.mark.parametrize("name, norm, reg, wd", [
-    ("logreg", "none", None, 0.0),
-    ("mlp", "none", None, 0.0),
-    ("mlp", "none", PROX, 0.01),
-    ("mlp", "batch", None, 0.0),
-    ("cnn", "batch", None, 0.0),
-    ("cnn", "batch", PROX, 0.0),
-])
+@pytest.mark.parametrize(
+    "name, norm, reg, wd",
+    [
+        ("logreg", "none", None, 0.0),
+        ("mlp", "none", None, 0.0),
+        ("mlp", "none", PROX, 0.01),
+        ("mlp", "batch", None, 0.0),
+        ("cnn", "batch", None, 0.0),
+        ("cnn", "batch", PROX, 0.0),
+    ],
+)
 def test_vectorized_equals_sequential(name: str, norm: str, reg: object, wd: float) -> None:
     model, layout, g, x, y = _setup(name, norm)
     # different sizes, different epochs (FedProx partial work), one client doing no work
@@ -229,8 +251,18 @@ def test_one_sgd_step_by_hand() -> None:
     assert layout.names == ["head.weight", "head.bias"]
     x = torch.tensor([[[[1.0, 2.0], [0.0, -1.0]]]])
     y = torch.tensor([1])
-    out = train_clients(model, layout, g, x, y, [np.array([0])], [1], [0],
-                        LocalSpec(lr=0.5, batch_size=4), vectorize=True)
+    out = train_clients(
+        model,
+        layout,
+        g,
+        x,
+        y,
+        [np.array([0])],
+        [1],
+        [0],
+        LocalSpec(lr=0.5, batch_size=4),
+        vectorize=True,
+    )
     dz = np.array([1 / 3, -2 / 3, 1 / 3])
     xv = np.array([1.0, 2.0, 0.0, -1.0])
     expected = np.concatenate([(-0.5 * np.outer(dz, xv)).ravel(), -0.5 * dz])
@@ -258,9 +290,18 @@ def test_weight_decay_and_proximal_term_by_hand() -> None:
     p = np.exp(b) / np.exp(b).sum()
     grad = p - np.array([1.0, 0.0, 0.0]) + 0.1 * b
     for reg in (None, prox(3.0)):
-        out = train_clients(model, layout, g, x, y, [np.array([0])], [1], [0],
-                            LocalSpec(lr=0.5, batch_size=1, weight_decay=0.1, step=reg),
-                            vectorize=False)
+        out = train_clients(
+            model,
+            layout,
+            g,
+            x,
+            y,
+            [np.array([0])],
+            [1],
+            [0],
+            LocalSpec(lr=0.5, batch_size=1, weight_decay=0.1, step=reg),
+            vectorize=False,
+        )
         np.testing.assert_allclose(out.updates[0, 12:].numpy(), -0.5 * grad, atol=1e-6)
         assert torch.count_nonzero(out.updates[0, :12]) == 0
     # proximal term itself: (mu / 2) * ||w - w_g||^2 = 0.25 * (1 + 4) = 1.25
@@ -268,12 +309,23 @@ def test_weight_decay_and_proximal_term_by_hand() -> None:
     assert float(val) == 1.25
 
 
-def _reference_sgd(name: str, norm: str, n: int, epochs: int, bs: int
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def _reference_sgd(
+    name: str, norm: str, n: int, epochs: int, bs: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Plain PyTorch SGD over the same schedule (variable-size last batch) vs train_clients."""
     model, layout, g, x, y = _setup(name, norm, n=n)
-    out = train_clients(model, layout, g, x, y, [np.arange(n)], [epochs], [7],
-                        LocalSpec(lr=0.1, batch_size=bs), vectorize=True)
+    out = train_clients(
+        model,
+        layout,
+        g,
+        x,
+        y,
+        [np.arange(n)],
+        [epochs],
+        [7],
+        LocalSpec(lr=0.1, batch_size=bs),
+        vectorize=True,
+    )
     idx, mask = make_schedule([n], [epochs], [7], bs)
     ref = ModelSpec(name, (1, 8, 8), 10, hidden=16, norm=norm).build(seed=0)
     ref.train()

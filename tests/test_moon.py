@@ -13,11 +13,14 @@ import torch
 
 from simulator.algorithms import make_algorithm
 from simulator.algorithms.moon import model_contrastive_loss, unflatten_like
-from simulator.config.sections import AlgorithmConfig, ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.learning import AlgorithmConfig
+from simulator.config.sections import build_config
 from simulator.run.experiment import resume_config, run_experiment
 from simulator.run.output import read_events
+from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
+from simulator.training.stacked import LocalSpec, train_clients
 
 
 def moon(**params: Any) -> Any:
@@ -28,19 +31,21 @@ def test_contrastive_loss_on_three_vectors_by_hand() -> None:
     """z = (1, 0), z_glob = (3, 4), z_prev = (0, 2), tau = 0.5:
     cos(z, z_glob) = 3/5 = 0.6, cos(z, z_prev) = 0, logits (1.2, 0),
     l_con = -log(e^1.2 / (e^1.2 + e^0)) = log(1 + e^-1.2) = 0.2632825."""
-    z, zg, zp = (torch.tensor([[1.0, 0.0]]), torch.tensor([[3.0, 4.0]]),
-                 torch.tensor([[0.0, 2.0]]))
+    z, zg, zp = (torch.tensor([[1.0, 0.0]]), torch.tensor([[3.0, 4.0]]), torch.tensor([[0.0, 2.0]]))
     loss = model_contrastive_loss(z, zg, zp, 0.5)
     torch.testing.assert_close(loss, torch.tensor(0.2632825), rtol=0, atol=1e-6)
     # the negative equal to z: logits (1.2, 2.0) -> log(1 + e^0.8) = 1.1711007
-    torch.testing.assert_close(model_contrastive_loss(z, zg, z, 0.5), torch.tensor(1.1711007),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        model_contrastive_loss(z, zg, z, 0.5), torch.tensor(1.1711007), rtol=0, atol=1e-6
+    )
     # the negative equal to the positive (a client's first round): log 2, whatever z is
-    torch.testing.assert_close(model_contrastive_loss(z, zg, zg, 0.5),
-                               torch.tensor(math.log(2.0)), rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        model_contrastive_loss(z, zg, zg, 0.5), torch.tensor(math.log(2.0)), rtol=0, atol=1e-6
+    )
     # a padded row does not count: the batch mean is the first row's value
-    two = model_contrastive_loss(torch.cat([z, z]), torch.cat([zg, zg]), torch.cat([zp, z]),
-                                 0.5, torch.tensor([1.0, 0.0]))
+    two = model_contrastive_loss(
+        torch.cat([z, z]), torch.cat([zg, zg]), torch.cat([zp, z]), 0.5, torch.tensor([1.0, 0.0])
+    )
     torch.testing.assert_close(two, torch.tensor(0.2632825), rtol=0, atol=1e-6)
 
 
@@ -52,12 +57,19 @@ def test_projection_head_and_parameters() -> None:
     # the feature extractor keeps its entry names; the head reads the 8-d projection
     assert names[:4] == [n for n, _ in plain.named_parameters()][:4]
     assert [tuple(p.shape) for n, p in model.named_parameters() if n not in names[:4]] == [
-        (16, 16), (16,), (8, 16), (8,), (10, 8), (10,)]
+        (16, 16),
+        (16,),
+        (8, 16),
+        (8,),
+        (10, 8),
+        (10,),
+    ]
     feats, logits = model(torch.zeros(3, 1, 8, 8), with_features=True)
     assert feats.shape == (3, 8) and logits.shape == (3, 10)
     assert moon().p == {"mu": 1.0, "tau": 0.5, "out_dim": 256, "projection": True}
-    bare = ModelSpec("mlp", (1, 8, 8), 10, hidden=16,
-                     extension=moon(projection=False)).build(seed=0)
+    bare = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, extension=moon(projection=False)).build(
+        seed=0
+    )
     assert [n for n, _ in bare.named_parameters()] == [n for n, _ in plain.named_parameters()]
     with pytest.raises(ConfigError, match="moon out_dim=0 invalid; must be int >= 1"):
         moon(out_dim=0)
@@ -71,8 +83,9 @@ def test_projection_head_and_parameters() -> None:
 IDX = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
 
 
-def setup(a: Any, norm: str = "none") -> tuple[Any, FlatLayout, torch.Tensor, torch.Tensor,
-                                                 torch.Tensor]:
+def setup(
+    a: Any, norm: str = "none"
+) -> tuple[Any, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
     model = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, norm=norm, extension=a).build(seed=0)
     layout = FlatLayout(model)
     gen = torch.Generator().manual_seed(0)
@@ -92,9 +105,21 @@ def test_first_round_equals_fedavg_on_the_same_model() -> None:
     prev = g[:n] + 0.1 * torch.randn(4, n, generator=gen)
     fresh = {"prev": torch.zeros(4, n), "trained": torch.zeros(4, 1)}
     seen = {"prev": prev, "trained": torch.ones(4, 1)}
-    run = [train_clients(model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4],
-                         LocalSpec(lr=0.1, batch_size=10, step=s), state=st)
-           for s, st in ((a, fresh), (moon(mu=0.0, out_dim=8), fresh), (a, seen))]
+    run = [
+        train_clients(
+            model,
+            layout,
+            g,
+            x,
+            y,
+            IDX,
+            [1, 2, 1, 0],
+            [1, 2, 3, 4],
+            LocalSpec(lr=0.1, batch_size=10, step=s),
+            state=st,
+        )
+        for s, st in ((a, fresh), (moon(mu=0.0, out_dim=8), fresh), (a, seen))
+    ]
     torch.testing.assert_close(run[0].updates, run[1].updates, rtol=0, atol=1e-6)
     assert not torch.allclose(run[2].updates[:3], run[0].updates[:3], atol=1e-4)
     out = run[0].outputs
@@ -109,11 +134,17 @@ def test_vectorized_equals_sequential(norm: str, momentum: float) -> None:
     model, layout, g, x, y = setup(a, norm)
     n = layout.num_params
     gen = torch.Generator().manual_seed(1)
-    state = {"prev": g[:n] + 0.1 * torch.randn(4, n, generator=gen),
-             "trained": torch.tensor([[1.0], [0.0], [1.0], [1.0]])}
+    state = {
+        "prev": g[:n] + 0.1 * torch.randn(4, n, generator=gen),
+        "trained": torch.tensor([[1.0], [0.0], [1.0], [1.0]]),
+    }
     spec = LocalSpec(lr=0.1, batch_size=10, weight_decay=1e-3, step=a, momentum=momentum)
-    vec, seq = (train_clients(model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4], spec,
-                              vectorize=v, state=state) for v in (True, False))
+    vec, seq = (
+        train_clients(
+            model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4], spec, vectorize=v, state=state
+        )
+        for v in (True, False)
+    )
     torch.testing.assert_close(vec.updates, seq.updates, rtol=0, atol=1e-5)
     for k in ("prev", "trained"):
         torch.testing.assert_close(vec.outputs[k], seq.outputs[k], rtol=0, atol=1e-5)
@@ -121,10 +152,22 @@ def test_vectorized_equals_sequential(norm: str, momentum: float) -> None:
 
 
 def flat(out: Path, **kw: Any) -> dict[str, Any]:
-    return {"backend": "local", "dataset": "digits", "num_clients": 6, "clients_per_round": 3,
-            "rounds": 3, "local_epochs": 1, "batch_size": 16, "hidden": 16, "progress": False,
-            "plots": False, "algorithm": "moon",
-            "algorithm_params": {"mu": 1.0, "out_dim": 8}, "out": str(out), **kw}
+    return {
+        "backend": "local",
+        "dataset": "digits",
+        "num_clients": 6,
+        "clients_per_round": 3,
+        "rounds": 3,
+        "local_epochs": 1,
+        "batch_size": 16,
+        "hidden": 16,
+        "progress": False,
+        "plots": False,
+        "algorithm": "moon",
+        "algorithm_params": {"mu": 1.0, "out_dim": 8},
+        "out": str(out),
+        **kw,
+    }
 
 
 def test_engine_rounds_store_previous_model(tmp_path: Path) -> None:
@@ -139,10 +182,9 @@ def test_engine_rounds_store_previous_model(tmp_path: Path) -> None:
         trained, _ = sim.store.get("trained", ids)
         assert rec.rows is not None and present.all()
         assert trained.flatten().tolist() == [1.0] * len(ids)
-        rows = {c: r for c, r in zip(rec.rows.client_ids.tolist(), rec.rows.updates,
-                                     strict=True)}
+        rows = {c: r for c, r in zip(rec.rows.client_ids.tolist(), rec.rows.updates, strict=True)}
         n = sim.fed.layout.num_params
-        for c, p in zip(ids.tolist(), prev, strict=True):   # the client's own trained model
+        for c, p in zip(ids.tolist(), prev, strict=True):  # the client's own trained model
             np.testing.assert_allclose(p, (g0[:n] + rows[c][:n]).numpy(), rtol=0, atol=1e-6)
         sim.run_round(1, 0.0)
         assert not torch.equal(sim.global_flat, g0)

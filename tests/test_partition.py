@@ -8,7 +8,7 @@ import pytest
 from label_skew import label_tv
 
 from simulator.data import (
-    PARTITIONERS,
+    PARTITIONS,
     Dataset,
     feature_shift,
     load_dataset,
@@ -22,16 +22,20 @@ def mnist5k() -> Dataset:
     return load_dataset("mnist5k", seed=0)
 
 
-@pytest.mark.parametrize("scheme,params", [
-    ("iid", {}),
-    ("dirichlet", {"alpha": 0.3}),
-    ("shards", {"classes_per_client": 2}),
-    ("missing", {"missing_classes": 3}),
-    ("quantity", {"alpha": 0.5}),
-    ("quantity", {"method": "powerlaw", "exponent": 1.0}),
-])
-def test_partitions_disjoint_cover_nonempty(mnist5k: Dataset, scheme: str,
-                                            params: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    "scheme,params",
+    [
+        ("iid", {}),
+        ("dirichlet", {"alpha": 0.3}),
+        ("shards", {"classes_per_client": 2}),
+        ("missing", {"missing_classes": 3}),
+        ("quantity", {"alpha": 0.5}),
+        ("quantity", {"method": "powerlaw", "exponent": 1.0}),
+    ],
+)
+def test_partitions_disjoint_cover_nonempty(
+    mnist5k: Dataset, scheme: str, params: dict[str, object]
+) -> None:
     y = mnist5k.y_train
     parts = partition(y, 20, scheme, seed=0, **params)
     assert len(parts) == 20 and all(p.dtype == np.int64 and len(p) > 0 for p in parts)
@@ -106,14 +110,21 @@ def test_partition_errors_list_valid_options() -> None:
     labels = np.arange(10) % 2
     with pytest.raises(ValueError, match="unknown partition scheme 'zipf'.*dirichlet.*iid"):
         partition(labels, 2, "zipf", seed=0)
-    assert set(PARTITIONERS) == {"iid", "dirichlet", "shards", "missing", "quantity", "natural"}
+    assert set(PARTITIONS) == {
+        "iid",
+        "dirichlet",
+        "shards",
+        "missing",
+        "quantity",
+        "natural",
+        "virtual",
+    }
     with pytest.raises(ValueError, match="'beta'.*valid.*alpha"):
         partition(labels, 2, "dirichlet", seed=0, beta=1.0)
     with pytest.raises(ValueError, match="11 clients.*10 samples"):
         partition(labels, 11, "iid", seed=0)
     with pytest.raises(ValueError, match="alpha must be > 0"):
         partition(labels, 2, "dirichlet", seed=0, alpha=0.0)
-
 
 
 def test_split_public_stratified_disjoint(mnist5k: Dataset) -> None:
@@ -130,7 +141,6 @@ def test_split_public_stratified_disjoint(mnist5k: Dataset) -> None:
     assert len(empty) == 0 and empty.dtype == np.int64 and len(everything) == 4000
     with pytest.raises(ValueError, match="fraction"):
         split_public(y, 1.0, seed=0)
-
 
 
 def test_feature_shift() -> None:

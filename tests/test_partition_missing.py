@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.config.sections import ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.sections import build_config
 from simulator.data import partition
 
 

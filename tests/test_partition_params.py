@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from simulator.cli import main
-from simulator.config.sections import ConfigError, DataConfig, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.learning import DataConfig
+from simulator.config.sections import build_config
 from simulator.data.scheme_params import (
     SHORTHAND,
     parameters_help,
@@ -22,30 +24,56 @@ from simulator.run.federation import build_federation
 def test_each_schemes_parameters_and_defaults() -> None:
     assert scheme_parameters("iid") == {}
     assert scheme_parameters("natural") == {}
-    assert scheme_parameters("dirichlet") == {"alpha": 0.5, "min_size": 1, "max_retries": 100,
-                                              "balance": True}
+    assert scheme_parameters("dirichlet") == {
+        "alpha": 0.5,
+        "min_size": 1,
+        "max_retries": 100,
+        "balance": True,
+    }
     assert scheme_parameters("shards") == {"classes_per_client": 2}
     assert scheme_parameters("missing") == {"missing_classes": 1, "max_retries": 100}
-    assert scheme_parameters("quantity") == {"method": "dirichlet", "alpha": 1.0,
-                                             "exponent": 1.0, "min_size": 1}
-    assert scheme_parameters("virtual") == {"alpha": 0.5, "size_median": 32.0,
-                                            "size_sigma": 0.6, "size_min": 4, "size_max": 512}
+    assert scheme_parameters("quantity") == {
+        "method": "dirichlet",
+        "alpha": 1.0,
+        "exponent": 1.0,
+        "min_size": 1,
+    }
+    assert scheme_parameters("virtual") == {
+        "alpha": 0.5,
+        "size_median": 32.0,
+        "size_sigma": 0.6,
+        "size_min": 4,
+        "size_max": 512,
+    }
     with pytest.raises(ValueError, match="unknown partition 'rows'; valid: dirichlet, iid"):
         scheme_parameters("rows")
 
 
 def test_shorthand_fields_are_defaults_and_the_map_overrides_them() -> None:
-    short = {"dirichlet_alpha": 0.3, "classes_per_client": 4, "missing_classes": 2,
-             "virtual_size_median": 20.0, "virtual_size_sigma": 1.0, "virtual_size_min": 2,
-             "virtual_size_max": 64}
+    short = {
+        "dirichlet_alpha": 0.3,
+        "classes_per_client": 4,
+        "missing_classes": 2,
+        "virtual_size_median": 20.0,
+        "virtual_size_sigma": 1.0,
+        "virtual_size_min": 2,
+        "virtual_size_max": 64,
+    }
     assert resolve_partition_params("iid", short, {}) == {}
     assert resolve_partition_params("dirichlet", short, {}) == {"alpha": 0.3}
     assert resolve_partition_params("quantity", short, {"alpha": 2}) == {"alpha": 2.0}
     assert resolve_partition_params("shards", short, {}) == {"classes_per_client": 4}
     assert resolve_partition_params("missing", short, {"max_retries": 7}) == {
-        "missing_classes": 2, "max_retries": 7}
+        "missing_classes": 2,
+        "max_retries": 7,
+    }
     assert resolve_partition_params("virtual", short, {"size_max": 32.0}) == {
-        "alpha": 0.3, "size_median": 20.0, "size_sigma": 1.0, "size_min": 2, "size_max": 32}
+        "alpha": 0.3,
+        "size_median": 20.0,
+        "size_sigma": 1.0,
+        "size_min": 2,
+        "size_max": 32,
+    }
     # every shorthand field names a parameter of each scheme it applies to; virtual's defaults
     # are the shorthand fields' defaults
     for field, (schemes, param) in SHORTHAND.items():
@@ -56,27 +84,39 @@ def test_shorthand_fields_are_defaults_and_the_map_overrides_them() -> None:
             assert scheme_parameters("virtual")[param] == default
 
 
-@pytest.mark.parametrize(("scheme", "given", "message"), [
-    ("dirichlet", {"alfa": 0.1},
-     "unknown parameter 'alfa' for partition 'dirichlet'; valid: alpha, min_size, max_retries, "
-     "balance"),
-    ("iid", {"alpha": 1.0}, "unknown parameter 'alpha' for partition 'iid'; valid: none"),
-    ("shards", {"classes_per_client": 1.5},
-     "partition 'shards' parameter 'classes_per_client' must be int, got 1.5"),
-    ("dirichlet", {"balance": 1}, "partition 'dirichlet' parameter 'balance' must be bool"),
-    ("dirichlet", {"min_size": True}, "parameter 'min_size' must be int, got True"),
-    ("quantity", {"method": 3}, "parameter 'method' must be str, got 3"),
-])
-def test_bad_parameters_name_the_key_and_the_valid_ones(scheme: str, given: dict,
-                                                        message: str) -> None:
+@pytest.mark.parametrize(
+    ("scheme", "given", "message"),
+    [
+        (
+            "dirichlet",
+            {"alfa": 0.1},
+            "unknown parameter 'alfa' for partition 'dirichlet'; "
+            "valid: alpha, min_size, max_retries, "
+            "balance",
+        ),
+        ("iid", {"alpha": 1.0}, "unknown parameter 'alpha' for partition 'iid'; valid: none"),
+        (
+            "shards",
+            {"classes_per_client": 1.5},
+            "partition 'shards' parameter 'classes_per_client' must be int, got 1.5",
+        ),
+        ("dirichlet", {"balance": 1}, "partition 'dirichlet' parameter 'balance' must be bool"),
+        ("dirichlet", {"min_size": True}, "parameter 'min_size' must be int, got True"),
+        ("quantity", {"method": 3}, "parameter 'method' must be str, got 3"),
+    ],
+)
+def test_bad_parameters_name_the_key_and_the_valid_ones(
+    scheme: str, given: dict, message: str
+) -> None:
     with pytest.raises(ValueError) as e:
         resolve_partition_params(scheme, {}, given)
     assert message in str(e.value)
 
 
 def test_config_validates_the_map_and_the_help_lists_every_schemes_parameters() -> None:
-    cfg = build_config(flat={"partition": "quantity",
-                             "partition_params": {"method": "powerlaw", "exponent": 2}})
+    cfg = build_config(
+        flat={"partition": "quantity", "partition_params": {"method": "powerlaw", "exponent": 2}}
+    )
     assert cfg.data.partition_kwargs() == {"alpha": 0.5, "method": "powerlaw", "exponent": 2.0}
     with pytest.raises(ConfigError, match="^data.partition_params: unknown parameter 'size'"):
         build_config(flat={"partition": "virtual", "partition_params": {"size": 3}})
@@ -85,26 +125,38 @@ def test_config_validates_the_map_and_the_help_lists_every_schemes_parameters() 
         assert part in help_
 
 
-def test_cli_bad_partition_parameter_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]
-                                                       ) -> None:
+def test_cli_bad_partition_parameter_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--partition", "shards", "--partition-params", "classes=1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("error: data.partition_params: unknown parameter 'classes' for partition "
-                   "'shards'; valid: classes_per_client")
+    assert err == (
+        "error: data.partition_params: unknown parameter 'classes' for partition "
+        "'shards'; valid: classes_per_client"
+    )
 
 
 def test_parameters_reach_the_split() -> None:
     """shards with classes_per_client=1 from the map: each of 10 digits clients holds exactly
     one class; virtual with size_min=size_max=5: every client holds exactly 5 samples."""
-    base = build_config(flat={"num_clients": 10, "partition": "shards",
-                              "partition_params": {"classes_per_client": 1}})
+    base = build_config(
+        flat={
+            "num_clients": 10,
+            "partition": "shards",
+            "partition_params": {"classes_per_client": 1},
+        }
+    )
     fed = build_federation(base)
     ids = np.arange(10)
     classes = [len(np.unique(fed.y_train[r])) for r in fed.clients.rows(ids).index]
     assert classes == [1] * 10
-    virt = dataclasses.replace(base, data=dataclasses.replace(
-        base.data, partition="virtual", num_clients=1000,
-        partition_params={"size_min": 5, "size_max": 5}))
+    virt = dataclasses.replace(
+        base,
+        data=dataclasses.replace(
+            base.data,
+            partition="virtual",
+            num_clients=1000,
+            partition_params={"size_min": 5, "size_max": 5},
+        ),
+    )
     assert build_federation(virt).clients.sizes(np.arange(1000)).tolist() == [5] * 1000
 
 

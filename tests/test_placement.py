@@ -12,7 +12,8 @@ import pytest
 
 from actors.pool import LocalExecutor
 from actors.trainer import TrainRequest, TrainTask
-from simulator.config.sections import ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.sections import build_config
 from simulator.placement import PlaceContext, make_placement, placement_names
 from simulator.placement.runtime import Scheduler
 from simulator.run.federation import build_federation
@@ -47,8 +48,10 @@ def test_sort_and_chunk_by_hand() -> None:
     assert order.tolist() == [1, 3, 2, 0, 4] and sizes == [3, 2] and secs == 24.0
     _, sizes, secs = sort_and_chunk(steps, samples, StepCost(0.5))  # type: ignore[arg-type]
     assert sizes == [2, 1, 2] and secs == 15.5
-    assert sort_and_chunk(np.zeros(0, np.int64), np.zeros(0, np.int64),
-                          StepCost(1.0))[1:] == ([], 0.0)  # type: ignore[arg-type]
+    assert sort_and_chunk(np.zeros(0, np.int64), np.zeros(0, np.int64), StepCost(1.0))[1:] == (
+        [],
+        0.0,
+    )  # type: ignore[arg-type]
 
 
 def test_actor_loads_by_hand() -> None:
@@ -68,8 +71,9 @@ def test_chunk_ga_never_worse_than_its_seeds_and_deterministic(seed: int) -> Non
     width = n + 1
     # a chunk cost growing with its clients, concave (dispatch), two kinds of actor speed
     c = np.arange(width)[None, None, :]
-    table = (rng.uniform(1, 3, (2, nb, 1)) * np.sqrt(c) + 0.5 * (c > 0)) * \
-        np.array([1.0, 2.0])[:, None, None]
+    table = (rng.uniform(1, 3, (2, nb, 1)) * np.sqrt(c) + 0.5 * (c > 0)) * np.array([1.0, 2.0])[
+        :, None, None
+    ]
     band = rng.integers(0, nb, n)
     kinds = np.array([0, 1, 1])
     seeds = [rng.integers(0, m, n) for _ in range(3)]
@@ -96,8 +100,9 @@ def test_placements_cover_every_task_once_and_ga_is_deterministic() -> None:
             assert sizes_ is None or sum(sizes_) == len(g)
     a = make_placement("ga").place(tasks, ctx)
     b = make_placement("ga").place(tasks, ctx)
-    assert [[t.client_id for t in g] for g in a.groups] == \
-        [[t.client_id for t in g] for g in b.groups] and a.chunks == b.chunks
+    assert [[t.client_id for t in g] for g in a.groups] == [
+        [t.client_id for t in g] for g in b.groups
+    ] and a.chunks == b.chunks
     lpt = make_placement("lpt").place(tasks, ctx)
     greedy = make_placement("greedy", predict=True).place(tasks, ctx)
     # the GA starts from lpt's and greedy's assignments: never predicted worse (bands aside,
@@ -109,23 +114,46 @@ def test_placements_cover_every_task_once_and_ga_is_deterministic() -> None:
 def test_registry_and_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"unknown placement 'nope'; valid: \['ga', 'greedy'"):
         make_placement("nope")
-    with pytest.raises(ValueError, match=r"unknown parameters \['gens'\]; valid parameters: "
-                                         r"\['chunking', 'etc_generations', 'generations', "
-                                         r"'population'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown parameters \['gens'\]; valid parameters: "
+        r"\['chunking', 'etc_generations', 'generations', "
+        r"'population'\]",
+    ):
         make_placement("ga", gens=3)
     with pytest.raises(ConfigError, match="execution.placement_params: unknown predictor 'svr'"):
         build_config(flat={"placement": "ga", "placement_params": {"predictor": "svr"}})
     with pytest.raises(ConfigError, match="population >= 2"):
         build_config(flat={"placement": "ga", "placement_params": {"population": 1}})
-    r = subprocess.run([sys.executable, "-m", "simulator", "--placement", "ga",
-                        "--placement-param", "gens=3", "--out", str(tmp_path / "x")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "simulator",
+            "--placement",
+            "ga",
+            "--placement-param",
+            "gens=3",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "'gens'" in r.stderr
 
 
 def test_trainer_chunks_match_one_chunk() -> None:
-    cfg = build_config(flat={"backend": "local", "num_clients": 6, "hidden": 16,
-                             "partition": "quantity"})
+    cfg = build_config(
+        flat={
+            "backend": "local",
+            "num_clients": 6,
+            "clients_per_round": 6,
+            "hidden": 16,
+            "partition": "quantity",
+        }
+    )
     fed = build_federation(cfg)
     ex = LocalExecutor(fed.model_spec, fed.x_train, fed.y_train, fed.clients)
     ex.configure(LocalSpec(lr=0.1, batch_size=8), True)
@@ -149,8 +177,7 @@ def test_engine_ga_logs_predictions_and_matches_greedy(tmp_path: Path) -> None:
         p = r.extra["placement"]
         assert p["name"] == "ga" and p["predicted_s"] > 0 and p["measured_s"] > 0
         assert len(p["predicted_actor_s"]) == 2
-    assert ga[-1].extra["placement"]["observed_chunks"] == sum(
-        len(r.extra["chunks"]) for r in ga)
+    assert ga[-1].extra["placement"]["observed_chunks"] == sum(len(r.extra["chunks"]) for r in ga)
     assert greedy[0].extra["placement"]["predicted_s"] is None  # greedy does not predict
     # chunk widths change float rounding only
     assert [r.participants for r in ga] == [r.participants for r in greedy]
@@ -170,12 +197,18 @@ def test_scheduler_state_round_trip() -> None:
 
 def test_prior_predictor_gives_bitwise_reproducible_runs(tmp_path: Path) -> None:
     """With ``predictor=prior`` nothing depends on measured times: two runs agree exactly."""
-    over = {"num_actors": 2, "partition": "quantity", "rounds": 2, "placement": "ga",
-            "placement_params": {"predictor": "prior"}}
+    over = {
+        "num_actors": 2,
+        "partition": "quantity",
+        "rounds": 2,
+        "placement": "ga",
+        "placement_params": {"predictor": "prior"},
+    }
     a = run_records(small_config(tmp_path / "a", **over))
     b = run_records(small_config(tmp_path / "b", **over))
     assert [r.accuracy for r in a] == [r.accuracy for r in b]
     assert [r.train_loss for r in a] == [r.train_loss for r in b]
-    assert [r.extra["placement"]["predicted_s"] for r in a] == \
-        [r.extra["placement"]["predicted_s"] for r in b]
+    assert [r.extra["placement"]["predicted_s"] for r in a] == [
+        r.extra["placement"]["predicted_s"] for r in b
+    ]
     assert a[-1].extra["placement"]["observed_chunks"] == 0

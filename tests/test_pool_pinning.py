@@ -27,7 +27,7 @@ def test_planned_nodes_by_hand() -> None:
     nodes = [node("n1", 2), node("n2", 8, alive=False), node("n3", 3)]
     assert [k.name for k in kinds] == ["a", "b"]
     assert planned_nodes(kinds, nodes) == ["n3", "n1", "n3"]
-    assert check_schedulable(kinds, nodes) == ["n3", "n1", "n3"]   # the pool's one search
+    assert check_schedulable(kinds, nodes) == ["n3", "n1", "n3"]  # the pool's one search
     # a label only n1 declares: a goes there
     kinds = parse_actor_kinds({"a": "resource=fast", "b": "threads=2"})
     nodes = [node("n1", 2, fast=1.0), node("n3", 2)]
@@ -43,8 +43,10 @@ def test_planned_nodes_leave_ray_to_place_an_unpackable_pool() -> None:
     monkey = actors.kinds.packing
     try:
         actors.kinds.packing = lambda d, n: None  # type: ignore[assignment]
-        assert check_schedulable(parse_actor_kinds({"w": "count=2"}),
-                                 [node("n1", 3)]) == [None, None]
+        assert check_schedulable(parse_actor_kinds({"w": "count=2"}), [node("n1", 3)]) == [
+            None,
+            None,
+        ]
     finally:
         actors.kinds.packing = monkey
 

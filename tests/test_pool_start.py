@@ -14,7 +14,7 @@ from actors import startup
 from actors.kinds import ActorKind, total_demand
 from actors.pool import RayPool
 from actors.startup import wait_for_free
-from simulator.config.sections import ConfigError
+from simulator.config.fields import ConfigError
 from simulator.data.clients import PartitionData
 from simulator.training.models import ModelSpec
 from simulator.training.stacked import LocalSpec
@@ -36,7 +36,6 @@ def test_wait_for_free_counts_what_is_short() -> None:
         wait_for_free({"CPU": 2.0, "GPU": 0.5}, dict, timeout=0.0)
 
 
-
 def test_total_demand_counts_every_actor() -> None:
     """3 CPU actors of 2 threads + 2 GPU actors of 1 thread and 0.5 GPU on label 'fast':
     8 CPU, 1 GPU, 0.002 of the label (0.001 per actor)."""
@@ -53,16 +52,18 @@ def full_pool(ray_session: None) -> Iterator[RayPool]:
     pool.shutdown()
 
 
-def test_second_pool_on_held_cpus_is_refused(full_pool: RayPool,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_second_pool_on_held_cpus_is_refused(
+    full_pool: RayPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A second pool used to hang in its start-up call; it is refused after the wait."""
     monkeypatch.setattr(startup, "FREE_WAIT_S", 0.5)
     with pytest.raises(ConfigError, match=r"need 1 CPU \(0 free\) after 0.5 s"):
         RayPool(SPEC, X, Y, CLIENTS, 1)
 
 
-def test_actor_that_cannot_start_is_refused(full_pool: RayPool,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_actor_that_cannot_start_is_refused(
+    full_pool: RayPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Past the free-resource check (skipped here), an actor no node can place (the CPUs are
     held) is refused after START_WAIT_S with its index and kind."""
     monkeypatch.setattr(pool_module, "wait_for_free", lambda *a, **k: None)
@@ -71,8 +72,9 @@ def test_actor_that_cannot_start_is_refused(full_pool: RayPool,
         RayPool(SPEC, X, Y, CLIENTS, 1)
 
 
-def test_replacement_that_cannot_start_is_refused(full_pool: RayPool,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replacement_that_cannot_start_is_refused(
+    full_pool: RayPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Actor 1 dies and another holder takes its CPU: the replacement is refused after
     START_WAIT_S with its own index (1), not left queued forever."""
     import ray

@@ -11,14 +11,22 @@ import numpy as np
 import pytest
 import torch
 
-from simulator.config.sections import ConfigError, build_config
+from simulator.config.fields import ConfigError
+from simulator.config.sections import build_config
 from simulator.population.devices import generate_population_arrays
 from simulator.population.selection import FULL_PASS_MAX, select_clients
 from simulator.round.engine import Simulation
 from simulator.run.budget import check_budget, estimate
 
-SMALL = {"backend": "local", "dataset": "digits", "hidden": 16, "local_epochs": 1,
-         "batch_size": 16, "progress": False, "plots": False}
+SMALL = {
+    "backend": "local",
+    "dataset": "digits",
+    "hidden": 16,
+    "local_epochs": 1,
+    "batch_size": 16,
+    "progress": False,
+    "plots": False,
+}
 
 
 def config(tmp_path: Path, **over: Any) -> Any:
@@ -47,15 +55,16 @@ def test_sampled_selection_is_uniform_over_eligible_devices() -> None:
     counts = np.zeros(10)
     for r in range(200):
         t = 37.0 * r
-        sel = select_clients(pop, t, 1000, busy, np.random.default_rng([1, r]), seed=1,
-                             period_s=3600.0)
+        sel = select_clients(
+            pop, t, 1000, busy, np.random.default_rng([1, r]), seed=1, period_s=3600.0
+        )
         assert len(sel) == 1000 and len(np.unique(sel)) == 1000
         assert pop.available_ids(t, sel, seed=1).all() and not np.isin(sel, busy).any()
         assert np.array_equal(pop.available(t, seed=1)[sel], np.ones(1000, bool))
         counts += np.bincount(sel * 10 // n, minlength=10)
     expected = counts.sum() / 10
     chi2 = float(((counts - expected) ** 2 / expected).sum())
-    assert chi2 < 27.9   # 99.9% quantile of chi-square with 9 degrees of freedom
+    assert chi2 < 27.9  # 99.9% quantile of chi-square with 9 degrees of freedom
 
 
 def test_available_ids_agrees_with_the_full_mask() -> None:
@@ -71,13 +80,12 @@ def test_available_ids_agrees_with_the_full_mask() -> None:
 def test_population_larger_than_the_dataset(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="use --partition virtual"):
         Simulation(config(tmp_path, num_clients=100_000, partition="iid"))
-    cfg = config(tmp_path, num_clients=100_000, partition="virtual", clients_per_round=8,
-                 rounds=2)
+    cfg = config(tmp_path, num_clients=100_000, partition="virtual", clients_per_round=8, rounds=2)
     sim = Simulation(cfg)
     try:
         recs = sim.run()
         assert all(len(r.selected) == 8 for r in recs)
-        assert max(max(r.selected) for r in recs) > 1438       # beyond the dataset's rows
+        assert max(max(r.selected) for r in recs) > 1438  # beyond the dataset's rows
         sizes = sim.fed.sizes(np.array(recs[0].selected))
         assert (sizes >= 4).all() and (sizes <= 512).all()
         assert recs[-1].accuracy is not None
@@ -86,8 +94,9 @@ def test_population_larger_than_the_dataset(tmp_path: Path) -> None:
 
 
 def _round_peak(n: int, tmp_path: Path) -> int:
-    cfg = config(tmp_path / str(n), num_clients=n, partition="virtual", clients_per_round=20,
-                 rounds=3)
+    cfg = config(
+        tmp_path / str(n), num_clients=n, partition="virtual", clients_per_round=20, rounds=3
+    )
     sim = Simulation(cfg)
     try:
         sim.run_round(0, 0.0)
@@ -113,7 +122,7 @@ def test_round_memory_follows_the_cohort_not_the_population(tmp_path: Path) -> N
 def test_a_population_that_cannot_fit_stops_before_anything_starts(tmp_path: Path) -> None:
     cfg = config(tmp_path, num_clients=10**10, partition="virtual")
     est = estimate(cfg)
-    assert est.devices == pytest.approx(48 * 10**10)       # six float64 values per device
+    assert est.devices == pytest.approx(48 * 10**10)  # six float64 values per device
     with pytest.raises(ConfigError) as e:
         check_budget(cfg, available=16e9)
     msg = str(e.value)
@@ -121,21 +130,39 @@ def test_a_population_that_cannot_fit_stops_before_anything_starts(tmp_path: Pat
     assert "16.0 GB of memory is available" in msg
     check_budget(config(tmp_path, num_clients=1000, partition="virtual"), available=16e9)
     # client state that would spill beyond the free disk
-    big = config(tmp_path, num_clients=10**6, partition="virtual", algorithm="feddyn",
-                 clients_per_round=1000, rounds=1000, state_memory="64MB")
+    big = config(
+        tmp_path,
+        num_clients=10**6,
+        partition="virtual",
+        algorithm="feddyn",
+        clients_per_round=1000,
+        rounds=1000,
+        state_memory="64MB",
+    )
     with pytest.raises(ConfigError, match="execution.state_memory: client state"):
         check_budget(big, available=64e9, disk_free=1e9)
 
 
-def test_cli_exits_2_with_one_line_before_starting(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_exits_2_with_one_line_before_starting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from simulator.cli import main
 
-    rc = main(["--partition", "virtual", "--num-clients", str(10**11), "--backend", "local",
-               "--out", str(tmp_path / "x")])
+    rc = main(
+        [
+            "--partition",
+            "virtual",
+            "--num-clients",
+            str(10**11),
+            "--backend",
+            "local",
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "GB of memory is available" in err
-    assert not (tmp_path / "x").exists()   # nothing started, nothing written
+    assert not (tmp_path / "x").exists()  # nothing started, nothing written
 
 
 # ---------------------------------------------------------------------- traces and GPUs
@@ -146,8 +173,7 @@ def test_trace_longer_than_the_population_uses_its_first_devices(tmp_path: Path)
     rows = ["compute_ms_per_sample,up_kbps,down_kbps,latency_ms,availability"]
     rows += [f"{1 + i},{100 + i},{200 + i},{i},1.0" for i in range(30)]
     trace.write_text("\n".join(rows) + "\n")
-    cfg = config(tmp_path, num_clients=10, clients_per_round=10, rounds=2,
-                 device_trace=str(trace))
+    cfg = config(tmp_path, num_clients=10, clients_per_round=10, rounds=2, device_trace=str(trace))
     sim = Simulation(cfg)
     try:
         assert len(sim.fed.population) == 10
@@ -173,14 +199,26 @@ def test_gpu_share_zero_forces_cpu_actors() -> None:
 def test_client_accuracy_by_hand(tmp_path: Path) -> None:
     """An all-zero model predicts class 0 everywhere, so a client's local accuracy is the share
     of label 0 in its local test rows; the summary is their mean, std and worst-10% mean."""
-    cfg = config(tmp_path, num_clients=12, clients_per_round=4, rounds=1, model="logreg",
-                 client_test_fraction=0.25, partition="dirichlet", dirichlet_alpha=0.3)
+    cfg = config(
+        tmp_path,
+        num_clients=12,
+        clients_per_round=4,
+        rounds=1,
+        model="logreg",
+        client_test_fraction=0.25,
+        partition="dirichlet",
+        dirichlet_alpha=0.3,
+    )
     sim = Simulation(cfg)
     try:
         ev = sim.client_eval
         assert ev.clients.tolist() == list(range(12))
-        want = np.array([float((y == 0).mean())
-                         for _, y in sim.fed.arrays(sim.fed.local_test, ev.clients, "train")])
+        want = np.array(
+            [
+                float((y == 0).mean())
+                for _, y in sim.fed.arrays(sim.fed.local_test, ev.clients, "train")
+            ]
+        )
         got = ev.evaluate(torch.zeros(sim.fed.layout.size))
         assert got["clients_evaluated"] == 12
         assert got["client_accuracy_mean"] == pytest.approx(want.mean())
@@ -197,8 +235,15 @@ def test_client_accuracy_by_hand(tmp_path: Path) -> None:
 def test_virtual_client_accuracy_comes_from_the_test_set(tmp_path: Path) -> None:
     from simulator.run.experiment import run_experiment
 
-    cfg = config(tmp_path, num_clients=10**6, partition="virtual", clients_per_round=10,
-                 rounds=2, client_test_fraction=0.5, eval_clients=30)
+    cfg = config(
+        tmp_path,
+        num_clients=10**6,
+        partition="virtual",
+        clients_per_round=10,
+        rounds=2,
+        client_test_fraction=0.5,
+        eval_clients=30,
+    )
     s = run_experiment(cfg)
     assert s["clients_evaluated"] == 30
     assert 0.0 <= s["client_accuracy_worst10"] <= s["client_accuracy_mean"] <= 1.0
@@ -219,9 +264,16 @@ def test_feddyn_resume_at_1e5_devices_is_bitwise_identical(tmp_path: Path) -> No
     from simulator.run.output import read_events
     from simulator.state.store import ClientStore
 
-    over = {"num_clients": 100_000, "partition": "virtual", "clients_per_round": 100,
-            "rounds": 5, "algorithm": "feddyn", "algorithm_params": {"alpha": 0.1},
-            "checkpoint_every": 1, "state_memory": "1MB"}
+    over = {
+        "num_clients": 100_000,
+        "partition": "virtual",
+        "clients_per_round": 100,
+        "rounds": 5,
+        "algorithm": "feddyn",
+        "algorithm_params": {"alpha": 0.1},
+        "checkpoint_every": 1,
+        "state_memory": "1MB",
+    }
     crashed = config(tmp_path / "crashed", **over)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(crashed, crash_after=2)
@@ -231,22 +283,24 @@ def test_feddyn_resume_at_1e5_devices_is_bitwise_identical(tmp_path: Path) -> No
     full_cfg = config(tmp_path / "full", **over)
     full = run_experiment(full_cfg)
     strip = ("wall_time", "slowest_train_seconds", "chunks", "placement")
-    ev = [{k: v for k, v in e.items() if k not in strip}
-          for e in read_events(out / "events.jsonl")]
-    ref = [{k: v for k, v in e.items() if k not in strip}
-           for e in read_events(Path(full_cfg.output.out) / "events.jsonl")]
+    ev = [{k: v for k, v in e.items() if k not in strip} for e in read_events(out / "events.jsonl")]
+    ref = [
+        {k: v for k, v in e.items() if k not in strip}
+        for e in read_events(Path(full_cfg.output.out) / "events.jsonl")
+    ]
     assert ev == ref and len(ev) == 5
     assert torch.equal(_final_global(out), _final_global(Path(full_cfg.output.out)))
     assert resumed["final_accuracy"] == full["final_accuracy"]
     trained = {c for e in ref for c in e["selected"]}
     assert full["state_store"]["clients"] == len(trained) > 450
-    assert full["state_store"]["disk_bytes"] > 0          # 1 MB holds ~28 rows: it spilled
+    assert full["state_store"]["disk_bytes"] > 0  # 1 MB holds ~28 rows: it spilled
     # the per-client state the two runs end with, compared row by row
-    ck = [torch.load(d / "checkpoint.pt", weights_only=False)["store"]
-          for d in (out, Path(full_cfg.output.out))]
+    ck = [
+        torch.load(d / "checkpoint.pt", weights_only=False)["store"]
+        for d in (out, Path(full_cfg.output.out))
+    ]
     a = ClientStore.load(out / "state" / "checkpoint", 10**9, manifest=ck[0])
-    b = ClientStore.load(Path(full_cfg.output.out) / "state" / "checkpoint", 10**9,
-                         manifest=ck[1])
+    b = ClientStore.load(Path(full_cfg.output.out) / "state" / "checkpoint", 10**9, manifest=ck[1])
     ids = np.array(sorted(trained), np.int64)
     va, pa = a.get("grad", ids)
     vb, pb = b.get("grad", ids)

@@ -14,9 +14,12 @@ import torch
 from torch import nn
 
 from simulator.algorithms import ALGORITHMS, Algorithm, register
-from simulator.config.sections import AlgorithmConfig, build_config
+from simulator.config.learning import AlgorithmConfig
+from simulator.config.sections import build_config
+from simulator.training.flat import FlatLayout
 from simulator.training.models import STEP_NOISE, ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, client_noise, train_clients
+from simulator.training.noise import client_noise
+from simulator.training.stacked import LocalSpec, train_clients
 from simulator.training.step import Finish, Step
 
 
@@ -60,8 +63,11 @@ class Counts(Algorithm):
 
     def client_finish(self, f: Finish) -> dict[str, torch.Tensor]:
         onehot = torch.nn.functional.one_hot(f.y, 10).to(f.mask.dtype)
-        return {"n": f.mask.sum(), "classes": (onehot * f.mask.unsqueeze(-1)).sum((0, 1)),
-                "feat": f.forward(f.split(f.flat), f.x[0])[0].sum()}
+        return {
+            "n": f.mask.sum(),
+            "classes": (onehot * f.mask.unsqueeze(-1)).sum((0, 1)),
+            "feat": f.forward(f.split(f.flat), f.x[0])[0].sum(),
+        }
 
 
 @pytest.fixture
@@ -73,8 +79,9 @@ def registered() -> Iterator[None]:
         del ALGORITHMS[c.name]
 
 
-def setup(extension: Any = None) -> tuple[nn.Module, FlatLayout, torch.Tensor, torch.Tensor,
-                                          torch.Tensor]:
+def setup(
+    extension: Any = None,
+) -> tuple[nn.Module, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
     model = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, extension=extension).build(seed=0)
     layout = FlatLayout(model)
     gen = torch.Generator().manual_seed(0)
@@ -86,11 +93,22 @@ def setup(extension: Any = None) -> tuple[nn.Module, FlatLayout, torch.Tensor, t
 IDX = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
 
 
-def both(a: Algorithm, model: nn.Module, layout: FlatLayout, g: torch.Tensor, x: torch.Tensor,
-         y: torch.Tensor, **kw: Any) -> tuple[Any, Any]:
+def both(
+    a: Algorithm,
+    model: nn.Module,
+    layout: FlatLayout,
+    g: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    **kw: Any,
+) -> tuple[Any, Any]:
     spec = LocalSpec(lr=0.1, batch_size=10, step=a)
-    out = [train_clients(model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4], spec,
-                         vectorize=v, **kw) for v in (True, False)]
+    out = [
+        train_clients(
+            model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4], spec, vectorize=v, **kw
+        )
+        for v in (True, False)
+    ]
     torch.testing.assert_close(out[0].updates, out[1].updates, rtol=0, atol=1e-5)
     for k in out[0].outputs:
         torch.testing.assert_close(out[0].outputs[k], out[1].outputs[k], rtol=0, atol=1e-5)
@@ -107,15 +125,18 @@ def test_trained_table_moves_by_sgd_on_its_own_term(registered: None) -> None:
     vec, _ = both(a, model, layout, g, x, y, state={"v": torch.zeros(4, n)})
     w = g[:n]
     for i, s in enumerate([1, 4, 2, 0]):
-        torch.testing.assert_close(vec.outputs["v"][i], w * (1 - 0.9 ** s), rtol=0, atol=1e-6)
-    plain = train_clients(model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4],
-                          LocalSpec(lr=0.1, batch_size=10))
+        torch.testing.assert_close(vec.outputs["v"][i], w * (1 - 0.9**s), rtol=0, atol=1e-6)
+    plain = train_clients(
+        model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4], LocalSpec(lr=0.1, batch_size=10)
+    )
     torch.testing.assert_close(vec.updates, plain.updates, rtol=0, atol=1e-6)
 
 
 def test_noise_streams_are_per_client_and_prefix_stable() -> None:
-    long, short = client_noise([5, 6], 4, 3, torch.device("cpu")), client_noise(
-        [5, 6], 2, 3, torch.device("cpu"))
+    long, short = (
+        client_noise([5, 6], 4, 3, torch.device("cpu")),
+        client_noise([5, 6], 2, 3, torch.device("cpu")),
+    )
     assert long.shape == (2, 4, 3)
     torch.testing.assert_close(long[:, :2], short, rtol=0, atol=0)
     torch.testing.assert_close(long[0], client_noise([5], 4, 3, torch.device("cpu"))[0])
@@ -128,10 +149,11 @@ def test_noise_layer_sees_the_same_draws_on_both_paths(registered: None) -> None
     model, layout, g, x, y = setup(a)
     assert isinstance(model.body[-1], NoiseLayer)
     vec, _ = both(a, model, layout, g, x, y)
-    quiet = train_clients(model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4],
-                          LocalSpec(lr=0.1, batch_size=10))
+    quiet = train_clients(
+        model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4], LocalSpec(lr=0.1, batch_size=10)
+    )
     assert not torch.allclose(vec.updates[:3], quiet.updates[:3], atol=1e-6)
-    torch.testing.assert_close(vec.updates[3], quiet.updates[3])   # no steps, no noise
+    torch.testing.assert_close(vec.updates[3], quiet.updates[3])  # no steps, no noise
 
 
 def test_finish_sees_each_sample_once(registered: None) -> None:
@@ -140,23 +162,36 @@ def test_finish_sees_each_sample_once(registered: None) -> None:
     vec, _ = both(a, model, layout, g, x, y)
     np.testing.assert_array_equal(vec.outputs["n"].numpy(), [5, 12, 20, 0])
     for i, ix in enumerate(IDX[:3]):
-        np.testing.assert_array_equal(vec.outputs["classes"][i].numpy(),
-                                      np.bincount(y[ix].numpy(), minlength=10))
+        np.testing.assert_array_equal(
+            vec.outputs["classes"][i].numpy(), np.bincount(y[ix].numpy(), minlength=10)
+        )
 
 
 def test_flat_slices() -> None:
     model = ModelSpec("mlp", (1, 2, 2), 3, hidden=2).build(seed=0)
     sl = FlatLayout(model).slices
     # body.1: Linear(4, 2) -> weight 8, bias 2; body.3: Linear(2, 2) -> 4, 2; head: 6, 3
-    assert [(s.start, s.stop) for s in sl.values()] == [(0, 8), (8, 10), (10, 14), (14, 16),
-                                                         (16, 22), (22, 25)]
+    assert [(s.start, s.stop) for s in sl.values()] == [
+        (0, 8),
+        (8, 10),
+        (10, 14),
+        (14, 16),
+        (16, 22),
+        (22, 25),
+    ]
 
 
 class Lowest(Algorithm):
     name = "lowest_test"
 
-    def choose(self, candidates: np.ndarray, m: int, rng: np.random.Generator,
-               server: dict[str, torch.Tensor]) -> np.ndarray:
+    def choose(
+        self,
+        candidates: np.ndarray,
+        m: int,
+        rng: np.random.Generator,
+        server: dict[str, torch.Tensor],
+        store: Any = None,
+    ) -> np.ndarray:
         return candidates[:m]
 
 
@@ -165,9 +200,19 @@ def test_algorithm_chooses_the_clients(tmp_path: Any) -> None:
 
     register(Lowest)
     try:
-        cfg = build_config(flat={"backend": "local", "num_clients": 8, "clients_per_round": 3,
-                                 "rounds": 1, "dataset": "digits", "algorithm": "lowest_test",
-                                 "progress": False, "plots": False, "out": str(tmp_path)})
+        cfg = build_config(
+            flat={
+                "backend": "local",
+                "num_clients": 8,
+                "clients_per_round": 3,
+                "rounds": 1,
+                "dataset": "digits",
+                "algorithm": "lowest_test",
+                "progress": False,
+                "plots": False,
+                "out": str(tmp_path),
+            }
+        )
         sim = Simulation(cfg)
         try:
             assert sim.run_round(0, 0.0).selected == [0, 1, 2]
@@ -210,8 +255,9 @@ def test_extras_and_extra_forwards_leave_the_update_alone(norm: str, echo: None)
     x, y = torch.rand(60, 1, 8, 8, generator=gen), torch.randint(0, 10, (60,), generator=gen)
     a = Echo(AlgorithmConfig(algorithm="echo_test"))
     vec, _ = both(a, model, layout, g, x, y)
-    plain = train_clients(model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4],
-                          LocalSpec(lr=0.1, batch_size=10))
+    plain = train_clients(
+        model, layout, g, x, y, IDX, [1, 2, 1, 0], [1, 2, 3, 4], LocalSpec(lr=0.1, batch_size=10)
+    )
     torch.testing.assert_close(vec.updates, plain.updates, rtol=0, atol=1e-6)
     n = layout.num_params
     torch.testing.assert_close(vec.outputs["w"], g[:n] + vec.updates[:, :n], rtol=0, atol=1e-6)

@@ -22,6 +22,15 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert len(commands) == 2
     assert commands[1].endswith("-m pytest")
     extracted = subprocess.run(
-        ["bash", "-c", "awk '/^## Quick start/{q=1} q && /^```/{n++; next} q && n==1 {print}' "
-         "README.md | sed -n 2p"], cwd=ROOT, capture_output=True, text=True, check=True)
+        [
+            "bash",
+            "-c",
+            "awk '/^## Quick start/{q=1} q && /^```/{n++; next} q && n==1 {print}' "
+            "README.md | sed -n 2p",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert extracted.stdout.strip() == commands[1]

@@ -24,8 +24,14 @@ from simulator.algorithms import ALGORITHMS
 from simulator.round.engine import Simulation
 
 #: 10 clients, 8 a round, 2 of them sign-flipping: every robust rule has rows to reject
-BASE: dict[str, Any] = {"num_clients": 10, "clients_per_round": 8, "rounds": 4, "hidden": 8,
-                        "attack": "signflip", "attack_fraction": 0.2}
+BASE: dict[str, Any] = {
+    "num_clients": 10,
+    "clients_per_round": 8,
+    "rounds": 4,
+    "hidden": 8,
+    "attack": "signflip",
+    "attack_fraction": 0.2,
+}
 #: a server root set (Siren, FLTrust and Sageflow score or train on it)
 PUBLIC: dict[str, Any] = {"public_fraction": 0.08}
 #: late updates carried over as stale rows (their base is an earlier round's global model)
@@ -77,14 +83,17 @@ DEFENSE_CASES: dict[str, tuple[dict[str, Any], Callable[[Capture], bool]]] = {
     "bulyan": ({"defense_params": {"f": 1}}, rejects),
     # the server's root-set update trains with the clients' optimizer (momentum, weight decay),
     # clean of the data attack
-    "fltrust": ({**PUBLIC, "attack": "labelflip", "momentum": 0.5, "weight_decay": 1e-3},
-                rejects),
+    "fltrust": ({**PUBLIC, "attack": "labelflip", "momentum": 0.5, "weight_decay": 1e-3}, rejects),
     # strikes, bans (T = 4: one rejected row bans) and the roll-back to the previous global
-    "siren": ({**PUBLIC, "seed": 2, "defense_params": {"rounds_total": 4, "variant": "paper"}},
-              lambda c: {"banned", "rollback"} <= reasons(c)),
+    "siren": (
+        {**PUBLIC, "seed": 2, "defense_params": {"rounds_total": 4, "variant": "paper"}},
+        lambda c: {"banned", "rollback"} <= reasons(c),
+    ),
     # entropy filter and staleness weights of stale rows (bases from the history)
-    "sageflow": ({**PUBLIC, **STALE, "defense_params": {"entropy_threshold": 2.28}},
-                 lambda c: stale(c) and rejects(c) and "stale" in reasons(c)),
+    "sageflow": (
+        {**PUBLIC, **STALE, "defense_params": {"entropy_threshold": 2.28}},
+        lambda c: stale(c) and rejects(c) and "stale" in reasons(c),
+    ),
 }
 
 
@@ -113,8 +122,9 @@ def assert_replays(cfg: Any, initial: torch.Tensor, cap: Capture) -> None:
             new, verdicts = rep.step(rnd, batch, history)
             assert torch.equal(new, cap.globals[rnd]), f"round {rnd}: global model differs"
             run_vs = cap.verdicts[rnd]
-            assert [v.to_dict() for v in verdicts] == run_vs[len(run_vs) - len(verdicts):], (
-                f"round {rnd}: verdicts differ")
+            assert [v.to_dict() for v in verdicts] == run_vs[len(run_vs) - len(verdicts) :], (
+                f"round {rnd}: verdicts differ"
+            )
             history[rnd + 1] = new
     finally:
         rep.close()
@@ -137,8 +147,17 @@ def test_every_defense_replays_bit_for_bit(defense: str, tmp_path: Path) -> None
 def test_every_algorithm_replays_bit_for_bit(algorithm: str, tmp_path: Path) -> None:
     # FedBN with BatchNorm: its kept-local entries are not in the rows (row_size < model size)
     model = {"norm": "batch"} if algorithm == "fedbn" else {}
-    cfg = small_config(tmp_path, **{**BASE, **PUBLIC, **model, "algorithm": algorithm,
-                                    "defense": "trimmedmean", "defense_params": {"f": 2}})
+    cfg = small_config(
+        tmp_path,
+        **{
+            **BASE,
+            **PUBLIC,
+            **model,
+            "algorithm": algorithm,
+            "defense": "trimmedmean",
+            "defense_params": {"f": 2},
+        },
+    )
     initial, cap = run(cfg)
     if algorithm == "fedbn":
         assert cap.rows[0].updates.shape[1] < initial.numel()
@@ -147,9 +166,18 @@ def test_every_algorithm_replays_bit_for_bit(algorithm: str, tmp_path: Path) -> 
 
 def test_fedbuff_adjusted_stale_rows_replay(tmp_path: Path) -> None:
     # the recorded rows are the policy-adjusted ones (staleness weights) with stale bases
-    cfg = small_config(tmp_path, **{**BASE, "num_clients": 12, "clients_per_round": 6,
-                                    "rounds": 5, "round_policy": "fedbuff",
-                                    "policy_params": {"k": 3}, "defense": "median"})
+    cfg = small_config(
+        tmp_path,
+        **{
+            **BASE,
+            "num_clients": 12,
+            "clients_per_round": 6,
+            "rounds": 5,
+            "round_policy": "fedbuff",
+            "policy_params": {"k": 3},
+            "defense": "median",
+        },
+    )
     initial, cap = run(cfg)
     assert stale(cap)
     assert_replays(cfg, initial, cap)
@@ -166,10 +194,10 @@ def test_step_starts_from_the_given_history(tmp_path: Path) -> None:
     rep.close()
 
 
-def test_replayer_builds_no_simulation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                       ) -> None:
+def test_replayer_builds_no_simulation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The replayer is the server side only: no client-state store, executor, client
     evaluation or scheduler."""
+
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("Replayer built a client-side part")
 

@@ -1,4 +1,5 @@
-"""benchmarks/robustness.py: a tiny grid end to end, bad input, preconditions, worker pool."""
+"""benchmarks/robustness.py (benchmarks/robustness_study/): a tiny grid end to end, bad input,
+preconditions, worker pool."""
 
 from __future__ import annotations
 
@@ -13,23 +14,50 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import robustness, robustness_grid  # noqa: E402
+from benchmarks.robustness_study import cli, core, grid  # noqa: E402
+from benchmarks.robustness_study.main import FIELDS, main  # noqa: E402
 
-TINY = ["--seeds", "1", "--rounds", "2", "--set", "num_clients=8",
-        "--set", "clients_per_round=4", "--set", "local_epochs=1"]
+TINY = [
+    "--seeds",
+    "1",
+    "--rounds",
+    "2",
+    "--set",
+    "num_clients=8",
+    "--set",
+    "clients_per_round=4",
+    "--set",
+    "local_epochs=1",
+]
 
 
 def test_tiny_grid_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "rb"
-    rc = robustness.main(["--attack", "labelflip", "--defenses", "fedavg", "median", "bulyan",
-                          "--fractions", "0", "0.4", "--workers", "1", "--out", str(out), *TINY])
+    rc = main(
+        [
+            "--attack",
+            "labelflip",
+            "--defenses",
+            "fedavg",
+            "median",
+            "bulyan",
+            "--fractions",
+            "0",
+            "0.4",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            *TINY,
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "fedavg" in printed and "f=0.4" in printed and "n/a (precond)" in printed
     recs = json.loads((out / "results.json").read_text())
     assert len(recs) == 3 * 2 * 1
     for r in recs:
-        assert set(robustness.FIELDS) <= set(r)
+        assert set(FIELDS) <= set(r)
         assert r["attack"] == ("none" if r["malicious_fraction"] == 0 else "labelflip")
     ok = [r for r in recs if r["defense"] != "bulyan"]
     assert all(r["error"] is None and 0 <= r["final_accuracy"] <= 1 for r in ok)
@@ -42,7 +70,7 @@ def test_tiny_grid_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert all(r["final_accuracy"] is None for r in bul)
     with (out / "results.csv").open() as fh:
         rows = list(csv.reader(fh))
-    assert tuple(rows[0]) == robustness.FIELDS and len(rows) == 1 + len(recs)
+    assert tuple(rows[0]) == FIELDS and len(rows) == 1 + len(recs)
     for png in ("accuracy_vs_round.png", "accuracy_vs_fraction.png"):
         assert (out / png).stat().st_size > 0
     assert (out / "grid.yaml").is_file()
@@ -52,61 +80,90 @@ def test_tiny_grid_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_unknown_attack_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
-        robustness.main(["--attack", "nope"])
+        main(["--attack", "nope"])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "nope" in err and "labelflip" in err
 
 
 def test_unknown_defense_and_bad_attack_param_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["--attack", "signflip", "--defenses", "nope"],
-                 ["--attack", "scale", "--attack-param", "bogus=1"]):
+    for argv in (
+        ["--attack", "signflip", "--defenses", "nope"],
+        ["--attack", "scale", "--attack-param", "bogus=1"],
+    ):
         with pytest.raises(SystemExit) as e:
-            robustness.main(argv)
+            main(argv)
         assert e.value.code == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 def test_presets_respect_preconditions() -> None:
     reg = {"krum", "bulyan", "siren", "sageflow"}
-    assert robustness_grid.defense_preset("krum", 0.2, 10, 30, reg) == ({"f": 2}, None)
-    params, na = robustness_grid.defense_preset("krum", 0.4, 10, 30, reg)
+    assert grid.defense_preset("krum", 0.2, 10, 30, reg) == ({"f": 2}, None)
+    params, na = grid.defense_preset("krum", 0.4, 10, 30, reg)
     assert na and na.startswith("n/a (precondition)")
-    assert robustness_grid.defense_preset("bulyan", 0.0, 10, 30, reg) == ({"f": 1}, None)
-    assert robustness_grid.defense_preset("bulyan", 0.2, 10, 30, reg)[1] is not None
-    assert robustness_grid.defense_preset("siren", 0.2, 10, 30, reg)[0] == {"rounds_total": 30}
-    assert "entropy_threshold" in robustness_grid.defense_preset("sageflow", 0.2, 10, 30, reg)[0]
+    assert grid.defense_preset("bulyan", 0.0, 10, 30, reg) == ({"f": 1}, None)
+    assert grid.defense_preset("bulyan", 0.2, 10, 30, reg)[1] is not None
+    assert grid.defense_preset("siren", 0.2, 10, 30, reg)[0] == {"rounds_total": 30}
+    assert "entropy_threshold" in grid.defense_preset("sageflow", 0.2, 10, 30, reg)[0]
 
 
 def test_default_scenario_is_sirens_full_participation() -> None:
     """Without --scenario the grid runs Siren's setting: 10 IID clients, all of them each round
     (its ban rule counts excluded rounds, so partial participation would delay every ban)."""
-    args = robustness.parse_args(["--attack", "labelflip"])
-    assert args.scenario == robustness_grid.DEFAULT_SCENARIO == "siren"
-    flat = robustness_grid.resolve_scenario(args.scenario, "digits", None)
+    args = cli.parse_args(["--attack", "labelflip"])
+    assert args.scenario == grid.DEFAULT_SCENARIO == "siren"
+    flat = grid.resolve_scenario(args.scenario, "digits", None)
     assert (flat["num_clients"], flat["clients_per_round"]) == (10, 10)
     assert flat["partition"] == "iid" and flat["local_epochs"] == 5 and flat["rounds"] == 30
     # ~100 root samples out of the 1,438 digits training samples (1,797 less a 20% test split)
     assert flat["public_fraction"] == round(100 / 1438, 4) == 0.0695
-    partial = robustness_grid.resolve_scenario("partial", "digits", 12)
+    partial = grid.resolve_scenario("partial", "digits", 12)
     assert (partial["num_clients"], partial["clients_per_round"], partial["rounds"]) == (20, 10, 12)
 
 
 def test_midrun_precondition_error_is_recorded(tmp_path: Path) -> None:
     """A defense that raises ValueError during a round gives a record with the error."""
-    flat = dict(num_clients=8, clients_per_round=4, local_epochs=1, rounds=2, seed=0,
-                defense="krum", defense_params={"f": 3}, attack="none", attack_fraction=0.0,
-                backend="local", progress=False, plots=False, out=str(tmp_path / "r"))
-    rec = robustness_grid.run_job({"attack": "none", "defense": "krum",
-                                   "malicious_fraction": 0.0, "seed": 0, "flat": flat})
+    flat = dict(
+        num_clients=8,
+        clients_per_round=4,
+        local_epochs=1,
+        rounds=2,
+        seed=0,
+        defense="krum",
+        defense_params={"f": 3},
+        attack="none",
+        attack_fraction=0.0,
+        backend="local",
+        progress=False,
+        plots=False,
+        out=str(tmp_path / "r"),
+    )
+    rec = grid.run_job(
+        {"attack": "none", "defense": "krum", "malicious_fraction": 0.0, "seed": 0, "flat": flat}
+    )
     assert rec["error"].startswith("ValueError") and "2f + 2" in rec["error"]
     assert rec["final_accuracy"] is None
 
 
 def test_worker_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "pool"
-    rc = robustness.main(["--attack", "signflip", "--defenses", "fedavg", "--fractions", "0",
-                          "0.25", "--workers", "2", "--out", str(out), *TINY])
+    rc = main(
+        [
+            "--attack",
+            "signflip",
+            "--defenses",
+            "fedavg",
+            "--fractions",
+            "0",
+            "0.25",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            *TINY,
+        ]
+    )
     assert rc == 0
     recs = json.loads((out / "results.json").read_text())
     assert [r["malicious_fraction"] for r in recs] == [0.0, 0.25]
@@ -117,9 +174,25 @@ def test_ledger_grid_then_audit(tmp_path: Path, capsys: pytest.CaptureFixture[st
     from ledger.audit import main as audit
 
     out = tmp_path / "rbl"
-    rc = robustness.main(["--attack", "labelflip", "--defenses", "fedavg", "median",
-                          "--fractions", "0.25", "--workers", "1", "--ledger", "--committee",
-                          "1", "--out", str(out), *TINY])
+    rc = main(
+        [
+            "--attack",
+            "labelflip",
+            "--defenses",
+            "fedavg",
+            "median",
+            "--fractions",
+            "0.25",
+            "--workers",
+            "1",
+            "--ledger",
+            "--committee",
+            "1",
+            "--out",
+            str(out),
+            *TINY,
+        ]
+    )
     assert rc == 0
     assert "ledger: 2 runs recorded" in capsys.readouterr().out
     recs = json.loads((out / "results.json").read_text())
@@ -131,70 +204,124 @@ def test_ledger_grid_then_audit(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_crossdevice_f_is_the_expected_share_plus_two_binomial_std() -> None:
     # n = 100: 10 + 2*sqrt(9) = 16; 20 + 2*sqrt(16) = 28; 30 + 2*sqrt(21) = 39.17 -> 40
-    assert [robustness_grid.byzantine_f(p, 100, 2.0) for p in (0.0, 0.1, 0.2, 0.3)] == \
-        [1, 16, 28, 40]
-    assert robustness_grid.byzantine_f(0.3, 100) == 30          # full participation: no margin
+    assert [grid.byzantine_f(p, 100, 2.0) for p in (0.0, 0.1, 0.2, 0.3)] == [1, 16, 28, 40]
+    assert grid.byzantine_f(0.3, 100) == 30  # full participation: no margin
     reg = {"krum", "bulyan"}
-    assert robustness_grid.defense_preset("krum", 0.3, 100, 30, reg, "crossdevice") == \
-        ({"f": 40}, None)
-    assert robustness_grid.defense_preset("multikrum", 0.1, 100, 30, reg, "crossdevice") == \
-        ({"f": 16, "weighting": "samples"}, None)
-    assert robustness_grid.defense_preset("multikrum", 0.1, 10, 30, reg, "siren") == \
-        ({"f": 1}, None)
-    params, na = robustness_grid.defense_preset("bulyan", 0.2, 100, 30, reg, "crossdevice")
-    assert params == {"f": 28} and na == ("n/a (precondition): bulyan needs n >= 4f + 3 "
-                                          "(n=100, f=28)")
+    assert grid.defense_preset("krum", 0.3, 100, 30, reg, "crossdevice") == ({"f": 40}, None)
+    assert grid.defense_preset("multikrum", 0.1, 100, 30, reg, "crossdevice") == (
+        {"f": 16, "weighting": "samples"},
+        None,
+    )
+    assert grid.defense_preset("multikrum", 0.1, 10, 30, reg, "siren") == ({"f": 1}, None)
+    params, na = grid.defense_preset("bulyan", 0.2, 100, 30, reg, "crossdevice")
+    assert params == {"f": 28} and na == (
+        "n/a (precondition): bulyan needs n >= 4f + 3 (n=100, f=28)"
+    )
 
 
 def test_crossdevice_scenario_settings() -> None:
-    sc = robustness_grid.SCENARIOS["crossdevice"]
-    assert (sc["dataset"], sc["num_clients"], sc["partition"], sc["dirichlet_alpha"],
-            sc["clients_per_round"], sc["local_epochs"], sc["malicious_mode"],
-            sc["round_policy"]) == ("mnist5k", 1_000_000, "virtual", 0.5, 100, 1, "fixed",
-                                    "deadline_carryover")
-    args = robustness.parse_args(["--attack", "signflip", "--scenario", "crossdevice",
-                                  "--quick", "--clients-per-round", "1000"])
+    sc = grid.SCENARIOS["crossdevice"]
+    assert (
+        sc["dataset"],
+        sc["num_clients"],
+        sc["partition"],
+        sc["dirichlet_alpha"],
+        sc["clients_per_round"],
+        sc["local_epochs"],
+        sc["malicious_mode"],
+        sc["round_policy"],
+    ) == ("mnist5k", 1_000_000, "virtual", 0.5, 100, 1, "fixed", "deadline_carryover")
+    args = cli.parse_args(
+        [
+            "--attack",
+            "signflip",
+            "--scenario",
+            "crossdevice",
+            "--quick",
+            "--clients-per-round",
+            "1000",
+        ]
+    )
     assert args.fractions == [0.0, 0.1, 0.3] and args.rounds == 20
     assert args.clients_per_round == 1000
-    assert robustness.parse_args(["--attack", "signflip", "--scenario",
-                                  "crossdevice"]).fractions == [0.0, 0.1, 0.2, 0.3]
+    assert cli.parse_args(["--attack", "signflip", "--scenario", "crossdevice"]).fractions == [
+        0.0,
+        0.1,
+        0.2,
+        0.3,
+    ]
 
 
 def test_crossdevice_grid_runs_with_per_round_preconditions(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A shrunken cross-device grid end to end: a population share of attackers, rounds whose
     arrivals break Krum's precondition are skipped and counted, never a crash."""
     out = tmp_path / "cd"
-    rc = robustness.main(["--attack", "signflip", "--scenario", "crossdevice", "--defenses",
-                          "fedavg", "krum", "--fractions", "0.3", "--seeds", "1", "--rounds",
-                          "3", "--workers", "1", "--set", "num_clients=2000",
-                          "--clients-per-round", "40", "--out", str(out)])
+    rc = main(
+        [
+            "--attack",
+            "signflip",
+            "--scenario",
+            "crossdevice",
+            "--defenses",
+            "fedavg",
+            "krum",
+            "--fractions",
+            "0.3",
+            "--seeds",
+            "1",
+            "--rounds",
+            "3",
+            "--workers",
+            "1",
+            "--set",
+            "num_clients=2000",
+            "--clients-per-round",
+            "40",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "expected attackers of a cohort of 40 + 2 binomial std" in printed
     recs = {r["defense"]: r for r in json.loads((out / "results.json").read_text())}
     assert all(r["error"] is None for r in recs.values())
-    assert recs["krum"]["defense_params"] == {"f": 18}   # 12 + 2*sqrt(8.4) = 17.8 -> 18
-    events = [json.loads(x) for x in (out / "runs" / "signflip-krum-f0.3-s0" /
-                                      "events.jsonl").read_text().splitlines()]
+    assert recs["krum"]["defense_params"] == {"f": 18}  # 12 + 2*sqrt(8.4) = 17.8 -> 18
+    events = [
+        json.loads(x)
+        for x in (out / "runs" / "signflip-krum-f0.3-s0" / "events.jsonl").read_text().splitlines()
+    ]
     skipped = [e for e in events if e.get("precondition")]
-    assert recs["krum"]["precondition_rounds"] == len(skipped) >= 1   # round 0: ~70% arrive
+    assert recs["krum"]["precondition_rounds"] == len(skipped) >= 1  # round 0: ~70% arrive
     for e in skipped:
         assert all(not v["kept"] and v["reason"] == e["precondition"] for v in e["verdicts"])
 
 
 def test_defense_param_overrides_the_preset(capsys: pytest.CaptureFixture[str]) -> None:
-    args = robustness.parse_args(["--attack", "labelflip", "--defenses", "siren", "krum",
-                                  "--defense-param", "siren.variant=paper",
-                                  "--defense-param", "krum.bucket=2"])
+    args = cli.parse_args(
+        [
+            "--attack",
+            "labelflip",
+            "--defenses",
+            "siren",
+            "krum",
+            "--defense-param",
+            "siren.variant=paper",
+            "--defense-param",
+            "krum.bucket=2",
+        ]
+    )
     assert args.defense_params == {"siren": {"variant": "paper"}, "krum": {"bucket": 2}}
-    base = robustness_grid.resolve_scenario("siren", "digits", 3)
-    jobs = {(j["defense"], j["malicious_fraction"]): j for j in robustness.make_jobs(args, base)}
-    assert jobs[("siren", 0.2)]["flat"]["defense_params"] == {"rounds_total": 3,
-                                                              "variant": "paper"}
+    base = grid.resolve_scenario("siren", "digits", 3)
+    jobs = {(j["defense"], j["malicious_fraction"]): j for j in core.make_jobs(args, base)}
+    assert jobs[("siren", 0.2)]["flat"]["defense_params"] == {"rounds_total": 3, "variant": "paper"}
     assert jobs[("krum", 0.2)]["flat"]["defense_params"] == {"f": 2, "bucket": 2}
-    for bad, why in ((["--defense-param", "variant=paper"], "expected DEFENSE.KEY=VALUE"),
-                     (["--defense-param", "siren.variant=nope"], "--defense-param: defense")):
+    for bad, why in (
+        (["--defense-param", "variant=paper"], "expected DEFENSE.KEY=VALUE"),
+        (["--defense-param", "siren.variant=nope"], "--defense-param: defense"),
+    ):
         with pytest.raises(SystemExit) as e:
-            robustness.parse_args(["--attack", "labelflip", *bad])
+            cli.parse_args(["--attack", "labelflip", *bad])
         assert e.value.code == 2 and why in capsys.readouterr().err

@@ -7,22 +7,26 @@ import torch
 
 from actors.merge import merge_results
 from defenses import UpdateBatch
-from simulator.round.collect import _stack
+from simulator.round.collect import stack_rows
 
 
 def test_rows_of_one_matrix_are_gathered_or_sliced() -> None:
     m = np.arange(20, dtype=np.float32).reshape(5, 4).copy()  # owns its rows, as a merge
-    got = _stack([m[3], m[0], m[4]])
+    got = stack_rows([m[3], m[0], m[4]])
     assert np.array_equal(got, np.stack([m[3], m[0], m[4]]))
-    view = _stack([m[1], m[2], m[3]])  # its rows in order: a slice, no copy
+    view = stack_rows([m[1], m[2], m[3]])  # its rows in order: a slice, no copy
     assert np.array_equal(view, m[1:4]) and np.shares_memory(view, m)
     other = np.ones(4, np.float32)  # rows of different matrices: stacked as before
-    assert np.array_equal(_stack([m[0], other]), np.stack([m[0], other]))
+    assert np.array_equal(stack_rows([m[0], other]), np.stack([m[0], other]))
 
 
 def test_subset_of_every_row_is_the_batch_itself() -> None:
-    b = UpdateBatch(torch.arange(6.0).reshape(3, 2), np.array([4, 5, 6]), np.array([1, 1, 1]),
-                    np.zeros(3, np.int64))
+    b = UpdateBatch(
+        torch.arange(6.0).reshape(3, 2),
+        np.array([4, 5, 6]),
+        np.array([1, 1, 1]),
+        np.zeros(3, np.int64),
+    )
     assert b.subset(np.arange(3)) is b
     s = b.subset(np.array([2, 0]))
     assert s.client_ids.tolist() == [6, 4] and s.updates.tolist() == [[4.0, 5.0], [0.0, 1.0]]

@@ -16,18 +16,27 @@ from defenses import DEFENSES, DefenseContext, UpdateBatch, make_defense
 from defenses.sageflow import sageflow_gamma
 
 
-def batch_of(rows: list[list[float]], samples: list[int], taus: list[int] | None = None,
-             ids: list[int] | None = None) -> UpdateBatch:
+def batch_of(
+    rows: list[list[float]],
+    samples: list[int],
+    taus: list[int] | None = None,
+    ids: list[int] | None = None,
+) -> UpdateBatch:
     n = len(rows)
-    return UpdateBatch(torch.tensor(rows, dtype=torch.float32),
-                       np.array(ids if ids is not None else range(n), np.int64),
-                       np.array(samples, np.int64),
-                       np.array(taus if taus is not None else [0] * n, np.int64))
+    return UpdateBatch(
+        torch.tensor(rows, dtype=torch.float32),
+        np.array(ids if ids is not None else range(n), np.int64),
+        np.array(samples, np.int64),
+        np.array(taus if taus is not None else [0] * n, np.int64),
+    )
 
 
-def fixed_scorer(entropy: list[float], loss: list[float],
-                 expect: list[list[float]] | None = None,
-                 seen: list[torch.Tensor] | None = None) -> Scorer:
+def fixed_scorer(
+    entropy: list[float],
+    loss: list[float],
+    expect: list[list[float]] | None = None,
+    seen: list[torch.Tensor] | None = None,
+) -> Scorer:
     """Returns the given entropies and losses; checks it got the full ``[K, P]`` models."""
     return stub_scorer([0.0] * len(entropy), loss, entropy, expect, seen)
 
@@ -39,7 +48,7 @@ M = [1, 1, 2]
 def test_fresh_rows_loss_weighted_mean() -> None:
     # m / l = [1, 0.5, 2] / 3.5 -> (1*[1,0] + 0.5*[0,1] + 2*[2,2]) / 3.5 = [5, 4.5] / 3.5
     g = [1.0, -1.0]
-    models = [[2.0, -1.0], [1.0, 0.0], [3.0, 1.0]]          # global + update
+    models = [[2.0, -1.0], [1.0, 0.0], [3.0, 1.0]]  # global + update
     ctx = ctx_of(fixed_scorer([0.1, 0.2, 0.3], [1.0, 2.0, 1.0], expect=models), 0, {0: g})
     res = make_defense("sageflow")(batch_of(ROWS, M), ctx)
     assert res.delta.tolist() == pytest.approx([5 / 3.5, 4.5 / 3.5])
@@ -56,10 +65,12 @@ def test_fresh_rows_loss_weighted_mean() -> None:
 def test_high_entropy_row_rejected() -> None:
     ctx = ctx_of(fixed_scorer([0.1, 1.5, 0.3], [1.0, 2.0, 1.0]))
     res = make_defense("sageflow")(batch_of(ROWS, M), ctx)
-    assert res.delta.tolist() == pytest.approx([5 / 3, 4 / 3])    # rows 0, 2: weights 1, 2
+    assert res.delta.tolist() == pytest.approx([5 / 3, 4 / 3])  # rows 0, 2: weights 1, 2
     assert [(v.kept, v.weight, v.reason) for v in res.verdicts] == [
-        (True, pytest.approx(1 / 3), ""), (False, 0.0, "entropy>=threshold"),
-        (True, pytest.approx(2 / 3), "")]
+        (True, pytest.approx(1 / 3), ""),
+        (False, 0.0, "entropy>=threshold"),
+        (True, pytest.approx(2 / 3), ""),
+    ]
     assert res.verdicts[1].score == 1.5
     # the threshold is strict (E == E_th is rejected); a backdoor setting of 2.0 keeps it
     ctx = ctx_of(fixed_scorer([0.1, 1.0, 0.3], [1.0, 2.0, 1.0]))
@@ -71,7 +82,10 @@ def test_non_finite_scores_rejected() -> None:
     ctx = ctx_of(fixed_scorer([0.1, float("nan"), 0.3], [1.0, 1.0, float("inf")]))
     res = make_defense("sageflow")(batch_of(ROWS, M), ctx)
     assert [(v.kept, v.reason) for v in res.verdicts] == [
-        (True, ""), (False, "non-finite-score"), (False, "non-finite-score")]
+        (True, ""),
+        (False, "non-finite-score"),
+        (False, "non-finite-score"),
+    ]
     assert res.delta.tolist() == pytest.approx([1.0, 0.0])
 
 
@@ -79,7 +93,7 @@ STALE_ROWS = [[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]
 STALE_TAUS = [5, 5, 4]
 STALE_M = [2, 2, 4]
 STALE_BASES = {5: [1.0, 1.0], 4: [0.0, 0.0]}
-STALE_MODELS = [[2.0, 1.0], [1.0, 2.0], [2.0, 2.0]]         # base_model(tau) + update
+STALE_MODELS = [[2.0, 1.0], [1.0, 2.0], [2.0, 2.0]]  # base_model(tau) + update
 
 
 def test_staleness_groups() -> None:
@@ -88,18 +102,17 @@ def test_staleness_groups() -> None:
     # a = alpha5 = 1 / (1 + 2^-0.5) = 2 - sqrt(2); w_agg = 1.5a + 2(1-a) = 2 - 0.5a and
     # delta = w_agg - [1, 1] = 1 - 0.5a = sqrt(2) / 2 in both coordinates
     seen: list[torch.Tensor] = []
-    ctx = ctx_of(fixed_scorer([0.1, 0.1, 0.1], [1.0, 1.0, 1.0], STALE_MODELS, seen), 5,
-                 STALE_BASES)
+    ctx = ctx_of(fixed_scorer([0.1, 0.1, 0.1], [1.0, 1.0, 1.0], STALE_MODELS, seen), 5, STALE_BASES)
     res = make_defense("sageflow")(batch_of(STALE_ROWS, STALE_M, STALE_TAUS), ctx)
-    assert len(seen) == 1                                     # one call, all rows together
+    assert len(seen) == 1  # one call, all rows together
     a = 2 - math.sqrt(2)
     assert res.delta.tolist() == pytest.approx([math.sqrt(2) / 2] * 2)
     assert [v.weight for v in res.verdicts] == pytest.approx([a / 2, a / 2, 1 - a])
-    assert [(v.kept, v.reason) for v in res.verdicts] == [(True, ""), (True, ""),
-                                                          (True, "stale")]
+    assert [(v.kept, v.reason) for v in res.verdicts] == [(True, ""), (True, ""), (True, "stale")]
     # lambda = 0: alpha ∝ group sizes only, 1/2 each -> w_agg = [1.75, 1.75]
     res = make_defense("sageflow", staleness_lambda=0)(
-        batch_of(STALE_ROWS, STALE_M, STALE_TAUS), ctx)
+        batch_of(STALE_ROWS, STALE_M, STALE_TAUS), ctx
+    )
     assert res.delta.tolist() == pytest.approx([0.75, 0.75])
 
 
@@ -131,7 +144,7 @@ def test_gamma_mixing() -> None:
     ctx = ctx_of(fixed_scorer([0.1, 0.2, 0.3], [1.0, 2.0, 1.0]))
     res = make_defense("sageflow", gamma0=0.5)(batch_of(ROWS, M), ctx)
     assert res.delta.tolist() == pytest.approx([0.5 * 5 / 3.5, 0.5 * 4.5 / 3.5])
-    assert sum(v.weight for v in res.verdicts) == pytest.approx(1.0)   # gamma not folded in
+    assert sum(v.weight for v in res.verdicts) == pytest.approx(1.0)  # gamma not folded in
     ctx = ctx_of(fixed_scorer([0.1] * 3, [1.0] * 3, STALE_MODELS), 5, STALE_BASES)
     res = make_defense("sageflow", gamma0=0.5)(batch_of(STALE_ROWS, STALE_M, STALE_TAUS), ctx)
     assert res.delta.tolist() == pytest.approx([math.sqrt(2) / 4] * 2)
@@ -142,7 +155,8 @@ def test_gamma_schedule() -> None:
     assert [sageflow_gamma(0.8, 0, r) for r in (0, 7, 100)] == [0.8, 0.8, 0.8]
     ctx = ctx_of(fixed_scorer([0.1, 0.2, 0.3], [1.0, 2.0, 1.0]), 4)
     res = make_defense("sageflow", gamma0=0.8, gamma_halving_rounds=2)(
-        batch_of(ROWS, M, [4, 4, 4]), ctx)
+        batch_of(ROWS, M, [4, 4, 4]), ctx
+    )
     assert res.delta.tolist() == pytest.approx([0.2 * 5 / 3.5, 0.2 * 4.5 / 3.5])
 
 
@@ -151,12 +165,16 @@ def test_nothing_kept_zero_delta() -> None:
     res = make_defense("sageflow", gamma0=0.5)(batch_of(ROWS, M), ctx)
     assert res.delta.tolist() == [0.0, 0.0]
     assert [(v.kept, v.weight, v.reason) for v in res.verdicts] == [
-        (False, 0.0, "entropy>=threshold")] * 3
+        (False, 0.0, "entropy>=threshold")
+    ] * 3
 
 
 def test_needs_public_set() -> None:
-    with pytest.raises(ValueError, match=r"^defense 'sageflow': needs a server public set "
-                                         r"\(--public-fraction > 0\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^defense 'sageflow': needs a server public set "
+        r"\(--public-fraction > 0\)$",
+    ):
         make_defense("sageflow")(batch_of(ROWS, M), ctx_of(None))
 
 
@@ -167,16 +185,22 @@ def model_scorer(models: torch.Tensor) -> dict[str, np.ndarray]:
     """Entropy grows with the model's norm, loss with its first coordinate: a pure function of
     each row, so scores follow the rows through any permutation."""
     x = models.double().numpy()
-    return {"accuracy": np.zeros(len(x)), "entropy": np.linalg.norm(x, axis=1) / 4,
-            "loss": 0.5 + np.abs(x[:, 0])}
+    return {
+        "accuracy": np.zeros(len(x)),
+        "entropy": np.linalg.norm(x, axis=1) / 4,
+        "loss": 0.5 + np.abs(x[:, 0]),
+    }
 
 
 def test_row_order_does_not_matter() -> None:
     g = np.random.default_rng(0)
     n, p = 9, 4
-    b = UpdateBatch(torch.tensor(g.normal(size=(n, p)), dtype=torch.float32),
-                    np.arange(100, 100 + n), g.integers(1, 20, size=n),
-                    g.integers(3, 6, size=n))
+    b = UpdateBatch(
+        torch.tensor(g.normal(size=(n, p)), dtype=torch.float32),
+        np.arange(100, 100 + n),
+        g.integers(1, 20, size=n),
+        g.integers(3, 6, size=n),
+    )
     bases = {r: torch.tensor(g.normal(size=p) * 0.3, dtype=torch.float32) for r in (3, 4, 5)}
     ctx = DefenseContext(5, bases[5], score_models=model_scorer, base_model=bases.__getitem__)
     perm = np.random.default_rng(1).permutation(n)
@@ -199,8 +223,9 @@ def test_identical_rows_return_that_row() -> None:
     u = torch.tensor([0.3, -0.2, 0.1, 0.05])
     n = 7
     b = UpdateBatch(u.repeat(n, 1), np.arange(n), np.arange(1, n + 1), np.zeros(n, np.int64))
-    ctx = DefenseContext(0, torch.zeros(4), score_models=model_scorer,
-                         base_model=lambda r: torch.zeros(4))
+    ctx = DefenseContext(
+        0, torch.zeros(4), score_models=model_scorer, base_model=lambda r: torch.zeros(4)
+    )
     torch.testing.assert_close(make_defense("sageflow")(b, ctx).delta, u, rtol=1e-6, atol=1e-7)
 
 
@@ -209,10 +234,15 @@ def test_planted_outlier_is_filtered(where: int) -> None:
     n, p = 7, 4
     rows = 1.0 + np.random.default_rng(where).uniform(-0.1, 0.1, size=(n, p))
     rows[where] = 1e6
-    b = UpdateBatch(torch.tensor(rows, dtype=torch.float32), np.arange(n), np.ones(n, np.int64),
-                    np.zeros(n, np.int64))
-    ctx = DefenseContext(0, torch.zeros(p), score_models=model_scorer,
-                         base_model=lambda r: torch.zeros(p))
+    b = UpdateBatch(
+        torch.tensor(rows, dtype=torch.float32),
+        np.arange(n),
+        np.ones(n, np.int64),
+        np.zeros(n, np.int64),
+    )
+    ctx = DefenseContext(
+        0, torch.zeros(p), score_models=model_scorer, base_model=lambda r: torch.zeros(p)
+    )
     res = make_defense("sageflow")(b, ctx)
     assert ((res.delta >= 0.9) & (res.delta <= 1.1)).all(), res.delta
     assert [v.kept for v in res.verdicts] == [i != where for i in range(n)]
@@ -221,21 +251,33 @@ def test_planted_outlier_is_filtered(where: int) -> None:
 # ---------------------------------------------------------------- parameters and state
 
 
-@pytest.mark.parametrize(("params", "pattern"), [
-    ({"entropy_threshold": 0.0}, r"'sageflow': entropy_threshold 0.0 invalid; valid: finite "
-                                 r"float > 0"),
-    ({"entropy_threshold": float("inf")}, r"'sageflow': entropy_threshold inf invalid"),
-    ({"delta": -1.0}, r"'sageflow': delta -1.0 invalid; valid: finite float >= 0"),
-    ({"staleness_lambda": -0.5}, r"'sageflow': staleness_lambda -0.5 invalid; valid: finite "
-                                 r"float >= 0"),
-    ({"gamma0": 0.0}, r"'sageflow': gamma0 0.0 invalid; valid: 0 < gamma0 <= 1"),
-    ({"gamma0": 1.5}, r"'sageflow': gamma0 1.5 invalid"),
-    ({"gamma0": True}, r"'sageflow': gamma0 True invalid"),
-    ({"gamma_halving_rounds": -1}, r"'sageflow': gamma_halving_rounds -1 invalid; valid: "
-                                   r"integer >= 0"),
-    ({"gamma_halving_rounds": 2.5}, r"'sageflow': gamma_halving_rounds 2.5 invalid"),
-    ({"eth": 1.0}, r"'sageflow': unknown parameter 'eth'"),
-])
+@pytest.mark.parametrize(
+    ("params", "pattern"),
+    [
+        (
+            {"entropy_threshold": 0.0},
+            r"'sageflow': entropy_threshold 0.0 invalid; valid: finite "
+            r"float > 0",
+        ),
+        ({"entropy_threshold": float("inf")}, r"'sageflow': entropy_threshold inf invalid"),
+        ({"delta": -1.0}, r"'sageflow': delta -1.0 invalid; valid: finite float >= 0"),
+        (
+            {"staleness_lambda": -0.5},
+            r"'sageflow': staleness_lambda -0.5 invalid; valid: finite "
+            r"float >= 0",
+        ),
+        ({"gamma0": 0.0}, r"'sageflow': gamma0 0.0 invalid; valid: 0 < gamma0 <= 1"),
+        ({"gamma0": 1.5}, r"'sageflow': gamma0 1.5 invalid"),
+        ({"gamma0": True}, r"'sageflow': gamma0 True invalid"),
+        (
+            {"gamma_halving_rounds": -1},
+            r"'sageflow': gamma_halving_rounds -1 invalid; valid: "
+            r"integer >= 0",
+        ),
+        ({"gamma_halving_rounds": 2.5}, r"'sageflow': gamma_halving_rounds 2.5 invalid"),
+        ({"eth": 1.0}, r"'sageflow': unknown parameter 'eth'"),
+    ],
+)
 def test_invalid_parameters(params: dict[str, Any], pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
         make_defense("sageflow", **params)
@@ -256,9 +298,15 @@ def test_registered_and_stateless() -> None:
 def test_simulation_smoke(tmp_path: Path) -> None:
     from tests.conftest import run_records, small_config
 
-    cfg = small_config(tmp_path, defense="sageflow", public_fraction=0.05,
-                       round_policy="deadline_carryover", deadline_s=2.0, rounds=3,
-                       defense_params={"entropy_threshold": 2.5})
+    cfg = small_config(
+        tmp_path,
+        defense="sageflow",
+        public_fraction=0.05,
+        round_policy="deadline_carryover",
+        deadline_s=2.0,
+        rounds=3,
+        defense_params={"entropy_threshold": 2.5},
+    )
     recs = run_records(cfg)
     assert len(recs) == 3
     verdicts = [v for r in recs for v in r.verdicts]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import scheduler_instances
+from benchmarks.scheduler_study import instances as scheduler_instances
 from simulator.scheduler import BASELINES, genetic, loads, lst_bound, makespan, schedule
 from simulator.scheduler.ga import population_loads
 from simulator.scheduler.instances import braun_instance, class_names, range_based_etc
@@ -131,8 +131,9 @@ def test_braun_instances_follow_the_method() -> None:
 
 def test_benchmark_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "s.json"
-    rc = scheduler_instances.main(["--classes", "i_lolo", "--no-large", "--seconds", "0.3",
-                                   "--json", str(out)])
+    rc = scheduler_instances.main(
+        ["--classes", "i_lolo", "--no-large", "--seconds", "0.3", "--json", str(out)]
+    )
     assert rc == 0
     (rec,) = json.loads(out.read_text())["instances"]
     assert set(rec) == {"name", "tasks", "machines", "lp_bound", "makespan", "seconds"}

@@ -48,8 +48,10 @@ def padded_chunks(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     clients = rng.integers(1, 60, n)
     steps = [rng.integers(1, 80, c) for c in clients]
-    rows = [chunk(int(c), int(s.max()), int(s.sum()), int(s.sum() * 10))
-            for c, s in zip(clients, steps, strict=True)]
+    rows = [
+        chunk(int(c), int(s.max()), int(s.sum()), int(s.sum() * 10))
+        for c, s in zip(clients, steps, strict=True)
+    ]
     x = features(rows)
     secs = 0.01 + 2e-4 * x[:, 0] * x[:, 1]
     return x, secs
@@ -57,12 +59,12 @@ def padded_chunks(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def test_gbdt_learns_the_padding_cost_better_than_the_samples_line() -> None:
     x, y = padded_chunks(600, 0)
-    xt, yt = padded_chunks(200, 1)                               # held-out chunks
+    xt, yt = padded_chunks(200, 1)  # held-out chunks
     gbdt, lin = GBDTPredictor(seed=0), LinearPredictor()
     gbdt.observe(x, y)
     lin.observe(x, y)
     e_gbdt, e_lin = mape(gbdt.predict(xt), yt), mape(lin.predict(xt), yt)
     assert e_gbdt < 0.15 and e_gbdt < e_lin / 2
-    again = GBDTPredictor(seed=0)                                # deterministic for a seed
+    again = GBDTPredictor(seed=0)  # deterministic for a seed
     again.load_state_dict(gbdt.state_dict())
     np.testing.assert_array_equal(again.predict(xt), gbdt.predict(xt))

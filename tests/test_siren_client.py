@@ -11,8 +11,9 @@ import torch
 
 from defenses.siren_client import SirenClient, mcnemar_p
 from simulator.data.clients import PartitionData
+from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import FlatLayout, LocalSpec, train_clients
+from simulator.training.stacked import LocalSpec, train_clients
 
 
 def test_split_holds_out_ten_percent_and_keeps_one_row() -> None:
@@ -32,11 +33,11 @@ def test_alarm_rule_by_hand() -> None:
     previous = {0: np.zeros(2, np.float32), 1: np.ones(2, np.float32), 2: None, 3: None}
 
     def accuracy(flat: torch.Tensor | None, c: int) -> float:
-        if flat is None:                   # the global model on each client's holdout
+        if flat is None:  # the global model on each client's holdout
             return {0: 0.80, 1: 0.82}.get(c, 0.5)
-        if float(flat.sum()) == 0.0:       # client 0's previous model
+        if float(flat.sum()) == 0.0:  # client 0's previous model
             return 0.9
-        assert float(flat.sum()) == 2.0    # client 1's previous model
+        assert float(flat.sum()) == 2.0  # client 1's previous model
         return 0.85
 
     alarms = sc.alarms(np.array([0, 1, 2, 3]), {3}, previous, accuracy)
@@ -49,30 +50,33 @@ def test_alarm_rule_by_hand() -> None:
     assert sc.alarms(np.array([0]), set(), previous, lambda f, c: None) == {0: False}
 
 
-@pytest.mark.parametrize(("b", "c", "p"), [
-    (5, 0, 1 / 32),            # all 5 discordant samples favour the local model: 2^-5
-    (4, 1, 6 / 32),            # P(B >= 4 | m = 5) = (C(5,4) + C(5,5)) / 2^5
-    (7, 1, 9 / 256),           # (C(8,7) + C(8,8)) / 2^8
-    (2, 3, 26 / 32),           # (10 + 10 + 5 + 1) / 32: the global model is better
-    (0, 0, 1.0),               # no discordant pair: no evidence at all
-])
+@pytest.mark.parametrize(
+    ("b", "c", "p"),
+    [
+        (5, 0, 1 / 32),  # all 5 discordant samples favour the local model: 2^-5
+        (4, 1, 6 / 32),  # P(B >= 4 | m = 5) = (C(5,4) + C(5,5)) / 2^5
+        (7, 1, 9 / 256),  # (C(8,7) + C(8,8)) / 2^8
+        (2, 3, 26 / 32),  # (10 + 10 + 5 + 1) / 32: the global model is better
+        (0, 0, 1.0),  # no discordant pair: no evidence at all
+    ],
+)
 def test_mcnemar_p_values_by_hand(b: int, c: int, p: float) -> None:
     assert mcnemar_p(b, c) == p
 
 
 def test_mcnemar_alarm_by_hand() -> None:
-    sc = SirenClient()                                   # alarm="mcnemar", alpha=0.05
+    sc = SirenClient()  # alarm="mcnemar", alpha=0.05
     assert (sc.test, sc.alpha) == ("mcnemar", 0.05)
-    glob = np.array([0] * 5 + [1] * 9, bool)             # 14 holdout samples: global 9/14
-    five = np.ones(14, bool)                             # right on all 5 the global misses
-    four = np.array([0] + [1] * 13, bool)                # ... on 4 of them
-    assert sc.alarm_paired(five, glob)                   # p = 1/32 <= 0.05
-    assert not sc.alarm_paired(four, glob)               # p = 1/16 > 0.05
+    glob = np.array([0] * 5 + [1] * 9, bool)  # 14 holdout samples: global 9/14
+    five = np.ones(14, bool)  # right on all 5 the global misses
+    four = np.array([0] + [1] * 13, bool)  # ... on 4 of them
+    assert sc.alarm_paired(five, glob)  # p = 1/32 <= 0.05
+    assert not sc.alarm_paired(four, glob)  # p = 1/16 > 0.05
     # the paper's margin alarms on far less: one sample (7 points) is above C_c = 4%
-    one = np.array([0] * 4 + [1] * 10, bool)             # 10/14 vs 9/14
+    one = np.array([0] * 4 + [1] * 10, bool)  # 10/14 vs 9/14
     assert SirenClient(alarm="paper").alarm(10 / 14, 9 / 14)
-    assert not sc.alarm_paired(one, glob)                # p = 1/2
-    assert not SirenClient(alpha=0.01).alarm_paired(five, glob)   # 1/32 > 0.01
+    assert not sc.alarm_paired(one, glob)  # p = 1/2
+    assert not SirenClient(alpha=0.01).alarm_paired(five, glob)  # 1/32 > 0.01
 
 
 def test_mcnemar_alarms_of_a_round() -> None:
@@ -82,7 +86,7 @@ def test_mcnemar_alarms_of_a_round() -> None:
 
     def correct(flat: torch.Tensor | None, c: int) -> np.ndarray | None:
         if c == 4:
-            return None                                  # holds nothing out
+            return None  # holds nothing out
         if flat is None:
             return glob
         # client 0: right on the 6 the global misses, wrong on 1 it gets: p = (7 + 1) / 2^7
@@ -123,8 +127,9 @@ def test_training_from_an_own_start_model() -> None:
     idx = [np.arange(0, 10), np.arange(10, 20)]
     spec = LocalSpec(0.1, 5)
     for vec in (True, False):
-        out = train_clients(model, lay, g, x, y, idx, [1, 1], [3, 4], spec, vectorize=vec,
-                            starts={0: start})
+        out = train_clients(
+            model, lay, g, x, y, idx, [1, 1], [3, 4], spec, vectorize=vec, starts={0: start}
+        )
         # client 0 trained from ``start``; its update is still relative to the global model
         own = train_clients(model, lay, start, x, y, idx[:1], [1], [3], spec, vectorize=vec)
         torch.testing.assert_close(out.updates[0], start + own.updates[0] - g)
@@ -139,7 +144,7 @@ def test_per_sample_correctness_matches_accuracy(tmp_path: Path) -> None:
     sim = Simulation(small_config(tmp_path, defense="siren", public_fraction=0.06))
     try:
         x, y = sim.fed.test_x.numpy(), sim.fed.test_y.numpy()
-        right = sim.server.correct_on(sim.global_flat, x, y, batch=64)   # several batches
+        right = sim.server.correct_on(sim.global_flat, x, y, batch=64)  # several batches
         assert right.dtype == bool and right.shape == (len(y),) and 0 < right.sum() < len(y)
         assert right.mean() == sim.server.accuracy_on(sim.global_flat, x, y)
         assert sim.server.correct_on(sim.global_flat, x[:0], y[:0]).shape == (0,)

@@ -16,13 +16,16 @@ from test_replay import BASE, PUBLIC, assert_replays, reasons, run
 
 CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
     # T = 4: one rejected row bans; the roll-back to the previous global model
-    "paper": ({"seed": 2, "defense_params": {"rounds_total": 4, "variant": "paper"}},
-              {"banned", "rollback"}),
+    "paper": (
+        {"seed": 2, "defense_params": {"rounds_total": 4, "variant": "paper"}},
+        {"banned", "rollback"},
+    ),
     # bans from the store (refused before training) and a roll-back opened by a confirmed
     # alarm (margins shrunk so that one happens in 4 rounds)
-    "calibrated": ({"seed": 3, "defense_params": {"rounds_total": 4, "rollback": True,
-                                                  "z": 0.01, "cs": 0.01}},
-                   {"banned", "rollback", "abnormal-accuracy", "abnormal-cosine"}),
+    "calibrated": (
+        {"seed": 3, "defense_params": {"rounds_total": 4, "rollback": True, "z": 0.01, "cs": 0.01}},
+        {"banned", "rollback", "abnormal-accuracy", "abnormal-cosine"},
+    ),
 }
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from simulator.state import files as state_files
 from simulator.state import spill as state_spill
-from simulator.state.store import ClientStore, StoreError
+from simulator.state.rows import StoreError
+from simulator.state.store import ClientStore
 
 ROW = 16  # bytes of one (4,) float32 row
 
@@ -176,8 +177,9 @@ def test_rows_in_ram_stay_put_and_evicted_slots_are_reused(tmp_path: Path) -> No
     before = dict(t.loc)
     store.get("h", np.array([1, 3]))  # order: 0 2 1 3
     store.put("h", np.array([7, 8]), rows(7, 8))  # 0 and 2 go to disk, 7 and 8 take their slots
-    np.testing.assert_array_equal(store.resident("h", np.array([0, 1, 2, 3, 7, 8])),
-                                  [0, 1, 0, 1, 1, 1])
+    np.testing.assert_array_equal(
+        store.resident("h", np.array([0, 1, 2, 3, 7, 8])), [0, 1, 0, 1, 1, 1]
+    )
     assert t.loc[1] == before[1] and t.loc[3] == before[3]  # not moved
     assert {t.loc[7], t.loc[8]} == {before[0], before[2]}
     assert store.memory_bytes_used == 4 * ROW
@@ -185,7 +187,8 @@ def test_rows_in_ram_stay_put_and_evicted_slots_are_reused(tmp_path: Path) -> No
 
 
 def test_an_eviction_is_one_background_write_that_reads_wait_for(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls = []
     pwrite = state_spill._pwrite
 
@@ -284,8 +287,12 @@ def test_save_writes_only_changed_rows_and_load_is_bitwise(tmp_path: Path) -> No
     files = manifest(ck)["files"]
     assert files[0] == first[0]
     delta = files[1]
-    assert (delta["kind"], delta["rows"], delta["deleted"], delta["payload"]) == \
-        ("delta", 2, 1, 2 * 24 + 8)
+    assert (delta["kind"], delta["rows"], delta["deleted"], delta["payload"]) == (
+        "delta",
+        2,
+        1,
+        2 * 24 + 8,
+    )
     with np.load(ck / delta["name"]) as npz:
         np.testing.assert_array_equal(npz["ids_0"], [11, 13])
         assert_same_bits(npz["values_0"], rows(110, 130))
@@ -327,7 +334,8 @@ def test_deltas_past_twice_the_live_data_compact_into_a_snapshot(tmp_path: Path)
 
 
 def test_crash_between_delta_and_manifest_keeps_the_previous_checkpoint(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ck = tmp_path / "ck"
     store = store_h()
     store.put("h", np.arange(3), rows(0, 1, 2))
@@ -369,7 +377,8 @@ def test_load_into_a_spilling_store_and_keep_saving_incrementally(tmp_path: Path
 
 @pytest.mark.parametrize("compact", [False, True], ids=["delta", "compacted"])
 def test_an_older_manifest_stays_loadable_until_the_next_save(
-        tmp_path: Path, compact: bool) -> None:
+    tmp_path: Path, compact: bool
+) -> None:
     """The engine records save()'s manifest in its own checkpoint.pt, its commit point.
 
     A crash after ``save`` but before checkpoint.pt is replaced leaves the engine with the
@@ -390,7 +399,8 @@ def test_an_older_manifest_stays_loadable_until_the_next_save(
         store.put("h", np.array([1, 2]), rows(11, 12))
     m2 = store.save(ck)  # ... and the process dies before checkpoint.pt names m2
     assert [f["kind"] for f in m2["files"]] == (
-        ["snapshot"] if compact else ["snapshot", "delta", "delta"])
+        ["snapshot"] if compact else ["snapshot", "delta", "delta"]
+    )
     assert row_files(ck) == names(m1) | names(m2)
 
     # (a) the committed manifest loads bitwise, whatever the directory's manifest is now
@@ -399,8 +409,10 @@ def test_an_older_manifest_stays_loadable_until_the_next_save(
     np.testing.assert_array_equal(present, [True] * 4 + [False])
     assert_same_bits(values[:4], rows(100, 1, 2, 3))
     assert at_m1.count("h") == 4
-    assert_same_bits(ClientStore.load(ck, 1 << 20).get("h", np.array([9]))[0],
-                     rows(9) if compact else np.zeros((1, 4), np.float32))
+    assert_same_bits(
+        ClientStore.load(ck, 1 << 20).get("h", np.array([9]))[0],
+        rows(9) if compact else np.zeros((1, 4), np.float32),
+    )
 
     # (b) saving on from m1: the directory holds m2, so this is a full snapshot
     at_m1.put("h", np.array([3, 7]), rows(33, 7))
@@ -414,8 +426,9 @@ def test_an_older_manifest_stays_loadable_until_the_next_save(
         assert_same_bits(again.get("h", expect_ids)[0], expect)
     # m1 (still the committed one until checkpoint.pt names m3) is kept, and still loads
     assert row_files(ck) == names(m1) | names(m2) | names(m3)
-    assert_same_bits(ClientStore.load(ck, 1 << 20, manifest=m1).get("h", np.arange(4))[0],
-                     rows(100, 1, 2, 3))
+    assert_same_bits(
+        ClientStore.load(ck, 1 << 20, manifest=m1).get("h", np.arange(4))[0], rows(100, 1, 2, 3)
+    )
 
     # (c) the next save continues m3 with a delta; only the last two manifests' files remain
     at_m1.put("h", np.array([1]), rows(11))
@@ -423,8 +436,7 @@ def test_an_older_manifest_stays_loadable_until_the_next_save(
     assert [f["kind"] for f in m4["files"]] == ["snapshot", "delta"]
     assert row_files(ck) == names(m3) | names(m4)
     assert not (names(m1) | names(m2)) & row_files(ck)
-    assert_same_bits(ClientStore.load(ck, 1 << 20).get("h", expect_ids)[0],
-                     rows(100, 11, 33, 7))
+    assert_same_bits(ClientStore.load(ck, 1 << 20).get("h", expect_ids)[0], rows(100, 11, 33, 7))
     with pytest.raises(StoreError, match="missing"):
         ClientStore.load(ck, 1 << 20, manifest=m1)
 
@@ -438,8 +450,11 @@ def test_errors_name_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"1 new rows need 64 bytes.*memory_bytes=48.*spill_dir"):
         store.put("h", np.array([3]), rows(3))
     assert store.count("h") == 3  # the failed put changed nothing
-    with pytest.raises(StoreError, match=r"'h' is declared with shape \(4,\) and dtype float32, "
-                                         r"not shape \(5,\)"):
+    with pytest.raises(
+        StoreError,
+        match=r"'h' is declared with shape \(4,\) and dtype float32, "
+        r"not shape \(5,\)",
+    ):
         store.declare("h", (5,))
     with pytest.raises(StoreError, match=r"values have shape \(2, 3\), expected \(2, 4\)"):
         store.put("h", np.array([0, 1]), np.zeros((2, 3), np.float32))
@@ -457,6 +472,10 @@ def test_errors_name_what_is_wrong(tmp_path: Path) -> None:
         ClientStore.load(tmp_path / "ck", 1 << 20, manifest=bad)
     with pytest.raises(StoreError, match="not a fedsentry-client-store manifest"):
         ClientStore.load(tmp_path / "ck", 1 << 20, manifest={"seq": 1})
+    # replaying a checkpoint into a store that already holds tables would mix the two
+    with pytest.raises(StoreError, match=r"new, empty store; this one has the tables \['h'\]"):
+        store.restore(tmp_path / "ck")
+    assert store.count("h") == 3
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.get("h", np.array([0]))

@@ -10,27 +10,61 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import stragglers
+from benchmarks.straggler_study import core
+from benchmarks.straggler_study.main import main
 from simulator.config.sections import Config
 
 MakeConfig = Callable[..., Config]
-TINY = ["--population", "60", "--clients-per-round", "6", "--seeds", "1", "--rounds", "6",
-        "--set", "hidden=16", "--no-progress", "--no-plots"]
+TINY = [
+    "--population",
+    "60",
+    "--clients-per-round",
+    "6",
+    "--seeds",
+    "1",
+    "--rounds",
+    "6",
+    "--set",
+    "hidden=16",
+    "--no-progress",
+    "--no-plots",
+]
 
 
 def test_study_writes_the_json_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "study"
-    rc = stragglers.main([*TINY, "--policies", "deadline", "fedbuff", "fedasync",
-                          "--policy-param", "fedbuff:k=2", "--out", str(out),
-                          "--json", str(tmp_path / "q.json")])
+    rc = main(
+        [
+            *TINY,
+            "--policies",
+            "deadline",
+            "fedbuff",
+            "fedasync",
+            "--policy-param",
+            "fedbuff:k=2",
+            "--out",
+            str(out),
+            "--json",
+            str(tmp_path / "q.json"),
+        ]
+    )
     assert rc == 0
-    doc = json.loads((tmp_path / "q.json").read_text(),
-                     parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
+    doc = json.loads(
+        (tmp_path / "q.json").read_text(),
+        parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"),
+    )
     recs = doc["policies"]
     assert [r["policy"] for r in recs] == ["deadline", "fedbuff", "fedasync"]
     for r in recs:
-        assert list(r)[:7] == ["policy", "seed", "final_accuracy", "time_to_target_h",
-                               "stale_share", "wasted_compute_share", "participation_gini"]
+        assert list(r)[:7] == [
+            "policy",
+            "seed",
+            "final_accuracy",
+            "time_to_target_h",
+            "stale_share",
+            "wasted_compute_share",
+            "participation_gini",
+        ]
         assert set(r["time_to_target_h"]) == {"0.8", "0.9"}
         assert 0.0 <= r["final_accuracy"] <= 1.0 and 0.0 <= r["participation_gini"] <= 1.0
         assert r["slow_q_accuracy"] is not None and r["fast_q_accuracy"] is not None
@@ -38,29 +72,38 @@ def test_study_writes_the_json_schema(tmp_path: Path, capsys: pytest.CaptureFixt
     best = max(recs, key=lambda r: r["final_accuracy"])
     assert best["time_to_target_h"]["0.8"] is not None
     # fedbuff: 2 updates a step, with stale ones among them after the first steps
-    fb = [json.loads(x) for x in (out / "runs" / "fedbuff-s0" / "events.jsonl").read_text()
-          .splitlines()]
+    fb = [
+        json.loads(x)
+        for x in (out / "runs" / "fedbuff-s0" / "events.jsonl").read_text().splitlines()
+    ]
     assert [e["aggregated"] for e in fb] == [2] * 6
-    assert recs[1]["stale_share"] == pytest.approx(
-        sum(len(e["stale"]) for e in fb) / 12)
+    assert recs[1]["stale_share"] == pytest.approx(sum(len(e["stale"]) for e in fb) / 12)
     assert doc["settings"]["policies"]["fedbuff"]["policy_params"] == {"k": 2}
     table = capsys.readouterr().out
     assert all(p in table for p in ("deadline", "fedbuff", "fedasync", "ttt 0.8 (h)"))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--policies", "slowest"], "--policies: unknown round policy 'slowest'; valid: "),
-    (["--policies", "fedbuff", "--policy-param", "fedbuff:kk=1"],
-     "round policy 'fedbuff': unknown parameters \\['kk'\\]"),
-    (["--policies", "overcommit", "--policy-param", "overcommit:ratio=0.5"],
-     "ratio must be a finite number >= 1"),
-    (["--policy-param", "k=1"], "expected POLICY:KEY=VALUE"),
-    (["--virtual-hours", "0"], "--virtual-hours: must be > 0"),
-])
-def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--policies", "slowest"], "--policies: unknown round policy 'slowest'; valid: "),
+        (
+            ["--policies", "fedbuff", "--policy-param", "fedbuff:kk=1"],
+            "round policy 'fedbuff': unknown parameters \\['kk'\\]",
+        ),
+        (
+            ["--policies", "overcommit", "--policy-param", "overcommit:ratio=0.5"],
+            "ratio must be a finite number >= 1",
+        ),
+        (["--policy-param", "k=1"], "expected POLICY:KEY=VALUE"),
+        (["--virtual-hours", "0"], "--virtual-hours: must be > 0"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     try:
-        rc = stragglers.main([*TINY, "--out", str(tmp_path), *argv])
+        rc = main([*TINY, "--out", str(tmp_path), *argv])
     except SystemExit as e:
         rc = e.code
     assert rc == 2
@@ -71,29 +114,48 @@ def test_bad_input_exits_2_with_one_line(argv: list[str], message: str, tmp_path
     assert re.search(message, err), err
 
 
-def test_malformed_availability_trace_names_the_line(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_malformed_availability_trace_names_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "avail.csv"
     bad.write_text("device_id,start_s,end_s\n0,0,100\n1,50,20\n")
-    rc = stragglers.main([*TINY, "--policies", "deadline", "--out", str(tmp_path / "o"),
-                          "--availability-trace", str(bad)])
+    rc = main(
+        [
+            *TINY,
+            "--policies",
+            "deadline",
+            "--out",
+            str(tmp_path / "o"),
+            "--availability-trace",
+            str(bad),
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and f"{bad}:3:" in err and len(err.splitlines()) == 1
 
 
-def test_dropout_loses_the_updates_of_devices_going_offline(tmp_path: Path,
-                                                            make_config: MakeConfig) -> None:
+def test_dropout_loses_the_updates_of_devices_going_offline(
+    tmp_path: Path, make_config: MakeConfig
+) -> None:
     """Devices 0-4 are always online; 5-9 only for the first millisecond of each 1000 s, so
     every one of them selected at t = 0 goes offline before its update lands."""
     trace = tmp_path / "avail.csv"
-    trace.write_text("device_id,start_s,end_s\n"
-                     + "".join(f"{i},0,1000\n" for i in range(5))
-                     + "".join(f"{i},0,0.001\n" for i in range(5, 10)))
+    trace.write_text(
+        "device_id,start_s,end_s\n"
+        + "".join(f"{i},0,1000\n" for i in range(5))
+        + "".join(f"{i},0,0.001\n" for i in range(5, 10))
+    )
     from simulator.round.engine import Simulation
 
-    cfg = make_config("drop", num_clients=10, clients_per_round=10, rounds=1,
-                      availability_trace=str(trace), dropout=True)
+    cfg = make_config(
+        "drop",
+        num_clients=10,
+        clients_per_round=10,
+        rounds=1,
+        availability_trace=str(trace),
+        dropout=True,
+    )
     sim = Simulation(cfg)
     try:
         rec = sim.run_round(0, 0.0)
@@ -105,26 +167,25 @@ def test_dropout_loses_the_updates_of_devices_going_offline(tmp_path: Path,
     # each lost device trained 0.001 s before going offline (its compute takes longer)
     assert rec.extra["wasted_device_seconds"] == pytest.approx(5 * 0.001)
     # without --dropout the same devices deliver
-    cfg = make_config("keep", num_clients=10, clients_per_round=10, rounds=1,
-                      availability_trace=str(trace))
+    cfg = make_config(
+        "keep", num_clients=10, clients_per_round=10, rounds=1, availability_trace=str(trace)
+    )
     sim = Simulation(cfg)
     try:
         rec = sim.run_round(0, 0.0)
     finally:
         sim.close()
     assert rec.extra["dropout"] == [] and sorted(rec.participants) == list(range(10))
-    assert rec.extra["wasted_device_seconds"] == 0.0 and math.isfinite(
-        rec.extra["device_seconds"])
+    assert rec.extra["wasted_device_seconds"] == 0.0 and math.isfinite(rec.extra["device_seconds"])
 
 
-def test_speed_label_skew_slows_the_devices_of_the_lower_classes(make_config: MakeConfig
-                                                                  ) -> None:
+def test_speed_label_skew_slows_the_devices_of_the_lower_classes(make_config: MakeConfig) -> None:
     import numpy as np
 
     from simulator.run.federation import build_federation
 
     fed = build_federation(make_config("skew", num_clients=40, partition="virtual"))
-    pop = stragglers.skew_speeds(fed, 1.0)
+    pop = core.skew_speeds(fed, 1.0)
     dominant = np.array([np.argmax(fed.clients.label_mix(i)[1]) for i in range(40)])
     ratio = pop.compute_ms_per_sample / fed.population.compute_ms_per_sample
     np.testing.assert_allclose(ratio, np.where(dominant < 5, math.e, 1.0))

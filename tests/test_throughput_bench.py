@@ -10,18 +10,41 @@ import pytest
 from benchmarks import fused, throughput
 
 
-def test_throughput_json_schema(ray_session: None, tmp_path: Path,
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_throughput_json_schema(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "t.json"
     png = tmp_path / "t.png"
-    rc = throughput.main(["--tasks", "digits-mlp-k10", "--rounds", "2", "--min-seconds", "0",
-                          "--repeats", "1",
-                          "--no-flower", "--actors", "2", "--json", str(out), "--plot", str(png)])
+    rc = throughput.main(
+        [
+            "--tasks",
+            "digits-mlp-k10",
+            "--rounds",
+            "2",
+            "--min-seconds",
+            "0",
+            "--repeats",
+            "1",
+            "--no-flower",
+            "--actors",
+            "2",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
     (task,) = data["tasks"]
-    assert set(task) == {"name", "fedsentry", "flower", "fused", "speedup_vs_flower",
-                         "fraction_of_fused"}
+    assert set(task) == {
+        "name",
+        "fedsentry",
+        "flower",
+        "fused",
+        "speedup_vs_flower",
+        "fraction_of_fused",
+    }
     assert task["name"] == "digits-mlp-k10" and task["flower"] is None
     fs, fu = task["fedsentry"], task["fused"]
     # 2 timed rounds of 10 clients each, E=1: every count is exact
@@ -39,7 +62,8 @@ def test_unknown_task_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_min_seconds_times_more_rounds_and_rejects_bad_values(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """A cheap task keeps timing rounds until --min-seconds have passed; a negative value or
     nan is an error (exit 2)."""
     cfg = throughput.task_config(throughput.TASKS[0], seed=0, num_actors=1)

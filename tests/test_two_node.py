@@ -32,18 +32,47 @@ HELPER = ROOT / "tests" / "two_node_study.py"
 # 1, so late updates are both carried and dropped) and FedBuff (k = 3 of 8 in flight), 4 steps
 # each; 2 actors and --inline never, so every round trains on the actors.
 STUDY: list[str] = [
-    "benchmarks.stragglers", "--population", "40", "--clients-per-round", "8",
-    "--policies", "deadline_carryover", "fedbuff", "--seeds", "1", "--rounds", "4",
-    "--policy-param", "deadline_carryover:max_staleness=1", "--policy-param", "fedbuff:k=3",
-    "--set", "hidden=16", "--backend", "ray", "--num-actors", "2", "--inline", "never",
+    "benchmarks.stragglers",
+    "--population",
+    "40",
+    "--clients-per-round",
+    "8",
+    "--policies",
+    "deadline_carryover",
+    "fedbuff",
+    "--seeds",
+    "1",
+    "--rounds",
+    "4",
+    "--policy-param",
+    "deadline_carryover:max_staleness=1",
+    "--policy-param",
+    "fedbuff:k=3",
+    "--set",
+    "hidden=16",
+    "--backend",
+    "ray",
+    "--num-actors",
+    "2",
+    "--inline",
+    "never",
     "--no-progress",
     "--no-plots",
 ]
 RUNS = ("deadline_carryover-s0", "fedbuff-s0")
 # ---------------------------------------------------------------------------------------------
 ROUNDS = 4
-COMPARED = ("accuracy", "train_loss", "virtual_time", "participants", "dropped", "stale",
-            "staleness", "device_seconds", "wasted_device_seconds")
+COMPARED = (
+    "accuracy",
+    "train_loss",
+    "virtual_time",
+    "participants",
+    "dropped",
+    "stale",
+    "staleness",
+    "device_seconds",
+    "wasted_device_seconds",
+)
 TIMEOUT_S = 300
 
 
@@ -138,8 +167,9 @@ def test_ray_pool_reports_actor_nodes(ray_session: None) -> None:
 
 def test_local_executor_has_no_actor_nodes() -> None:
     x = np.zeros((4, 4), np.float32)
-    ex = LocalExecutor(SPEC, x, np.zeros(4, np.int64), PartitionData.from_lists([np.arange(4)]),
-                       num_workers=3)
+    ex = LocalExecutor(
+        SPEC, x, np.zeros(4, np.int64), PartitionData.from_lists([np.arange(4)]), num_workers=3
+    )
     assert ex.actor_nodes() == []
 
 

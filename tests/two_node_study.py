@@ -59,16 +59,14 @@ def main(argv: list[str]) -> int:
     import ray
     from ray.cluster_utils import Cluster
 
-    node_args = {"num_cpus": 1, "object_store_memory": NODE_STORE_BYTES,
-                 "include_dashboard": False}
+    node_args = {"num_cpus": 1, "object_store_memory": NODE_STORE_BYTES, "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args=node_args)
     try:
         second = cluster.add_node(**node_args)
         cluster.wait_for_nodes()
         ids = [cluster.head_node.node_id, second.node_id]
         (out / "cluster_nodes.json").write_text(json.dumps(ids))
-        rc = run_module([*study, "--ray-address", cluster.address,
-                         "--out", str(out / "two_node")])
+        rc = run_module([*study, "--ray-address", cluster.address, "--out", str(out / "two_node")])
     finally:
         ray.shutdown()  # the driver leaves first: Ray refuses to remove the node it is on
         cluster.shutdown()

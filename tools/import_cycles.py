@@ -14,8 +14,11 @@ Private names: ``from m import _x`` for a project module ``m`` (a leading unders
 dunder), and ``name._x`` where ``name`` was bound by importing a project module, are reported as
 crossing a module boundary.
 
-Run ``python tools/import_cycles.py``: it prints every cycle and every private use, and exits 1
-if there is any (``tests/test_layout.py`` runs it).
+Re-exports: ``from m import n`` where ``m`` is not a package ``__init__`` and only imported ``n``
+itself; the importer should name the module that defines ``n``.
+
+Run ``python tools/import_cycles.py``: it prints every cycle, private use and re-export, and
+exits 1 if there is any (``tests/test_layout.py`` runs it).
 """
 
 from __future__ import annotations
@@ -105,6 +108,18 @@ def imports_of(mod: str, path: Path, modules: dict[str, Path]) -> tuple[set[str]
                 elif _is_private(alias.name):
                     where = f"{path.relative_to(ROOT)}:{node.lineno}"
                     private.append(f"{where}: from {base} import {alias.name}")
+    private.extend(_private_attributes(tree, path, bound))
+    return edges, private
+
+
+#: other libraries' private attributes read through a local name (the reason beside each)
+FOREIGN_PRIVATE: dict[str, str] = {}
+
+
+def _private_attributes(tree: ast.Module, path: Path, bound: dict[str, str]) -> list[str]:
+    """``name._x`` reads where ``name`` is not ``self``/``cls``, not another library's module and
+    not a class or function this module defines."""
+    private: list[str] = []
     external = {  # names bound to other packages' modules: their privates are not ours to judge
         (a.asname or a.name).split(".")[0]
         for n in ast.walk(tree)
@@ -129,11 +144,7 @@ def imports_of(mod: str, path: Path, modules: dict[str, Path]) -> tuple[set[str]
             and f"{node.value.id}.{node.attr}" not in FOREIGN_PRIVATE
         ):
             private.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
-    return edges, private
-
-
-#: other libraries' private attributes read through a local name (the reason beside each)
-FOREIGN_PRIVATE: dict[str, str] = {}
+    return private
 
 
 def _is_private(name: str) -> bool:
@@ -142,13 +153,59 @@ def _is_private(name: str) -> bool:
 
 def graph(root: Path = ROOT) -> tuple[dict[str, set[str]], list[str]]:
     """The import graph over project modules, and every private-name use."""
-    modules = project_modules(root)
+    modules = project_modules(root, PACKAGES)
     edges: dict[str, set[str]] = {}
     private: list[str] = []
     for mod, path in modules.items():
         edges[mod], priv = imports_of(mod, path, modules)
         private.extend(priv)
     return edges, private
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The names a module defines at top level, and the names it imports from project modules."""
+    defined: set[str] = set()
+    imported: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (
+            node.level or (node.module or "").split(".")[0] in PACKAGES
+        ):
+            imported |= {a.asname or a.name for a in node.names}
+    return defined, imported
+
+
+def reexports(root: Path = ROOT, consumers: Iterable[str] = ("tests",)) -> list[str]:
+    """``from m import n`` where ``m`` is a project module but not a package ``__init__`` and
+    ``n`` is a name ``m`` itself imported (a re-export: only a package ``__init__`` may do
+    that). Project modules and the files under ``consumers`` are checked as importers."""
+    modules = project_modules(root, PACKAGES)
+    names = {m: _top_level_names(ast.parse(p.read_text(), str(p))) for m, p in modules.items()}
+    files = list(modules.items()) + [
+        (module_name(p, root), p) for c in consumers for p in sorted((root / c).rglob("*.py"))
+    ]
+    found: list[str] = []
+    for _, path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and node.module in modules
+                and modules[node.module].name != "__init__.py"
+            ):
+                continue
+            defined, imported = names[node.module]
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                if alias.name in imported and alias.name not in defined and sub not in modules:
+                    where = f"{path.relative_to(root)}:{node.lineno}"
+                    found.append(f"{where}: {alias.name} from {node.module}")
+    return found
 
 
 def _exempt(a: str, b: str) -> bool:
@@ -186,9 +243,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
                     counter += 1
                     stack.append(nxt)
                     on_stack.add(nxt)
-                    work.append(
-                        (nxt, iter(sorted(b for b in edges[nxt] if not _exempt(nxt, b))))
-                    )
+                    work.append((nxt, iter(sorted(b for b in edges[nxt] if not _exempt(nxt, b)))))
                     advanced = True
                     break
                 if nxt in on_stack:
@@ -222,8 +277,14 @@ def main() -> int:
         print(f"cycle of {len(comp)}: {links}")
     for line in private:
         print(f"private name across modules: {line}")
-    print(f"{len(found)} import cycles, {len(private)} private names used across modules")
-    return 1 if found or private else 0
+    again = reexports()
+    for line in again:
+        print(f"re-exported name (import it from where it is defined): {line}")
+    print(
+        f"{len(found)} import cycles, {len(private)} private names used across modules, "
+        f"{len(again)} re-exports outside a package __init__"
+    )
+    return 1 if found or private or again else 0
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from simulator.config.sections import AlgorithmConfig, ConfigError
+from simulator.config.fields import ConfigError
+from simulator.config.learning import AlgorithmConfig
 
 #: shapes a client-state table can declare: the trainable parameters, or the whole flat model
 STATE_SHAPES = ("params", "model")
@@ -67,7 +68,7 @@ def non_negative(help: str, default: float) -> Param:
 
 
 def _coerce(name: str, key: str, p: Param, value: Any) -> Any:
-    if isinstance(value, str) and p.kind in (float, int):   # YAML reads "1e-3" as a string
+    if isinstance(value, str) and p.kind in (float, int):  # YAML reads "1e-3" as a string
         try:
             value = p.kind(value)
         except ValueError:
@@ -80,8 +81,10 @@ def _coerce(name: str, key: str, p: Param, value: Any) -> Any:
     if ok and p.kind is float:
         ok = math.isfinite(value)
     if not ok or not p.check(value):
-        raise ConfigError(f"algorithm.algorithm_params: {name} {key}={value!r} invalid; "
-                          f"must be {p.kind.__name__} {p.rule}")
+        raise ConfigError(
+            f"algorithm.algorithm_params: {name} {key}={value!r} invalid; "
+            f"must be {p.kind.__name__} {p.rule}"
+        )
     return value
 
 
@@ -101,6 +104,9 @@ class ServerRound:
     server : the algorithm's server state (mutate it in place).
     num_clients : N, the population size.
     slices : where each named tensor of the flat model lies in ``global_flat``.
+    store : the run's client-state store (:class:`~simulator.state.store.ClientStore`): per-client
+        rows the server update keeps beside the clients' own (FedUFO's scores; declare the table
+        on first use); None where no run holds one (a replay of recorded rounds).
     """
 
     round: int
@@ -113,6 +119,7 @@ class ServerRound:
     server: dict[str, torch.Tensor]
     num_clients: int
     slices: dict[str, slice] = field(default_factory=dict)
+    store: Any = None
 
 
 @dataclass(frozen=True)
@@ -152,10 +159,14 @@ class Algorithm:
         self.cfg = cfg
         unknown = sorted(set(params) - set(self.params))
         if unknown:
-            raise ConfigError(f"algorithm.algorithm_params: {self.name} has no parameter "
-                              f"{unknown[0]!r}; valid: {sorted(self.params)}")
-        self.p: dict[str, Any] = {k: _coerce(self.name, k, spec, params.get(k, spec.default))
-                                  for k, spec in self.params.items()}
+            raise ConfigError(
+                f"algorithm.algorithm_params: {self.name} has no parameter "
+                f"{unknown[0]!r}; valid: {sorted(self.params)}"
+            )
+        self.p: dict[str, Any] = {
+            k: _coerce(self.name, k, spec, params.get(k, spec.default))
+            for k, spec in self.params.items()
+        }
 
     # -- where parameters live ---------------------------------------------------------------
     def local_parameters(self, names: list[str]) -> list[str]:
@@ -179,8 +190,9 @@ class Algorithm:
         Default: 0."""
         return 0
 
-    def trainable_start(self, name: str, stored: torch.Tensor, global_flat: torch.Tensor
-                        ) -> torch.Tensor:
+    def trainable_start(
+        self, name: str, stored: torch.Tensor, global_flat: torch.Tensor
+    ) -> torch.Tensor:
         """Where a trained client-state table (:attr:`client_trainable`) starts this round, for
         ONE client (vmap-safe). Default: its stored value (zeros before the first round)."""
         return stored
@@ -206,7 +218,7 @@ class Algorithm:
         row's trainable parameters with the global buffers."""
         if not bool(row.any()):
             return global_flat
-        return torch.cat([row, global_flat[row.numel():]])
+        return torch.cat([row, global_flat[row.numel() :]])
 
     # -- local work ---------------------------------------------------------------------------
     def client_epochs(self, num_selected: int, rng: np.random.Generator) -> np.ndarray:
@@ -227,11 +239,19 @@ class Algorithm:
         return not self.cfg.drop_stragglers
 
     # -- the server side ----------------------------------------------------------------------
-    def choose(self, candidates: np.ndarray, m: int, rng: np.random.Generator,
-               server: dict[str, torch.Tensor]) -> np.ndarray | None:
+    def choose(
+        self,
+        candidates: np.ndarray,
+        m: int,
+        rng: np.random.Generator,
+        server: dict[str, torch.Tensor],
+        store: Any = None,
+    ) -> np.ndarray | None:
         """The round's clients among the eligible ``candidates`` (sorted ids), ``m`` of them, or
-        None for the round policy's uniform choice (the default). Overriding it costs a pass
-        over the population per round (FedUFO's dynamic sampling)."""
+        None for the round policy's uniform choice (the default). ``server`` is the server
+        state, ``store`` the run's client-state store (see :attr:`ServerRound.store`).
+        Overriding it costs a pass over the population per round (FedUFO's dynamic
+        sampling)."""
         return None
 
     def chooses(self) -> bool:

@@ -77,15 +77,20 @@ def proximal(v: torch.Tensor, anchor: torch.Tensor, lam: float) -> torch.Tensor:
 @register
 class Ditto(Algorithm):
     name = "ditto"
-    params = {"lam": non_negative("lambda: pull of the personal model to the round's global "
-                                  "model (0 = local training only)", 1.0)}
+    params = {
+        "lam": non_negative(
+            "lambda: pull of the personal model to the round's global "
+            "model (0 = local training only)",
+            1.0,
+        )
+    }
     client_state = {TABLE: "params"}
     client_trainable = (TABLE,)
     personal = TABLE
 
-
-    def trainable_start(self, name: str, stored: torch.Tensor, global_flat: torch.Tensor
-                        ) -> torch.Tensor:
+    def trainable_start(
+        self, name: str, stored: torch.Tensor, global_flat: torch.Tensor
+    ) -> torch.Tensor:
         """The stored personal model, or the round's global model for a client that has never
         trained (an all-zero row)."""
         return torch.where((stored == 0).all(), global_flat, stored)

@@ -41,7 +41,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm
-from simulator.config.sections import ConfigError
+from simulator.config.fields import ConfigError
 
 #: the entries of a BatchNorm layer that the flat model can hold (float parameters and buffers)
 BN_ENTRIES = ("weight", "bias", "running_mean", "running_var")
@@ -87,7 +87,12 @@ class FedBN(Algorithm):
         """
         layers = set(batchnorm_layers(names))
         if not layers:
-            raise ConfigError("algorithm.algorithm: fedbn keeps BatchNorm layers on the clients "
-                              "but the model has none; run it with --norm batch")
-        return [n for n in names
-                if n.rpartition(".")[0] in layers and n.rpartition(".")[2] in BN_ENTRIES]
+            raise ConfigError(
+                "algorithm.algorithm: fedbn keeps BatchNorm layers on the clients "
+                "but the model has none; run it with --norm batch"
+            )
+        return [
+            n
+            for n in names
+            if n.rpartition(".")[0] in layers and n.rpartition(".")[2] in BN_ENTRIES
+        ]

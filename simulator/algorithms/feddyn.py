@@ -38,8 +38,11 @@ class FedDyn(Algorithm):
 
     def client_loss(self, s: Step) -> torch.Tensor:
         a = self.p["alpha"]
-        return (s.ce - (s.state["grad"] * s.flat).sum()
-                + 0.5 * a * ((s.flat - s.global_flat) ** 2).sum())
+        return (
+            s.ce
+            - (s.state["grad"] * s.flat).sum()
+            + 0.5 * a * ((s.flat - s.global_flat) ** 2).sum()
+        )
 
     def client_finish(self, f: Finish) -> dict[str, torch.Tensor]:
         return {"grad": f.state["grad"] - self.p["alpha"] * (f.flat - f.global_flat)}

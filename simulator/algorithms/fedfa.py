@@ -69,7 +69,7 @@ import torch
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm, Param, ServerRound, positive
 from simulator.algorithms.fedfa_layer import VARIANTS, insert_ffa, layer_gammas, noise_per_step
-from simulator.config.sections import ConfigError
+from simulator.config.fields import ConfigError
 from simulator.training.step import Finish
 
 #: extras and server tensors: momentum statistics up, gammas down
@@ -88,13 +88,26 @@ def _stat_names(names: list[str] | Any) -> list[str]:
 class FedFA(Algorithm):
     name = "fedfa"
     params = {
-        "p": Param(0.5, "probability that an FFA layer is active in a local step",
-                   lambda v: 0 <= v <= 1, "in [0, 1]"),
-        "alpha": Param(0.99, "momentum of the FFA layers' running feature statistics",
-                       lambda v: 0 <= v < 1, "in [0, 1)"),
-        "variant": Param("full", "full (FedFA), R (FedFA-R: fixed std lam) or C (FedFA-C: "
-                         "client-specific variances only)", lambda v: v in VARIANTS,
-                         f"one of {list(VARIANTS)}", str),
+        "p": Param(
+            0.5,
+            "probability that an FFA layer is active in a local step",
+            lambda v: 0 <= v <= 1,
+            "in [0, 1]",
+        ),
+        "alpha": Param(
+            0.99,
+            "momentum of the FFA layers' running feature statistics",
+            lambda v: 0 <= v < 1,
+            "in [0, 1)",
+        ),
+        "variant": Param(
+            "full",
+            "full (FedFA), R (FedFA-R: fixed std lam) or C (FedFA-C: "
+            "client-specific variances only)",
+            lambda v: v in VARIANTS,
+            f"one of {list(VARIANTS)}",
+            str,
+        ),
         "lam": positive("FedFA-R's std of the sampled statistics, every channel", 0.5),
     }
     sends = GAMMAS
@@ -103,8 +116,7 @@ class FedFA(Algorithm):
     def extend_model(self, model: Any, spec: Any) -> Any:
         """An FFA layer after each conv stage (cnn) or hidden block (mlp)."""
         try:
-            return insert_ffa(model, self.p["p"], self.p["alpha"], self.p["variant"],
-                              self.p["lam"])
+            return insert_ffa(model, self.p["p"], self.p["alpha"], self.p["variant"], self.p["lam"])
         except ValueError as e:
             raise ConfigError(f"algorithm.algorithm: {e}") from None
 

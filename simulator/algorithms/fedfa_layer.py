@@ -66,19 +66,30 @@ class FFALayer(nn.Module):
     eps : floor added under the square roots.
     """
 
-    def __init__(self, channels: int, index: int, num_layers: int, before: int,
-                 noise_before: int, p: float, alpha: float, variant: str = "full",
-                 lam: float = 0.5, spatial: bool = True, eps: float = EPS) -> None:
+    def __init__(
+        self,
+        channels: int,
+        index: int,
+        num_layers: int,
+        before: int,
+        noise_before: int,
+        p: float,
+        alpha: float,
+        variant: str = "full",
+        lam: float = 0.5,
+        spatial: bool = True,
+        eps: float = EPS,
+    ) -> None:
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"FFA variant: unknown {variant!r}; valid: {list(VARIANTS)}")
         self.channels, self.index, self.num_layers = channels, index, num_layers
         self.before, self.noise_before, self.spatial = before, noise_before, spatial
         self.p, self.alpha, self.variant, self.lam, self.eps = p, alpha, variant, lam, eps
-        self.register_buffer("ffa_stats", torch.stack([torch.zeros(channels),
-                                                       torch.ones(channels)]))
-        self.threshold = (-math.inf if p <= 0 else math.inf if p >= 1
-                          else NormalDist().inv_cdf(p))
+        self.register_buffer(
+            "ffa_stats", torch.stack([torch.zeros(channels), torch.ones(channels)])
+        )
+        self.threshold = -math.inf if p <= 0 else math.inf if p >= 1 else NormalDist().inv_cdf(p)
 
     @property
     def draws(self) -> int:
@@ -97,13 +108,20 @@ class FFALayer(nn.Module):
         return g.reshape(-1)[lo:hi].to(like.dtype)
 
     @staticmethod
-    def _batch_mean(stat: torch.Tensor, w: torch.Tensor | None, n: torch.Tensor | None
-                    ) -> torch.Tensor:
+    def _batch_mean(
+        stat: torch.Tensor, w: torch.Tensor | None, n: torch.Tensor | None
+    ) -> torch.Tensor:
         """Mean over the batch's real rows (all rows when no mask is set)."""
         return stat.mean(0) if w is None else (stat * w).sum(0) / n
 
-    def _range(self, stat: torch.Tensor, mean: torch.Tensor, w: torch.Tensor | None,
-               n: torch.Tensor | None, key: str) -> torch.Tensor:
+    def _range(
+        self,
+        stat: torch.Tensor,
+        mean: torch.Tensor,
+        w: torch.Tensor | None,
+        n: torch.Tensor | None,
+        key: str,
+    ) -> torch.Tensor:
         """``S`` of one statistic ``[B, C]``: Eq. 3 (1/n over the real rows) and Eq. 7, or
         FedFA-R's constant; a constant of the step for autograd (see the module docstring)."""
         if self.variant == "R":
@@ -122,32 +140,39 @@ class FFALayer(nn.Module):
         if not self.spatial and x.dim() != 2:
             raise ValueError(f"FFA layer: expected [B, {c}] hidden units, got {tuple(x.shape)}")
         m = BATCH_MASK.get()
-        w = None if m is None else m.to(x.dtype).unsqueeze(-1)             # [B, 1]
+        w = None if m is None else m.to(x.dtype).unsqueeze(-1)  # [B, 1]
         n = None if w is None else w.sum().clamp_min(1.0)
         at = self.num_layers + b * self.noise_before
-        e_mu = nz[at:at + b * c].reshape(b, c)
-        fire = nz[self.index] < self.threshold                # the coin: Phi(z) < p
+        e_mu = nz[at : at + b * c].reshape(b, c)
+        fire = nz[self.index] < self.threshold  # the coin: Phi(z) < p
         f = fire.to(x.dtype)
         if self.spatial:
             flat = x.reshape(b, c, -1)
-            mu = flat.mean(-1)                                               # [B, C] Eq. 2
+            mu = flat.mean(-1)  # [B, C] Eq. 2
             # (not Tensor.var: it has no batching rule, vmap would loop over the clients)
             sigma = (((flat - mu.unsqueeze(-1)) ** 2).mean(-1) + self.eps).sqrt()
             mean_mu, mean_sigma = self._batch_mean(mu, w, n), self._batch_mean(sigma, w, n)
-            e_sigma = nz[at + b * c:at + 2 * b * c].reshape(b, c)
+            e_sigma = nz[at + b * c : at + 2 * b * c].reshape(b, c)
             mu_hat = torch.addcmul(mu, e_mu, self._range(mu, mean_mu, w, n, "gamma_mu"))
-            sigma_hat = torch.addcmul(sigma, e_sigma,                        # Eq. 9
-                                      self._range(sigma, mean_sigma, w, n, "gamma_sigma"))
+            sigma_hat = torch.addcmul(
+                sigma,
+                e_sigma,  # Eq. 9
+                self._range(sigma, mean_sigma, w, n, "gamma_sigma"),
+            )
             shape = (b, c) + (1,) * (x.dim() - 2)
-            out = torch.where(fire, (x - mu.reshape(shape)) / sigma.reshape(shape)
-                              * sigma_hat.reshape(shape) + mu_hat.reshape(shape), x)  # Eq. 8
+            out = torch.where(
+                fire,
+                (x - mu.reshape(shape)) / sigma.reshape(shape) * sigma_hat.reshape(shape)
+                + mu_hat.reshape(shape),
+                x,
+            )  # Eq. 8
         else:
             mean_mu = self._batch_mean(x, w, n)
             # Eq. 8-9 with x = mu, sigma -> 0: x + eps_mu * S_mu; eps zeroed when idle, so an
             # idle layer returns x exactly (and needs no torch.where)
             out = torch.addcmul(x, e_mu, f * self._range(x, mean_mu, w, n, "gamma_mu"))
             mean_sigma = torch.full_like(mean_mu, math.sqrt(self.eps))
-        with torch.no_grad():                                                # Eq. 4
+        with torch.no_grad():  # Eq. 4
             # buf + (1 - alpha) (mean - buf) when the layer fires, buf + 0 otherwise
             stats = torch.stack([mean_mu, mean_sigma])
             self.ffa_stats.add_(((1.0 - self.alpha) * f) * (stats - self.ffa_stats))
@@ -176,15 +201,15 @@ def ffa_sites(body: nn.Module) -> list[tuple[int, int]]:
             pending = layer.out_channels if isinstance(layer, nn.Conv2d) else layer.out_features
         nxt = layers[i + 1] if i + 1 < len(layers) else None
         closes = isinstance(layer, nn.MaxPool2d) or (
-            isinstance(layer, nn.ReLU) and not isinstance(nxt, nn.MaxPool2d))
+            isinstance(layer, nn.ReLU) and not isinstance(nxt, nn.MaxPool2d)
+        )
         if pending is not None and closes:
             sites.append((i, int(pending)))
             pending = None
     return sites if opener is nn.Conv2d else sites[:-1]
 
 
-def insert_ffa(model: nn.Module, p: float, alpha: float, variant: str, lam: float
-               ) -> nn.Module:
+def insert_ffa(model: nn.Module, p: float, alpha: float, variant: str, lam: float) -> nn.Module:
     """``model`` with an FFA layer after each stage of ``model.body`` (:func:`ffa_sites`).
 
     The closing layer (a parameter-free ReLU or MaxPool2d) at body index ``i`` becomes
@@ -194,13 +219,14 @@ def insert_ffa(model: nn.Module, p: float, alpha: float, variant: str, lam: floa
     """
     sites = ffa_sites(model.body)
     if not sites:
-        raise ValueError("fedfa: the model has no conv stage or hidden block for an FFA layer "
-                         "(use --model mlp or cnn)")
+        raise ValueError(
+            "fedfa: the model has no conv stage or hidden block for an FFA layer "
+            "(use --model mlp or cnn)"
+        )
     spatial = any(isinstance(m, nn.Conv2d) for m in model.body)
     before = noise_before = 0
     for k, (i, c) in enumerate(sites):
-        layer = FFALayer(c, k, len(sites), before, noise_before, p, alpha, variant, lam,
-                         spatial)
+        layer = FFALayer(c, k, len(sites), before, noise_before, p, alpha, variant, lam, spatial)
         model.body[i] = nn.Sequential(model.body[i], layer)
         before, noise_before = before + c, noise_before + layer.draws
     return model
@@ -232,7 +258,8 @@ def layer_gammas(stats: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     """:func:`student_t_gamma` of each layer's columns of ``stats`` ``[M, sum(sizes)]``,
     concatenated (the normalisation to mean 1 is per layer)."""
     if stats.shape[1] != sum(sizes):
-        raise ValueError(f"fedfa: statistics have {stats.shape[1]} channels, the FFA layers "
-                         f"{sum(sizes)}")
+        raise ValueError(
+            f"fedfa: statistics have {stats.shape[1]} channels, the FFA layers {sum(sizes)}"
+        )
     parts = torch.split(stats, sizes, dim=1)
     return torch.cat([student_t_gamma(p) for p in parts]) if sizes else torch.zeros(0)

@@ -57,8 +57,13 @@ from simulator.algorithms.base import Algorithm, Param, ServerRound, non_negativ
 from simulator.training.step import Finish, Step
 
 
-def contrastive_guiding_loss(features: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor,
-                             alpha: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+def contrastive_guiding_loss(
+    features: torch.Tensor,
+    y: torch.Tensor,
+    anchors: torch.Tensor,
+    alpha: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The CG loss averaged over the real rows: cross-entropy of ``cos(f, a_n) / alpha`` over
     the classes ``n`` against the label (``features`` ``[B, d]``, ``anchors`` ``[C, d]``)."""
     logits = F.normalize(features, dim=-1) @ F.normalize(anchors, dim=-1).T / alpha
@@ -68,8 +73,9 @@ def contrastive_guiding_loss(features: torch.Tensor, y: torch.Tensor, anchors: t
     return (per_row * mask).sum() / mask.sum().clamp_min(1.0)
 
 
-def local_anchors(features: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
-                  num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def local_anchors(
+    features: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class mean feature ``[C, d]`` (zero for an absent class) and class counts ``[C]``
     over the rows with ``mask`` 1 (vmap-safe, one client)."""
     onehot = F.one_hot(y, num_classes).to(features.dtype) * mask.unsqueeze(-1)
@@ -77,8 +83,9 @@ def local_anchors(features: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
     return (onehot.T @ features) / counts.clamp_min(1.0).unsqueeze(-1), counts
 
 
-def aggregate_anchors(anchors: torch.Tensor, counts: torch.Tensor, previous: torch.Tensor
-                      ) -> torch.Tensor:
+def aggregate_anchors(
+    anchors: torch.Tensor, counts: torch.Tensor, previous: torch.Tensor
+) -> torch.Tensor:
     """Class-count weighted mean of the clients' local anchors.
 
     Parameters
@@ -106,8 +113,9 @@ class FedFM(Algorithm):
     params = {
         "lam": non_negative("weight lambda of the contrastive-guiding loss", 1.0),
         "alpha": positive("temperature alpha of the contrastive-guiding loss", 0.1),
-        "start_round": Param(5, "round T_s (0-based) from which the loss is on",
-                             lambda v: v >= 0, ">= 0", int),
+        "start_round": Param(
+            5, "round T_s (0-based) from which the loss is on", lambda v: v >= 0, ">= 0", int
+        ),
     }
     sends = ("anchors", "fm_weight")
     #: local anchors from the trained local model (FedFM-Lite) instead of the global one
@@ -120,7 +128,7 @@ class FedFM(Algorithm):
 
     def client_loss(self, s: Step) -> torch.Tensor:
         anchors = s.shared.get("anchors")
-        if anchors is None or anchors.dim() != 2:   # no anchors yet (or no server)
+        if anchors is None or anchors.dim() != 2:  # no anchors yet (or no server)
             return s.ce
         cg = contrastive_guiding_loss(s.features, s.y, anchors, self.p["alpha"], s.mask)
         return s.ce + s.shared["fm_weight"].reshape(()) * cg
@@ -129,8 +137,7 @@ class FedFM(Algorithm):
         params = f.split(f.flat if self.lite else f.global_flat)
         x = f.x.reshape(-1, *f.x.shape[2:])
         feats, logits = f.forward(params, x)
-        anchor, count = local_anchors(feats, f.y.reshape(-1), f.mask.reshape(-1),
-                                      logits.shape[-1])
+        anchor, count = local_anchors(feats, f.y.reshape(-1), f.mask.reshape(-1), logits.shape[-1])
         return {"anchor": anchor, "count": count}
 
     def init_server(self, global_flat: torch.Tensor, num_params: int) -> dict[str, torch.Tensor]:
@@ -141,8 +148,9 @@ class FedFM(Algorithm):
         # a replay of recorded rounds (the ledger's committee, the audit) has no extras
         if kept.any() and "anchor" in r.extras:
             k = torch.from_numpy(kept)
-            r.server["anchors"] = aggregate_anchors(r.extras["anchor"][k], r.extras["count"][k],
-                                                    r.server["anchors"])
+            r.server["anchors"] = aggregate_anchors(
+                r.extras["anchor"][k], r.extras["count"][k], r.server["anchors"]
+            )
         r.server["fm_weight"] = self.weight(r.round + 1)
         return r.global_flat + self.cfg.server_lr * r.delta
 

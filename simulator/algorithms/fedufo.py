@@ -51,7 +51,10 @@ Choices where the paper is silent or does not fit one training pass per round:
    ``KLDivLoss(log y^, y~)`` = KL(y~ || y^), target first, as distillation code writes it.
 4. **Local performance** for dynamic sampling is the global model's accuracy on the client's
    training rows when it last trained (the paper does not say how it is measured); clients never
-   measured are only drawn in the uniform half. Choosing costs a pass over the population.
+   measured are only drawn in the uniform half. Choosing costs a pass over the population. The
+   scores are per-client rows of the run's client-state store (table :data:`PERF`, written by
+   the server update for the kept rows only, read by :meth:`FedUFO.choose`), so they spill and
+   checkpoint with the other per-client state.
    Communication: each client also uploads its trained parameters and class counts (extras)
    and downloads up to ``peers`` models, as the paper's prior exchange does (K_c - 1 models).
 5. **Hyper-parameters**: lam = 3, unit weights for L_uniform and L_cgr (Eq. 12), D's loss at
@@ -84,10 +87,13 @@ from simulator.algorithms.fedufo_losses import (
     split_as,
     uniform_loss,
 )
-from simulator.config.sections import ConfigError
+from simulator.config.fields import ConfigError
 from simulator.training.step import Finish, Step
 
 READINGS = ("softmax", "mean")
+#: the client-state store table of the dynamic-sampling scores (float32 scalar per client; a
+#: client without a row was never measured)
+PERF = "perf"
 
 
 def _count(help: str, default: int, low: int) -> Param:
@@ -98,22 +104,32 @@ def _count(help: str, default: int, low: int) -> Param:
 class FedUFO(Algorithm):
     name = "fedufo"
     params = {
-        "uad": non_negative("weight of the UAD loss L_uniform (0: no discriminator, no peers "
-                            "for it)", 1.0),
+        "uad": non_negative(
+            "weight of the UAD loss L_uniform (0: no discriminator, no peers for it)", 1.0
+        ),
         "cgr": non_negative("weight of the group consensus loss L_cgr (stage two)", 1.0),
-        "lam": non_negative("lambda, weight of the global consensus loss L_cgl (stage two)",
-                            3.0),
-        "stage_two": _count("first round of stage two (CGR and CGL on; 0: from the start)",
-                            60, 0),
+        "lam": non_negative("lambda, weight of the global consensus loss L_cgl (stage two)", 3.0),
+        "stage_two": _count("first round of stage two (CGR and CGL on; 0: from the start)", 60, 0),
         "peers": _count("peer models kept from the previous round (the group size K_c)", 10, 1),
-        "disc_classes": _count("discriminator outputs for client ids (the paper's K; one more "
-                               "output marks the training client)", 100, 1),
-        "cgr_target": Param("softmax", "reading of Eq. 7: 'softmax' (as printed) or 'mean' "
-                            "(renormalized weighted average)", lambda v: v in READINGS,
-                            f"one of {list(READINGS)}", str),
-        "dynamic_sampling": Param(False, "pick half of each round's clients among the lowest "
-                                  "local accuracies (Sec. 3.3.2)", kind=bool,
-                                  rule="true or false"),
+        "disc_classes": _count(
+            "discriminator outputs for client ids (the paper's K; one more "
+            "output marks the training client)",
+            100,
+            1,
+        ),
+        "cgr_target": Param(
+            "softmax",
+            "reading of Eq. 7: 'softmax' (as printed) or 'mean' (renormalized weighted average)",
+            lambda v: v in READINGS,
+            f"one of {list(READINGS)}",
+            str,
+        ),
+        "dynamic_sampling": Param(
+            False,
+            "pick half of each round's clients among the lowest local accuracies (Sec. 3.3.2)",
+            kind=bool,
+            rule="true or false",
+        ),
     }
     sends = ("peers", "peer_labels", "peer_shares", "stage")
 
@@ -123,10 +139,13 @@ class FedUFO(Algorithm):
         H-dimensional features (the head's input); it is not on the forward path."""
         h = getattr(model.head, "in_features", None)
         if not isinstance(h, int):
-            raise ConfigError("algorithm.algorithm: fedufo needs a model whose head is a "
-                              "linear layer (it reads the feature width from it)")
-        model.disc = nn.Sequential(nn.Linear(h, h), nn.ReLU(),
-                                   nn.Linear(h, self.p["disc_classes"] + 1))
+            raise ConfigError(
+                "algorithm.algorithm: fedufo needs a model whose head is a "
+                "linear layer (it reads the feature width from it)"
+            )
+        model.disc = nn.Sequential(
+            nn.Linear(h, h), nn.ReLU(), nn.Linear(h, self.p["disc_classes"] + 1)
+        )
         return model
 
     def _uses_peers(self) -> bool:
@@ -141,7 +160,7 @@ class FedUFO(Algorithm):
         loss = s.ce
         with_peers = peers.shape[0] > 0 and (p["uad"] > 0 or (stage_two and p["cgr"] > 0))
         if with_peers:
-            with torch.no_grad():   # the peers' models are fixed: no gradient flows into them
+            with torch.no_grad():  # the peers' models are fixed: no gradient flows into them
                 # a loop over the peers (unmapped weights: one plain matmul each) is ~3x faster
                 # than a nested vmap over them
                 outs = [s.forward(split_as(s.params, q), s.x) for q in peers]
@@ -151,11 +170,13 @@ class FedUFO(Algorithm):
                 d = {k: s.params[k] for k in DISC}
                 labels = s.shared["peer_labels"]
                 play = in_play(labels)
-                loss = (loss + p["uad"] * uniform_loss(d, s.features, play, m)
-                        + discriminator_loss(d, s.features, pf, labels, play, m))
+                loss = (
+                    loss
+                    + p["uad"] * uniform_loss(d, s.features, play, m)
+                    + discriminator_loss(d, s.features, pf, labels, play, m)
+                )
             if stage_two and p["cgr"] > 0:
-                target = cgr_target(torch.softmax(pl, -1), s.shared["peer_shares"],
-                                    p["cgr_target"])
+                target = cgr_target(torch.softmax(pl, -1), s.shared["peer_shares"], p["cgr_target"])
                 loss = loss + p["cgr"] * kl_to(target, s.logits, m)
         if stage_two and p["lam"] > 0:
             with torch.no_grad():
@@ -183,10 +204,12 @@ class FedUFO(Algorithm):
 
     # -- the server side ---------------------------------------------------------------------
     def init_server(self, global_flat: torch.Tensor, num_params: int) -> dict[str, torch.Tensor]:
-        return {"peers": torch.zeros(0, num_params),
-                "peer_labels": torch.zeros(0, self.p["disc_classes"] + 1),
-                "peer_shares": torch.zeros(0, 0),
-                "stage": torch.tensor(1.0 if self.p["stage_two"] == 0 else 0.0)}
+        return {
+            "peers": torch.zeros(0, num_params),
+            "peer_labels": torch.zeros(0, self.p["disc_classes"] + 1),
+            "peer_shares": torch.zeros(0, 0),
+            "stage": torch.tensor(1.0 if self.p["stage_two"] == 0 else 0.0),
+        }
 
     def server_update(self, r: ServerRound) -> torch.Tensor:
         """FedAvg's step; the kept clients' posteriors become the next round's peers, their
@@ -203,11 +226,18 @@ class FedUFO(Algorithm):
             r.server["peers"] = r.extras["post"][sel].float().clone()
             r.server["peer_labels"] = F.one_hot(ids.long(), self.p["disc_classes"] + 1).float()
             r.server["peer_shares"] = class_shares(r.extras["counts"][sel].float())
-        if len(kept) and "acc" in r.extras:
-            if "perf" not in r.server:
-                r.server["perf"] = torch.full((r.num_clients,), float("nan"))
-            idx = torch.from_numpy(np.asarray(r.client_ids)[kept].astype(np.int64))
-            r.server["perf"][idx] = r.extras["acc"][torch.from_numpy(kept)].float()
+        if self.p["dynamic_sampling"] and len(kept) and "acc" in r.extras:
+            if r.store is None:
+                raise ValueError(
+                    "fedufo: dynamic sampling keeps its scores in the client-state "
+                    "store; ServerRound.store is None"
+                )
+            r.store.declare(PERF, (), np.float32)
+            r.store.put(
+                PERF,
+                np.asarray(r.client_ids)[kept].astype(np.int64),
+                r.extras["acc"][torch.from_numpy(kept)].float().numpy(),
+            )
         r.server["stage"] = torch.tensor(1.0 if r.round + 1 >= self.p["stage_two"] else 0.0)
         return super().server_update(r)
 
@@ -215,10 +245,20 @@ class FedUFO(Algorithm):
         """Only with dynamic sampling on (no population pass otherwise)."""
         return bool(self.p["dynamic_sampling"])
 
-    def choose(self, candidates: np.ndarray, m: int, rng: np.random.Generator,
-               server: dict[str, torch.Tensor]) -> np.ndarray | None:
-        """Dynamic sampling: the ``m // 2`` lowest measured accuracies plus uniform others;
-        None (the round policy's uniform choice) when it is off or nothing is measured yet."""
-        if not self.p["dynamic_sampling"] or "perf" not in server:
+    def choose(
+        self,
+        candidates: np.ndarray,
+        m: int,
+        rng: np.random.Generator,
+        server: dict[str, torch.Tensor],
+        store: Any = None,
+    ) -> np.ndarray | None:
+        """Dynamic sampling: the ``m // 2`` lowest measured accuracies (the :data:`PERF` rows
+        of ``store``) plus uniform others; None (the round policy's uniform choice) when it is
+        off or nothing is measured yet."""
+        if not self.p["dynamic_sampling"] or store is None or PERF not in store:
             return None
-        return pick_lowest(np.asarray(candidates), server["perf"].numpy(), m, rng)
+        candidates = np.asarray(candidates)
+        perf, measured = store.get(PERF, candidates)
+        perf[~measured] = np.nan
+        return pick_lowest(candidates, perf, m, rng)

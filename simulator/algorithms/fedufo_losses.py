@@ -28,7 +28,7 @@ def split_as(params: dict[str, torch.Tensor], flat: torch.Tensor) -> dict[str, t
     out, at, lead = {}, 0, flat.shape[:-1]
     for name, v in params.items():
         n = v.numel()
-        out[name] = flat[..., at:at + n].reshape(*lead, *v.shape)
+        out[name] = flat[..., at : at + n].reshape(*lead, *v.shape)
         at += n
     return out
 
@@ -41,8 +41,9 @@ def in_play(peer_labels: torch.Tensor) -> torch.Tensor:
     return (mark + own).clamp(max=1.0)
 
 
-def discriminate(d: dict[str, torch.Tensor], feats: torch.Tensor, play: torch.Tensor
-                 ) -> torch.Tensor:
+def discriminate(
+    d: dict[str, torch.Tensor], feats: torch.Tensor, play: torch.Tensor
+) -> torch.Tensor:
     """Log-probabilities of the discriminator D (Linear, ReLU, Linear; Sec. 4.1.1) on
     ``feats`` ``[..., H]`` -> ``[..., K_d + 1]``, the softmax taken over the outputs in
     ``play`` only (the others get about -1e4)."""
@@ -51,8 +52,9 @@ def discriminate(d: dict[str, torch.Tensor], feats: torch.Tensor, play: torch.Te
     return F.log_softmax(logits, dim=-1)
 
 
-def uniform_loss(d: dict[str, torch.Tensor], feats: torch.Tensor, play: torch.Tensor,
-                 mask: torch.Tensor) -> torch.Tensor:
+def uniform_loss(
+    d: dict[str, torch.Tensor], feats: torch.Tensor, play: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
     """UAD loss (Eq. 4): ``-(1/K) sum_j log D(f)_j``, the cross-entropy of D's output on the
     features to the uniform distribution over the K outputs in ``play``. D enters detached:
     only the feature extractor learns from it."""
@@ -61,16 +63,21 @@ def uniform_loss(d: dict[str, torch.Tensor], feats: torch.Tensor, play: torch.Te
     return masked_mean(-(logp * play).sum(-1) / play.sum().clamp_min(1.0), mask)
 
 
-def discriminator_loss(d: dict[str, torch.Tensor], own: torch.Tensor, peer_feats: torch.Tensor,
-                       peer_labels: torch.Tensor, play: torch.Tensor, mask: torch.Tensor
-                       ) -> torch.Tensor:
+def discriminator_loss(
+    d: dict[str, torch.Tensor],
+    own: torch.Tensor,
+    peer_feats: torch.Tensor,
+    peer_labels: torch.Tensor,
+    play: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
     """D's classification loss (Eq. 5) on detached features: the client's posterior features
     ``own`` ``[B, H]`` labelled with the last output ("this client") and each of the M peer
     models' features of the same rows ``peer_feats`` ``[M, B, H]`` labelled ``peer_labels``
     ``[M, K_d + 1]`` (one-hot); the M + 1 cross-entropies are averaged with equal weights."""
     own_term = -discriminate(d, own.detach(), play)[..., -1]
-    logp = discriminate(d, peer_feats.detach(), play)                 # [M, B, K_d + 1]
-    peer_term = -(logp * peer_labels[:, None, :]).sum(-1).sum(0)      # [B]
+    logp = discriminate(d, peer_feats.detach(), play)  # [M, B, K_d + 1]
+    peer_term = -(logp * peer_labels[:, None, :]).sum(-1).sum(0)  # [B]
     return masked_mean((own_term + peer_term) / (peer_feats.shape[0] + 1), mask)
 
 
@@ -90,7 +97,7 @@ def cgr_target(peer_probs: torch.Tensor, shares: torch.Tensor, reading: str) -> 
     * ``"mean"``: ``z / sum_c z_c``, the class-share weighted average of the peers'
       predictions renormalized (what Eq. 7 reads as without its extra softmax).
     """
-    z = (shares[:, None, :] * peer_probs).sum(0)                      # [B, C]
+    z = (shares[:, None, :] * peer_probs).sum(0)  # [B, C]
     if reading == "softmax":
         return torch.softmax(z, dim=-1)
     return z / z.sum(-1, keepdim=True).clamp_min(1e-12)
@@ -105,14 +112,14 @@ def kl_to(target: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor) -> tor
     return masked_mean((t * (logt - F.log_softmax(logits, dim=-1))).sum(-1), mask)
 
 
-def pick_lowest(candidates: np.ndarray, perf: np.ndarray, m: int, rng: np.random.Generator
-                ) -> np.ndarray:
+def pick_lowest(
+    candidates: np.ndarray, perf: np.ndarray, m: int, rng: np.random.Generator
+) -> np.ndarray:
     """Dynamic sampling (Sec. 3.3.2): the ``m // 2`` candidates with the lowest known local
-    performance ``perf`` (NaN = never measured; ties by id), plus ``m - m // 2`` others drawn
-    uniformly from the remaining candidates."""
-    p = perf[candidates]
-    known = candidates[~np.isnan(p)]
-    low = known[np.argsort(p[~np.isnan(p)], kind="stable")][:m // 2]
+    performance (``perf[j]`` is candidate ``j``'s, NaN = never measured; ties by id), plus
+    ``m - m // 2`` others drawn uniformly from the remaining candidates."""
+    known = candidates[~np.isnan(perf)]
+    low = known[np.argsort(perf[~np.isnan(perf)], kind="stable")][: m // 2]
     rest = np.setdiff1d(candidates, low)
     more = rng.choice(rest, size=min(m - len(low), len(rest)), replace=False)
     return np.sort(np.concatenate([low, more]).astype(np.int64))

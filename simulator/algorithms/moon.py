@@ -52,12 +52,17 @@ from torch import nn
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm, Param, non_negative, positive
-from simulator.config.sections import ConfigError
+from simulator.config.fields import ConfigError
 from simulator.training.step import Finish, Step
 
 
-def model_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor,
-                           tau: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+def model_contrastive_loss(
+    z: torch.Tensor,
+    z_glob: torch.Tensor,
+    z_prev: torch.Tensor,
+    tau: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """MOON's ``l_con`` averaged over the real rows of a batch.
 
     Parameters
@@ -79,13 +84,12 @@ def model_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.
     return (per_row * mask).sum() / mask.sum().clamp_min(1.0)
 
 
-def unflatten_like(flat: torch.Tensor, like: dict[str, torch.Tensor]
-                   ) -> dict[str, torch.Tensor]:
+def unflatten_like(flat: torch.Tensor, like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``flat`` cut into tensors shaped like ``like``'s, in its order (the flat layout's)."""
     out, at = {}, 0
     for name, t in like.items():
         n = t.numel()
-        out[name] = flat[at:at + n].reshape(t.shape)
+        out[name] = flat[at : at + n].reshape(t.shape)
         at += n
     return out
 
@@ -95,8 +99,10 @@ def projection_head(model: Any, out_dim: int) -> Any:
     new linear classifier on the projection (a ConfigError if the head is not linear)."""
     head = model.head
     if not isinstance(head, nn.Linear):
-        raise ConfigError(f"algorithm moon: the model's classifier must be a Linear layer, "
-                          f"got {type(head).__name__}")
+        raise ConfigError(
+            f"algorithm moon: the model's classifier must be a Linear layer, "
+            f"got {type(head).__name__}"
+        )
     h = head.in_features
     layers = list(model.body) if isinstance(model.body, nn.Sequential) else [model.body]
     # appended to the same Sequential: the feature extractor's entries keep their names
@@ -109,14 +115,20 @@ def projection_head(model: Any, out_dim: int) -> Any:
 class Moon(Algorithm):
     name = "moon"
     params = {
-        "mu": non_negative("weight mu of the model-contrastive loss (0 = FedAvg on the same "
-                           "model)", 1.0),
+        "mu": non_negative(
+            "weight mu of the model-contrastive loss (0 = FedAvg on the same model)", 1.0
+        ),
         "tau": positive("temperature tau of the model-contrastive loss", 0.5),
-        "out_dim": Param(256, "output dimension of the projection head", lambda v: v >= 1,
-                         ">= 1", int),
-        "projection": Param(True, "add the projection head (false: contrast the feature "
-                                  "extractor's output, the reference code's use_project_head=0)",
-                            rule="true or false", kind=bool),
+        "out_dim": Param(
+            256, "output dimension of the projection head", lambda v: v >= 1, ">= 1", int
+        ),
+        "projection": Param(
+            True,
+            "add the projection head (false: contrast the feature "
+            "extractor's output, the reference code's use_project_head=0)",
+            rule="true or false",
+            kind=bool,
+        ),
     }
     #: ``prev``: the client's model after the last round it trained; ``trained``: 1 once it has
     #: (a one-entry flag, so that no step scans the whole ``prev`` row)
@@ -133,7 +145,7 @@ class Moon(Algorithm):
         z_glob, _ = s.forward(s.global_params, s.x)
         z_glob = z_glob.detach()
         prev = s.state.get("prev")
-        if prev is None:   # no store (the server's own training on a root set)
+        if prev is None:  # no store (the server's own training on a root set)
             z_prev = z_glob
         else:
             z_prev, _ = s.forward(unflatten_like(prev, s.params), s.x)
@@ -146,6 +158,7 @@ class Moon(Algorithm):
         if "prev" not in f.state:
             return {"prev": f.flat, "trained": torch.ones(1)}
         took = f.steps > 0
-        return {"prev": torch.where(took, f.flat, f.state["prev"]),
-                "trained": torch.where(took, torch.ones_like(f.state["trained"]),
-                                       f.state["trained"])}
+        return {
+            "prev": torch.where(took, f.flat, f.state["prev"]),
+            "trained": torch.where(took, torch.ones_like(f.state["trained"]), f.state["trained"]),
+        }

@@ -1,9 +1,12 @@
-"""Field machinery of :mod:`simulator.config.sections`: declaring, validating and coercing fields.
+"""Field machinery of the configuration sections: declaring, validating and coercing fields.
 
-:func:`_f` declares a field with its help text (and valid choices) in ``metadata``;
-:func:`_check_choice` and :func:`_positive` validate values in ``__post_init__``;
-:func:`_type_name` and :func:`_coerce` turn YAML or command-line values into a field's type;
-:func:`parse_size` reads sizes such as ``"64MB"``.  Errors are :class:`ConfigError`.
+:func:`field_of` declares a field with its help text (and valid choices) in ``metadata``;
+:func:`check_choice` and :func:`check_positive` validate values in ``__post_init__``;
+:func:`type_name` and :func:`coerce` turn YAML or command-line values into a field's type;
+:func:`parse_size` reads sizes such as ``"64MB"``. Errors are :class:`ConfigError`.
+
+This module imports nothing of the project: every part of it (the plugin packages included) may
+import :class:`ConfigError` from here.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import math
 import types
 import typing
+from collections.abc import Collection
 from dataclasses import field, fields
 from typing import Any
 
@@ -19,22 +23,27 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message names the field and the valid choices."""
 
 
-def _f(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+def field_of(default: Any, help: str, choices: Collection[str] | None = None) -> Any:
+    """A dataclass field with its help text and, optionally, its valid values (a tuple, or a
+    plugin registry: checked against the names registered when the config is built)."""
     meta = {"help": help, "choices": choices}
     if isinstance(default, dict):
         return field(default_factory=lambda: dict(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
-def _check_choice(section: str, obj: Any) -> None:
+def check_choice(section: str, obj: Any) -> None:
+    """ConfigError naming the first field of ``obj`` whose value is not one of its choices."""
     for f in fields(obj):
         ch = f.metadata.get("choices")
         val = getattr(obj, f.name)
-        if ch and val not in ch:
+        if ch is not None and val not in ch:
             raise ConfigError(f"{section}.{f.name}: unknown value {val!r}; valid: {list(ch)}")
 
 
-def _positive(section: str, obj: Any, names: tuple[str, ...], strict: bool = True) -> None:
+def check_positive(section: str, obj: Any, names: tuple[str, ...], strict: bool = True) -> None:
+    """ConfigError naming the first of ``names`` that is not finite and > 0 (>= 0 if not
+    ``strict``); None values pass."""
     for n in names:
         v = getattr(obj, n)
         if v is None:
@@ -46,23 +55,49 @@ def _positive(section: str, obj: Any, names: tuple[str, ...], strict: bool = Tru
             raise ConfigError(f"{section}.{n}: must be {rel}, got {v!r}")
 
 
+#: the units :func:`parse_size` reads, in bytes
+SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+
+
 def parse_size(text: str | int | float) -> int:
     """Bytes of a size such as ``"64MB"``, ``"1.5GB"``, ``"512KiB"`` or a plain number of bytes
-    (decimal units are powers of 1000, ``KiB/MiB/GiB`` powers of 1024)."""
-    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+    (decimal units are powers of 1000, ``KiB/MiB/GiB`` powers of 1024).
+
+    Raises
+    ------
+    ValueError
+        Anything else; the message names the value and the accepted forms.
+    """
     if isinstance(text, int | float) and not isinstance(text, bool):
         value, unit = float(text), ""
     else:
         s = str(text).strip().upper().replace(" ", "")
         num = s.rstrip("KMGTIB")
-        value, unit = (float(num) if num else float("nan")), s[len(num):]
-    if unit not in units or not math.isfinite(value) or value < 0:
-        raise ValueError(f"not a size: {text!r} (examples: 64MB, 1.5GB, 512KiB)")
-    return int(value * units[unit])
+        try:
+            value = float(num) if num else float("nan")
+        except ValueError:
+            value = float("nan")
+        unit = s[len(num) :]
+    if unit not in SIZE_UNITS or not math.isfinite(value) or value < 0:
+        raise ValueError(
+            f"{text!r} is not a size; give a number of bytes with an optional unit "
+            "B, KB, MB, GB, TB, KiB, MiB, GiB or TiB, e.g. 64MB, 2GB, 512KiB"
+        )
+    return int(value * SIZE_UNITS[unit])
 
 
-def _type_name(typ: Any) -> str:
+def type_name(typ: Any) -> str:
     """'int', 'float', 'str', 'bool', 'dict', optionally followed by ' | None'."""
     args = [a for a in typing.get_args(typ) if a is not type(None)]
     base = args[0] if args and typing.get_origin(typ) in (types.UnionType, typing.Union) else typ
@@ -70,8 +105,10 @@ def _type_name(typ: Any) -> str:
     return name + (" | None" if type(None) in typing.get_args(typ) else "")
 
 
-def _coerce(sec: str, name: str, typ: Any, value: Any) -> Any:
-    t = _type_name(typ)
+def coerce(sec: str, name: str, typ: Any, value: Any) -> Any:
+    """``value`` (from YAML or a flag) as field ``sec.name`` of type ``typ``; ConfigError naming
+    the field, the expected type and the value otherwise."""
+    t = type_name(typ)
     try:
         if value is None:
             if "None" in t:

@@ -1,16 +1,36 @@
-"""Datasets, federated partitioning and per-client feature shift for FedSentry."""
+"""Datasets, federated partitioning, client data sources and per-client feature shift.
 
-from .datasets import DATASETS, DataError, Dataset, load_dataset
-from .partition import PARTITIONERS, partition, split_public
+Dataset loaders (:mod:`.datasets`) and partition schemes (:mod:`.partitions`) are plugins, one
+file each, registered by name; client data sources (:mod:`.clients`, :mod:`.virtual`,
+:mod:`.generated`) give a selected client's rows on demand.
+"""
+
+from .clients import ClientData, NaturalData, PartitionData, with_local_test
+from .datasets import DATASETS, DataError, Dataset, dataset_path, load_dataset
+from .generated import SyntheticDevices, synthetic_test_set
+from .holdout import split_public, stratified_split
+from .partitions import PARTITIONS, partition
+from .rows import ClientRows
 from .synthetic import feature_shift
+from .virtual import VirtualData
 
 __all__ = [
-    "Dataset",
-    "DataError",
     "DATASETS",
+    "PARTITIONS",
+    "ClientData",
+    "ClientRows",
+    "DataError",
+    "Dataset",
+    "NaturalData",
+    "PartitionData",
+    "SyntheticDevices",
+    "VirtualData",
+    "dataset_path",
+    "feature_shift",
     "load_dataset",
-    "PARTITIONERS",
     "partition",
     "split_public",
-    "feature_shift",
+    "stratified_split",
+    "synthetic_test_set",
+    "with_local_test",
 ]

@@ -3,108 +3,26 @@
 The client population is independent of the dataset: a source answers "which rows does client
 ``c`` hold" for the clients asked about, at a cost proportional to their number, and holds
 nothing per client for all ``num_clients`` (except :class:`PartitionData`, a real split of the
-dataset).  Sources: :class:`.partitioned.PartitionData` (CSR partition, today's behaviour),
-:class:`.partitioned.NaturalData` (LEAF writers), :class:`.virtual.VirtualData` (log-normal
-size, Dirichlet label mix, drawn from the pool) and :class:`.generated.SyntheticDevices`
-(FedProx devices generated on demand); all of them, and ``synthetic_test_set``, can also be
-imported from here.  A client's data is a pure function of the construction arguments and its
-id, whatever else was asked before or in the same call.
+dataset).  Sources: :class:`PartitionData` (CSR partition of the training set),
+:class:`NaturalData` (LEAF writers, FedProx devices), :class:`~simulator.data.virtual.VirtualData`
+(log-normal size, Dirichlet label mix, drawn from the pool) and
+:class:`~simulator.data.generated.SyntheticDevices` (FedProx devices generated on demand); the
+package :mod:`simulator.data` exports them all.  A client's data is a pure function of the
+construction arguments and its id, whatever else was asked before or in the same call.
 """
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.special import ndtri
 
-from simulator.rng import mix64
+from simulator.data.rows import ClientRows, check_fraction, check_seed, holdout_counts
 
-if TYPE_CHECKING:  # defined in .partitioned, re-exported lazily (see __getattr__ below)
-    from .partitioned import NaturalData, PartitionData
-
-__all__ = [
-    "LOCAL_TEST_TAG",
-    "ClientRows",
-    "ClientData",
-    "PartitionData",
-    "NaturalData",
-    "hash_normal",
-    "holdout_counts",
-    "with_local_test",
-]
+__all__ = ["LOCAL_TEST_TAG", "ClientData", "NaturalData", "PartitionData", "with_local_test"]
 
 LOCAL_TEST_TAG = 0x7E57  # tag of the split that gives a partition's per-client local test data
-
-_U64 = (1 << 64) - 1
-
-
-def hash_normal(seed: int, ids: np.ndarray, tag: int) -> np.ndarray:
-    """Standard normal draws that are a pure, vectorized function of ``(seed, tag, id)``.
-
-    A splitmix64-style hash of the three integers gives 53 random bits, i.e. a uniform
-    ``u = (bits + 0.5) / 2**53`` in the open interval (0, 1), mapped to ``N(0, 1)`` by the
-    inverse normal CDF (``scipy.special.ndtri``).  ``|z|`` never exceeds about 8.3.
-
-    Parameters
-    ----------
-    seed : int
-        Experiment seed (any integer; taken modulo 2**64).
-    ids : ndarray
-        Integer ids, any shape.
-    tag : int
-        Stream tag, so that different uses of the same (seed, id) are independent.
-
-    Returns
-    -------
-    ndarray
-        float64 array of the shape of ``ids``.
-    """
-    key = mix64(np.array([int(seed) & _U64], dtype=np.uint64))
-    key = mix64(key ^ np.array([int(tag) & _U64], dtype=np.uint64))
-    h = mix64(key ^ mix64(np.asarray(ids, dtype=np.int64).view(np.uint64)))
-    u = ((h >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
-    return ndtri(u)
-
-
-def holdout_counts(n: np.ndarray, fraction: float) -> np.ndarray:
-    """Rows held out of clients of ``n`` rows: ``min(max(1, round(fraction * n)), n - 1)``.
-
-    A client with a single row (or none) holds out 0; rounding is half-to-even like Python's
-    ``round``.  Vectorized; returns int64 of the shape of ``n``.
-    """
-    n = np.asarray(n, dtype=np.int64)
-    k = np.minimum(np.maximum(1, np.rint(fraction * n).astype(np.int64)), n - 1)
-    return np.where(n >= 2, k, 0).astype(np.int64)
-
-
-def _check_fraction(fraction: float) -> None:
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"split fraction must be in (0, 1), got {fraction}")
-
-
-def _check_seed(name: str, value: int) -> None:
-    if int(value) != value or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-
-
-@dataclass(frozen=True)
-class ClientRows:
-    """Local data of some clients.
-
-    ``x``/``y`` are None when ``index`` refers to the pool the source was built on (the
-    training set, or the test set for a local-test source); otherwise they hold generated
-    samples (float32 ``[M, *input_shape]``, int64 ``[M]``) and ``index`` refers to them.
-    ``index`` holds one int64 array of row numbers per requested client, in request order.
-    """
-
-    x: np.ndarray | None
-    y: np.ndarray | None
-    index: list[np.ndarray]
 
 
 class ClientData(ABC):
@@ -128,8 +46,10 @@ class ClientData(ABC):
         """Client ids as a 1-D int64 array, checked to lie in ``0..num_clients-1``."""
         arr = np.asarray(ids, dtype=np.int64).reshape(-1)
         if arr.size and (arr.min() < 0 or arr.max() >= self.num_clients):
-            raise IndexError(f"client ids must be in 0..{self.num_clients - 1}, got "
-                             f"{int(arr.min())}..{int(arr.max())}")
+            raise IndexError(
+                f"client ids must be in 0..{self.num_clients - 1}, got "
+                f"{int(arr.min())}..{int(arr.max())}"
+            )
         return arr
 
     @abstractmethod
@@ -140,8 +60,7 @@ class ClientData(ABC):
     def rows(self, ids: Sequence[int] | np.ndarray) -> ClientRows:
         """Local data of clients ``ids``, a pure function of the source and each id."""
 
-    def split(self, fraction: float, *, seed: int,
-              tag: int) -> tuple[ClientData, ClientData]:
+    def split(self, fraction: float, *, seed: int, tag: int) -> tuple[ClientData, ClientData]:
         """Split every client's rows in two: ``(kept, held)``.
 
         A client of ``n >= 2`` rows holds out ``min(max(1, round(fraction * n)), n - 1)``
@@ -150,11 +69,13 @@ class ClientData(ABC):
         (0, 1), ``seed`` and ``tag`` (naming the split's purpose) are non-negative.  Both
         sources refer to the same pool (or generated samples) as this one.
         """
-        _check_fraction(fraction)
-        _check_seed("seed", seed)
-        _check_seed("tag", tag)
-        return (_SplitView(self, fraction, int(seed), int(tag), held=False),
-                _SplitView(self, fraction, int(seed), int(tag), held=True))
+        check_fraction(fraction)
+        check_seed("seed", seed)
+        check_seed("tag", tag)
+        return (
+            _SplitView(self, fraction, int(seed), int(tag), held=False),
+            _SplitView(self, fraction, int(seed), int(tag), held=True),
+        )
 
     @abstractmethod
     def local_test(self, fraction: float, *, seed: int) -> ClientData:
@@ -169,10 +90,16 @@ class ClientData(ABC):
 class _SplitView(ClientData):
     """One side of an on-demand per-client split of another source (see ``ClientData.split``)."""
 
-    def __init__(self, parent: ClientData, fraction: float, seed: int, tag: int, *,
-                 held: bool) -> None:
+    def __init__(
+        self, parent: ClientData, fraction: float, seed: int, tag: int, *, held: bool
+    ) -> None:
         self.parent, self.fraction, self.seed, self.tag, self.held = (
-            parent, fraction, seed, tag, held)
+            parent,
+            fraction,
+            seed,
+            tag,
+            held,
+        )
         self.num_clients = parent.num_clients
         self.local_test_pool = parent.local_test_pool
 
@@ -201,8 +128,9 @@ class _SplitView(ClientData):
         return self.parent.nbytes()
 
 
-def with_local_test(source: ClientData, fraction: float,
-                    seed: int) -> tuple[ClientData, ClientData, str]:
+def with_local_test(
+    source: ClientData, fraction: float, seed: int
+) -> tuple[ClientData, ClientData, str]:
     """Training source, local-test source and the pool the test indices refer to.
 
     For a source whose local test rows come out of its own training rows
@@ -222,14 +150,134 @@ def with_local_test(source: ClientData, fraction: float,
     return source, source.local_test(fraction, seed=seed), "test"
 
 
-_LAZY = {"PartitionData": ".partitioned", "NaturalData": ".partitioned",
-         "VirtualData": ".virtual", "SyntheticDevices": ".generated",
-         "synthetic_test_set": ".generated"}
+class PartitionData(ClientData):
+    """A real partition of the training set in CSR form.
+
+    Client ``c`` holds training rows ``index_flat[offsets[c]:offsets[c + 1]]``.  Its local test
+    data is a held part of its own rows (indices into the training set): train on
+    ``split(fraction, seed=seed, tag=LOCAL_TEST_TAG)[0]`` when evaluating on
+    ``local_test(fraction, seed=seed)``, or use :func:`with_local_test`.
+
+    Parameters
+    ----------
+    index_flat : ndarray
+        Concatenated int64 row numbers of all clients.
+    offsets : ndarray
+        ``num_clients + 1`` non-decreasing offsets, ``offsets[0] == 0`` and
+        ``offsets[-1] == len(index_flat)``.
+    """
+
+    local_test_pool = "train"
+
+    def __init__(self, index_flat: np.ndarray, offsets: np.ndarray) -> None:
+        self.index_flat = np.asarray(index_flat, dtype=np.int64).reshape(-1)
+        self.offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
+        o = self.offsets
+        if len(o) < 2 or o[0] != 0 or o[-1] != len(self.index_flat) or np.any(np.diff(o) < 0):
+            raise ValueError(
+                f"offsets must rise from 0 to len(index_flat)="
+                f"{len(self.index_flat)} over num_clients + 1 >= 2 entries"
+            )
+        self.num_clients = len(o) - 1
+
+    @classmethod
+    def from_lists(cls, parts: Sequence[np.ndarray]) -> PartitionData:
+        """Build from one row array per client (e.g. the output of ``partition``)."""
+        arrays = [np.asarray(p, dtype=np.int64).reshape(-1) for p in parts]
+        offsets = np.concatenate([[0], np.cumsum([len(a) for a in arrays], dtype=np.int64)])
+        return cls(np.concatenate([np.zeros(0, np.int64), *arrays]), offsets)
+
+    def to_lists(self) -> list[np.ndarray]:
+        """One row array per client (copies), the form ``partition`` returns."""
+        return self.rows(np.arange(self.num_clients)).index
+
+    def sizes(self, ids: np.ndarray) -> np.ndarray:
+        ids = self._ids(ids)
+        return self.offsets[ids + 1] - self.offsets[ids]
+
+    def rows(self, ids: Sequence[int] | np.ndarray) -> ClientRows:
+        o, flat = self.offsets, self.index_flat
+        return ClientRows(
+            None, None, [flat[o[c] : o[c + 1]].copy() for c in self._ids(ids).tolist()]
+        )
+
+    def split(self, fraction: float, *, seed: int, tag: int) -> tuple[PartitionData, PartitionData]:
+        """Split every client's rows in two: ``(kept, held)``, both :class:`PartitionData`.
+
+        Reproduces, bit for bit, the sequential holdout loop (Siren's): one generator
+        ``default_rng([seed, tag])`` and, for clients 0, 1, 2, ... in order,
+        ``perm = rng.permutation(n)``, ``held = sort(rows[perm[:k]])``,
+        ``kept = sort(rows[perm[k:]])`` with ``k = min(max(1, round(fraction * n)), n - 1)``
+        (0 for ``n < 2``).  This loop over all clients is bounded by the dataset's rows.
+        """
+        check_fraction(fraction)
+        rng = np.random.default_rng([seed, tag])
+        kept: list[np.ndarray] = []
+        held: list[np.ndarray] = []
+        counts = holdout_counts(np.diff(self.offsets), fraction)
+        for c in range(self.num_clients):
+            rows = self.index_flat[self.offsets[c] : self.offsets[c + 1]]
+            k = int(counts[c])
+            perm = rng.permutation(len(rows))
+            held.append(np.sort(rows[perm[:k]]))
+            kept.append(np.sort(rows[perm[k:]]))
+        return PartitionData.from_lists(kept), PartitionData.from_lists(held)
+
+    def local_test(self, fraction: float, *, seed: int) -> PartitionData:
+        """Held part of ``split(fraction, seed=seed, tag=LOCAL_TEST_TAG)``: training-set rows.
+
+        The caller must train on the kept part, ``split(...)[0]``, not on this source.
+        """
+        return self.split(fraction, seed=seed, tag=LOCAL_TEST_TAG)[1]
+
+    def nbytes(self) -> int:
+        return int(self.index_flat.nbytes + self.offsets.nbytes)
 
 
-def __getattr__(name: str) -> object:
-    """Lazy re-exports of the sources defined in :mod:`.partitioned`, :mod:`.virtual` and
-    :mod:`.generated`."""
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name], __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+class NaturalData(PartitionData):
+    """Natural clients (LEAF writers, FedProx devices): client ``c`` is one writer's rows.
+
+    Build with :meth:`from_groups`; ``writers[c]`` is the group id of client ``c``.
+    """
+
+    def __init__(
+        self, index_flat: np.ndarray, offsets: np.ndarray, writers: np.ndarray | None = None
+    ) -> None:
+        super().__init__(index_flat, offsets)
+        self.writers = (
+            np.arange(self.num_clients, dtype=np.int64) if writers is None else np.asarray(writers)
+        )
+
+    @classmethod
+    def from_groups(cls, groups: np.ndarray, num_clients: int, *, seed: int) -> NaturalData:
+        """Client ``c`` holds the rows of writer ``perm[c]``, ``perm`` a seeded permutation.
+
+        ``perm = default_rng(seed).permutation(unique(groups))``, so the clients are those of
+        ``partition(labels, num_clients, "natural", seed=seed, groups=groups)``.
+
+        Raises
+        ------
+        ValueError
+            ``num_clients`` exceeds the number of writers (both numbers in the message).
+        """
+        groups = np.asarray(groups).reshape(-1)
+        uniq, inverse = np.unique(groups, return_inverse=True)
+        if int(num_clients) != num_clients or num_clients < 1:
+            raise ValueError(f"num_clients must be a positive integer, got {num_clients}")
+        if num_clients > len(uniq):
+            raise ValueError(
+                f"natural clients: num_clients={num_clients} exceeds the "
+                f"{len(uniq)} writers in the data"
+            )
+        perm = np.random.default_rng(seed).permutation(len(uniq))[:num_clients]
+        client_of = np.full(len(uniq), -1, dtype=np.int64)  # writer (sorted) -> client
+        client_of[perm] = np.arange(num_clients, dtype=np.int64)
+        owner = client_of[inverse]
+        rows = np.flatnonzero(owner >= 0)
+        rows = rows[np.argsort(owner[rows], kind="stable")]  # by client, rows ascending
+        counts = np.bincount(owner[owner >= 0], minlength=num_clients)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return cls(rows.astype(np.int64), offsets, uniq[perm])
+
+    def nbytes(self) -> int:
+        return super().nbytes() + int(self.writers.nbytes)

@@ -74,8 +74,10 @@ def find_file(directory: Path, candidates: list[str]) -> Path:
             p = directory / variant
             if p.is_file():
                 return p
-    raise DataError(f"{directory / candidates[0]}: file not found (also tried .gz and "
-                    f"{', '.join(candidates[1:]) or 'no other names'})")
+    raise DataError(
+        f"{directory / candidates[0]}: file not found (also tried .gz and "
+        f"{', '.join(candidates[1:]) or 'no other names'})"
+    )
 
 
 def read_idx(path: Path, *, ndim: int | None = None) -> np.ndarray:
@@ -114,8 +116,9 @@ def read_idx(path: Path, *, ndim: int | None = None) -> np.ndarray:
     actual = len(raw) - header_len
     if actual != expected:
         kind = "truncated" if actual < expected else "has trailing bytes"
-        raise DataError(f"{path}: idx data {kind}: header dims {dims} need {expected} bytes, "
-                        f"found {actual}")
+        raise DataError(
+            f"{path}: idx data {kind}: header dims {dims} need {expected} bytes, found {actual}"
+        )
     data = np.frombuffer(raw, dtype=dtype, offset=header_len).reshape(dims)
     return data.astype(dtype.newbyteorder("="))
 
@@ -172,8 +175,10 @@ def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(data)
     y = np.asarray(labels, dtype=np.int64)
     if x.ndim != 2 or x.shape[1] != 3 * 32 * 32 or x.shape[0] != y.shape[0]:
-        raise DataError(f"{path}: data has shape {x.shape} with {y.shape[0]} labels, expected "
-                        "[N, 3072] and N labels")
+        raise DataError(
+            f"{path}: data has shape {x.shape} with {y.shape[0]} labels, expected "
+            "[N, 3072] and N labels"
+        )
     return x.astype(np.uint8).reshape(-1, 3, 32, 32), y
 
 
@@ -201,8 +206,9 @@ def read_leaf_dir(directory: Path) -> tuple[list[str], list[np.ndarray], list[np
                 entry = user_data[user]
                 xs, ys = per_user.setdefault(str(user), ([], []))
                 if len(entry["x"]) != len(entry["y"]):
-                    raise DataError(f"{f}: user {user!r} has {len(entry['x'])} x but "
-                                    f"{len(entry['y'])} y")
+                    raise DataError(
+                        f"{f}: user {user!r} has {len(entry['x'])} x but {len(entry['y'])} y"
+                    )
                 xs.extend(entry["x"])
                 ys.extend(entry["y"])
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -230,8 +236,7 @@ def read_label_last_csv(path: Path, *, num_features: int) -> tuple[np.ndarray, n
     """
     raw = _read_bytes(path)
     try:
-        table = np.loadtxt(raw.decode("ascii").splitlines(), delimiter=",", dtype=np.int64,
-                           ndmin=2)
+        table = np.loadtxt(raw.decode("ascii").splitlines(), delimiter=",", dtype=np.int64, ndmin=2)
     except (ValueError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not a numeric CSV ({exc})") from exc
     if table.shape[1] != num_features + 1:

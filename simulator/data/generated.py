@@ -8,7 +8,7 @@ device of a population of any size can be generated alone, in any order:
   ``b_k ~ N(u_k, 1)`` ``[C]``, ``v_k ~ N(B_k, 1)`` ``[d]`` (drawn in this order; the ``iid``
   variant uses one ``(W, b) ~ N(0, 1)`` from ``default_rng([seed, TAG])`` and ``v_k = 0``);
 * ``n_k = min(floor(exp(4 + 2 z_k)) + min_samples, max_samples)`` samples, ``z_k`` from
-  :func:`.clients.hash_normal` (so sizes are vectorized and need no generation);
+  :func:`.rows.hash_normal` (so sizes are vectorized and need no generation);
 * ``x ~ N(v_k, diag(j^-1.2))``, ``y = argmax(W_k x + b_k)``;
 * ``n_test = min(round(test_fraction * n_k), n_k - 1)`` samples of a permutation held out
   for testing, the rest (in permutation order) for training.
@@ -23,12 +23,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .clients import ClientData, ClientRows, _check_seed, hash_normal
+from .clients import ClientData
+from .rows import ClientRows, check_seed, hash_normal
 from .synthetic import check_synthetic
 
 __all__ = ["SyntheticDevices", "synthetic_test_set"]
 
-_TAG = 0x5E7D  # device generators (and the shared iid model)
+SYNTH_TAG = 0x5E7D  # device generators (and the shared iid model)
 _SIZE_TAG = 0x5E7E  # hash stream of the device sizes
 
 
@@ -58,16 +59,33 @@ class SyntheticDevices(ClientData):
 
     local_test_pool = "test"
 
-    def __init__(self, num_clients: int, *, seed: int, alpha: float, beta: float,
-                 iid: bool = False, dim: int = 60, num_classes: int = 10,
-                 min_samples: int = 50, max_samples: int = 1000,
-                 test_fraction: float = 0.2) -> None:
+    def __init__(
+        self,
+        num_clients: int,
+        *,
+        seed: int,
+        alpha: float,
+        beta: float,
+        iid: bool = False,
+        dim: int = 60,
+        num_classes: int = 10,
+        min_samples: int = 50,
+        max_samples: int = 1000,
+        test_fraction: float = 0.2,
+    ) -> None:
         if int(num_clients) != num_clients or num_clients < 1:
             raise ValueError(f"num_clients must be a positive integer, got {num_clients}")
-        _check_seed("seed", seed)
-        check_synthetic(alpha=alpha, beta=beta, num_devices=1, dim=dim,
-                        num_classes=num_classes, min_samples=min_samples,
-                        max_samples=max_samples, test_fraction=test_fraction)
+        check_seed("seed", seed)
+        check_synthetic(
+            alpha=alpha,
+            beta=beta,
+            num_devices=1,
+            dim=dim,
+            num_classes=num_classes,
+            min_samples=min_samples,
+            max_samples=max_samples,
+            test_fraction=test_fraction,
+        )
         self.num_clients = int(num_clients)
         self.seed, self.alpha, self.beta, self.iid = int(seed), float(alpha), float(beta), iid
         self.dim, self.num_classes = int(dim), int(num_classes)
@@ -76,9 +94,11 @@ class SyntheticDevices(ClientData):
         self._sigma_std = np.arange(1, dim + 1, dtype=np.float64) ** (-1.2 / 2.0)
         self._shared: tuple[np.ndarray, np.ndarray] | None = None
         if iid:
-            rng = np.random.default_rng([self.seed, _TAG])
-            self._shared = (rng.normal(0.0, 1.0, (num_classes, dim)),
-                            rng.normal(0.0, 1.0, num_classes))
+            rng = np.random.default_rng([self.seed, SYNTH_TAG])
+            self._shared = (
+                rng.normal(0.0, 1.0, (num_classes, dim)),
+                rng.normal(0.0, 1.0, num_classes),
+            )
 
     def total_sizes(self, ids: np.ndarray) -> np.ndarray:
         """All samples of each device (train + test): ``min(floor(exp(4 + 2z)) + min, max)``."""
@@ -100,7 +120,7 @@ class SyntheticDevices(ClientData):
         """Generate device ``k``: ``(x_train, y_train, x_test, y_test)`` (float32 / int64)."""
         k = int(self._ids([k])[0])
         n = int(self.total_sizes(np.array([k]))[0])
-        rng = np.random.default_rng([self.seed, _TAG, k])
+        rng = np.random.default_rng([self.seed, SYNTH_TAG, k])
         if self._shared is not None:
             w, b = self._shared
             v = np.zeros(self.dim)
@@ -118,7 +138,9 @@ class SyntheticDevices(ClientData):
         x = x.astype(np.float32)
         return x[tr], y[tr], x[te], y[te]
 
-    def _generated(self, ids: Sequence[int] | np.ndarray, test: bool) -> ClientRows:
+    def generated_rows(self, ids: Sequence[int] | np.ndarray, test: bool) -> ClientRows:
+        """Generated samples of the devices, concatenated in request order: their
+        held-out part if ``test``, else their training part."""
         xs = [np.zeros((0, self.dim), np.float32)]
         ys = [np.zeros(0, np.int64)]
         index, start = [], 0
@@ -133,7 +155,7 @@ class SyntheticDevices(ClientData):
 
     def rows(self, ids: Sequence[int] | np.ndarray) -> ClientRows:
         """Generated training samples of the devices, concatenated in request order."""
-        return self._generated(ids, test=False)
+        return self.generated_rows(ids, test=False)
 
     def local_test(self, fraction: float, *, seed: int) -> ClientData:
         """Each device's own held-out samples (``test_fraction`` of them, fixed at
@@ -156,7 +178,7 @@ class _SyntheticTest(ClientData):
         return self.parent.test_sizes(self._ids(ids))
 
     def rows(self, ids: Sequence[int] | np.ndarray) -> ClientRows:
-        return self.parent._generated(ids, test=True)
+        return self.parent.generated_rows(ids, test=True)
 
     def local_test(self, fraction: float, *, seed: int) -> ClientData:
         raise ValueError("this is already a local-test source")
@@ -165,8 +187,9 @@ class _SyntheticTest(ClientData):
         return self.parent.nbytes()
 
 
-def synthetic_test_set(devices: SyntheticDevices, count: int = 100
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_test_set(
+    devices: SyntheticDevices, count: int = 100
+) -> tuple[np.ndarray, np.ndarray]:
     """Global test set of an on-demand synthetic run: the held-out samples of devices
     ``0..min(num_clients, count) - 1``, concatenated in device order.
 
@@ -177,6 +200,6 @@ def synthetic_test_set(devices: SyntheticDevices, count: int = 100
     """
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
-    r = devices._generated(np.arange(min(devices.num_clients, int(count))), test=True)
+    r = devices.generated_rows(np.arange(min(devices.num_clients, int(count))), test=True)
     assert r.x is not None and r.y is not None
     return r.x, r.y

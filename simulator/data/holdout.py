@@ -1,5 +1,5 @@
 """Carving stratified subsets out of a training set: the server-held public/root set, and the
-test split of datasets without one. (Re-exported by :mod:`.partition`.)"""
+test split of datasets without one."""
 
 from __future__ import annotations
 

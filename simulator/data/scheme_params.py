@@ -1,8 +1,7 @@
 """Each partition scheme's parameters, as ``--partition-params KEY=VALUE`` sets them.
 
-A scheme's parameters are the keyword arguments of its partitioner in
-:data:`~simulator.data.partition.PARTITIONERS` (with their defaults), and for ``virtual`` those
-of :class:`~simulator.data.virtual.VirtualData` (:data:`VIRTUAL`). The older shorthand fields of
+A scheme's parameters are the keyword arguments of its function in
+:data:`~simulator.data.partitions.PARTITIONS` (with their defaults). The older shorthand fields of
 ``DataConfig`` (``dirichlet_alpha``, ``classes_per_client``, ``missing_classes``,
 ``virtual_size_*``) stay: they are the defaults of the parameters they name (:data:`SHORTHAND`),
 and ``partition_params`` overrides them, as ``policy_params`` overrides the clock's shorthand
@@ -12,13 +11,10 @@ federation is built (before any training).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
-#: ``virtual``'s parameters and their defaults (those of the shorthand fields)
-VIRTUAL: dict[str, Any] = {"alpha": 0.5, "size_median": 32.0, "size_sigma": 0.6, "size_min": 4,
-                           "size_max": 512}
+from simulator.data.partitions import PARTITIONS, scheme_keywords
 
 #: DataConfig shorthand field -> (the schemes it applies to, the parameter it sets)
 SHORTHAND: dict[str, tuple[tuple[str, ...], str]] = {
@@ -33,25 +29,21 @@ SHORTHAND: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def scheme_parameters(scheme: str) -> dict[str, Any]:
-    """Parameter name -> default of partition ``scheme`` (``natural`` takes none: LEAF writers
-    and FedProx devices are the clients as they come).
+    """Parameter name -> default of partition ``scheme``. ``natural`` takes none in a run: its
+    clients are the LEAF writers and FedProx devices as they come, one each
+    (:meth:`~simulator.data.clients.NaturalData.from_groups`), so ``partition``'s ``assign`` is
+    no run parameter.
 
     Raises
     ------
     ValueError
         On an unknown scheme (the message lists the valid ones).
     """
-    from simulator.data.partition import PARTITIONERS
-
-    if scheme == "virtual":
-        return dict(VIRTUAL)
+    if scheme not in PARTITIONS:
+        raise ValueError(f"unknown partition {scheme!r}; valid: {', '.join(PARTITIONS.names())}")
     if scheme == "natural":
         return {}
-    if scheme not in PARTITIONERS:
-        raise ValueError(f"unknown partition {scheme!r}; valid: "
-                         f"{', '.join([*sorted(PARTITIONERS), 'virtual'])}")
-    return {p.name: p.default for p in inspect.signature(PARTITIONERS[scheme]).parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("rng", "groups")}
+    return scheme_keywords(PARTITIONS.get(scheme))
 
 
 def _typed(scheme: str, key: str, value: Any, default: Any) -> Any:
@@ -68,13 +60,16 @@ def _typed(scheme: str, key: str, value: Any, default: Any) -> Any:
     else:
         ok = isinstance(value, type(default))
     if not ok:
-        raise ValueError(f"partition {scheme!r} parameter {key!r} must be "
-                         f"{type(default).__name__}, got {value!r}")
+        raise ValueError(
+            f"partition {scheme!r} parameter {key!r} must be "
+            f"{type(default).__name__}, got {value!r}"
+        )
     return value
 
 
-def resolve_partition_params(scheme: str, shorthand: Mapping[str, Any],
-                             given: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_partition_params(
+    scheme: str, shorthand: Mapping[str, Any], given: Mapping[str, Any]
+) -> dict[str, Any]:
     """The parameters that ``scheme`` is called with: the shorthand fields that apply to it
     (``shorthand``: field name -> value), overridden by ``given`` (``partition_params``).
 
@@ -87,17 +82,21 @@ def resolve_partition_params(scheme: str, shorthand: Mapping[str, Any],
     valid = scheme_parameters(scheme)
     unknown = sorted(set(given) - set(valid))
     if unknown:
-        raise ValueError(f"unknown parameter {unknown[0]!r} for partition {scheme!r}; valid: "
-                         f"{', '.join(valid) or 'none'}")
-    out = {param: shorthand[name] for name, (schemes, param) in SHORTHAND.items()
-           if scheme in schemes and name in shorthand}
+        raise ValueError(
+            f"unknown parameter {unknown[0]!r} for partition {scheme!r}; valid: "
+            f"{', '.join(valid) or 'none'}"
+        )
+    out = {
+        param: shorthand[name]
+        for name, (schemes, param) in SHORTHAND.items()
+        if scheme in schemes and name in shorthand
+    }
     out.update({k: _typed(scheme, k, v, valid[k]) for k, v in given.items()})
     return out
 
 
 def parameters_help() -> str:
     """Each scheme's parameters, for the field's help text and the README."""
-    from simulator.data.partition import PARTITIONERS
-
-    names = [*PARTITIONERS, "virtual"]
-    return "; ".join(f"{s}: {', '.join(scheme_parameters(s)) or 'none'}" for s in names)
+    return "; ".join(
+        f"{s}: {', '.join(scheme_parameters(s)) or 'none'}" for s in PARTITIONS.names()
+    )

@@ -48,16 +48,24 @@ class SyntheticSplit:
     test_groups: np.ndarray
 
 
-def check_synthetic(*, alpha: float, beta: float, num_devices: int, dim: int, num_classes: int,
-                    min_samples: int, max_samples: int, test_fraction: float) -> None:
+def check_synthetic(
+    *,
+    alpha: float,
+    beta: float,
+    num_devices: int,
+    dim: int,
+    num_classes: int,
+    min_samples: int,
+    max_samples: int,
+    test_fraction: float,
+) -> None:
     """ValueError naming the first invalid FedProx synthetic argument."""
     if alpha < 0 or beta < 0:
         raise ValueError(f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
     if num_devices < 1 or dim < 1 or num_classes < 2:
         raise ValueError("need num_devices >= 1, dim >= 1 and num_classes >= 2")
     if not 1 <= min_samples <= max_samples:
-        raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, "
-                         f"{max_samples}")
+        raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, {max_samples}")
     if not 0.0 <= test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
 
@@ -97,9 +105,16 @@ def make_fedprox_synthetic(
     SyntheticSplit
         float32 features, int64 labels and int64 device ids for train and test.
     """
-    check_synthetic(alpha=alpha, beta=beta, num_devices=num_devices, dim=dim,
-                    num_classes=num_classes, min_samples=min_samples, max_samples=max_samples,
-                    test_fraction=test_fraction)
+    check_synthetic(
+        alpha=alpha,
+        beta=beta,
+        num_devices=num_devices,
+        dim=dim,
+        num_classes=num_classes,
+        min_samples=min_samples,
+        max_samples=max_samples,
+        test_fraction=test_fraction,
+    )
     rng = np.random.default_rng(seed)
     sizes = rng.lognormal(4.0, 2.0, num_devices).astype(np.int64) + min_samples
     sizes = np.minimum(sizes, max_samples)
@@ -146,8 +161,7 @@ def make_fedprox_synthetic(
 # --------------------------------------------------------------------------- feature shift
 
 
-def feature_shift(x: np.ndarray, client_id: int, *, seed: int,
-                  strength: float = 1.0) -> np.ndarray:
+def feature_shift(x: np.ndarray, client_id: int, *, seed: int, strength: float = 1.0) -> np.ndarray:
     """Apply a fixed per-client input transform, giving feature-shift non-IID data [FedBN]_.
 
     The client's transform is drawn from ``default_rng([seed, client_id])``: ``x * a + b`` with
@@ -200,6 +214,6 @@ def _translate(x: np.ndarray, dy: int, dx: int) -> np.ndarray:
     h, w = x.shape[-2:]
     if abs(dy) >= h or abs(dx) >= w:
         return out
-    src = x[..., max(0, -dy):h - max(0, dy), max(0, -dx):w - max(0, dx)]
-    out[..., max(0, dy):max(0, dy) + src.shape[-2], max(0, dx):max(0, dx) + src.shape[-1]] = src
+    src = x[..., max(0, -dy) : h - max(0, dy), max(0, -dx) : w - max(0, dx)]
+    out[..., max(0, dy) : max(0, dy) + src.shape[-2], max(0, dx) : max(0, dx) + src.shape[-1]] = src
     return out

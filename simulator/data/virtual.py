@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .clients import ClientData, ClientRows, _check_seed, hash_normal
+from .clients import ClientData
+from .rows import ClientRows, check_seed, hash_normal
 
 __all__ = ["VirtualData"]
 
@@ -30,9 +31,9 @@ _SIZE_TAG = 0x7C12  # hash stream of the sizes
 _TEST_TAG = 0x7C13  # per-client generator of the local test rows
 
 
-def _group_by_class(labels: np.ndarray, rows: np.ndarray,
-                    classes: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _group_by_class(
+    labels: np.ndarray, rows: np.ndarray, classes: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(classes, grouped_rows, starts)``: rows of ``classes[j]`` are
     ``grouped_rows[starts[j]:starts[j + 1]]`` (ascending); ``classes`` default to those present."""
     lab = labels[rows]
@@ -46,13 +47,14 @@ def _group_by_class(labels: np.ndarray, rows: np.ndarray,
     return classes, rows, starts
 
 
-def _draw(rng: np.random.Generator, p: np.ndarray, n: int, grouped: np.ndarray,
-          starts: np.ndarray) -> np.ndarray:
+def _draw(
+    rng: np.random.Generator, p: np.ndarray, n: int, grouped: np.ndarray, starts: np.ndarray
+) -> np.ndarray:
     """``n`` rows with class counts ``~ Multinomial(n, p)``; sorted int64."""
     counts = rng.multinomial(n, p)
     parts = [np.zeros(0, np.int64)]
     for j in np.flatnonzero(counts).tolist():
-        pool = grouped[starts[j]:starts[j + 1]]
+        pool = grouped[starts[j] : starts[j + 1]]
         m = int(counts[j])
         parts.append(pool[rng.choice(len(pool), size=m, replace=m > len(pool))])
     return np.sort(np.concatenate(parts))
@@ -85,26 +87,41 @@ class VirtualData(ClientData):
 
     local_test_pool = "test"
 
-    def __init__(self, labels: np.ndarray, num_clients: int, *, seed: int, alpha: float,
-                 size_median: float, size_sigma: float, size_min: int, size_max: int,
-                 pool: np.ndarray | None = None,
-                 test_labels: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        labels: np.ndarray,
+        num_clients: int,
+        *,
+        seed: int,
+        alpha: float,
+        size_median: float,
+        size_sigma: float,
+        size_min: int,
+        size_max: int,
+        pool: np.ndarray | None = None,
+        test_labels: np.ndarray | None = None,
+    ) -> None:
         labels = np.asarray(labels)
         if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-            raise ValueError(f"labels must be a 1-D integer array, got {labels.dtype} "
-                             f"{labels.shape}")
+            raise ValueError(
+                f"labels must be a 1-D integer array, got {labels.dtype} {labels.shape}"
+            )
         if int(num_clients) != num_clients or num_clients < 1:
             raise ValueError(f"num_clients must be a positive integer, got {num_clients}")
-        _check_seed("seed", seed)
+        check_seed("seed", seed)
         if not alpha > 0:
             raise ValueError(f"alpha must be > 0, got {alpha}")
         if not size_median > 0 or not size_sigma >= 0:
-            raise ValueError(f"need size_median > 0 and size_sigma >= 0, got {size_median}, "
-                             f"{size_sigma}")
+            raise ValueError(
+                f"need size_median > 0 and size_sigma >= 0, got {size_median}, {size_sigma}"
+            )
         if not 1 <= size_min <= size_max:
             raise ValueError(f"need 1 <= size_min <= size_max, got {size_min}, {size_max}")
-        rows = (np.arange(len(labels), dtype=np.int64) if pool is None
-                else np.asarray(pool, dtype=np.int64).reshape(-1))
+        rows = (
+            np.arange(len(labels), dtype=np.int64)
+            if pool is None
+            else np.asarray(pool, dtype=np.int64).reshape(-1)
+        )
         if rows.size == 0:
             raise ValueError("the pool of rows is empty")
         if rows.min() < 0 or rows.max() >= len(labels):
@@ -118,7 +135,8 @@ class VirtualData(ClientData):
         if test_labels is not None:
             test_labels = np.asarray(test_labels).reshape(-1)
             _, grouped, starts = _group_by_class(
-                test_labels, np.arange(len(test_labels), dtype=np.int64), self.classes)
+                test_labels, np.arange(len(test_labels), dtype=np.int64), self.classes
+            )
             if len(grouped) == 0:
                 raise ValueError("the test set has none of the pool's classes")
             self._test = grouped, starts
@@ -166,8 +184,9 @@ class VirtualData(ClientData):
             raise ValueError("VirtualData.local_test needs the source built with test_labels")
         if not fraction > 0:
             raise ValueError(f"local test fraction must be > 0, got {fraction}")
-        _check_seed("seed", seed)
-        return _VirtualLocalTest(self, float(fraction), int(seed))
+        check_seed("seed", seed)
+        grouped, starts = self._test
+        return _VirtualLocalTest(self, float(fraction), int(seed), grouped, starts)
 
     def nbytes(self) -> int:
         arrays = [self.classes, self._grouped, self._starts, *(self._test or ())]
@@ -177,11 +196,17 @@ class VirtualData(ClientData):
 class _VirtualLocalTest(ClientData):
     """Local test rows of the clients of a :class:`VirtualData` (indices into the test set)."""
 
-    def __init__(self, parent: VirtualData, fraction: float, seed: int) -> None:
-        assert parent._test is not None
+    def __init__(
+        self,
+        parent: VirtualData,
+        fraction: float,
+        seed: int,
+        grouped: np.ndarray,
+        starts: np.ndarray,
+    ) -> None:
         self.parent, self.fraction, self.seed = parent, fraction, seed
         self.num_clients = parent.num_clients
-        self._grouped, self._starts = parent._test
+        self._grouped, self._starts = grouped, starts  # the test rows grouped by class
         self._has_rows = np.diff(self._starts) > 0
 
     def sizes(self, ids: np.ndarray) -> np.ndarray:

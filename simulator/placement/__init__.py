@@ -20,57 +20,44 @@ schedule gets a predicted makespan, logged beside the measured one
 placement's :attr:`~simulator.placement.base.Placement.default_predictor` (:func:`predictor_of`):
 the learned ``gbdt`` for all but ``lpt``, whose fixed ``prior`` keeps runs bitwise
 reproducible. Adding a placement is one new file in this
-folder with a ``@register("name")`` frozen dataclass; no engine, trainer or pool file changes.
+folder with a ``@register("name")`` frozen dataclass (``register`` is ``PLACEMENTS.register``);
+no engine, trainer or pool file changes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
-from typing import Any, TypeVar
+from typing import Any
 
 from simulator.placement.base import PlaceContext, Placed, Placement, Problem
+from simulator.registry import Registry
 
-__all__ = ["PLACEMENTS", "PlaceContext", "Placed", "Placement", "Problem", "make_placement",
-           "placement_names", "placement_parameters", "predictor_of", "register"]
+__all__ = [
+    "PLACEMENTS",
+    "PlaceContext",
+    "Placed",
+    "Placement",
+    "Problem",
+    "make_placement",
+    "placement_names",
+    "placement_parameters",
+    "predictor_of",
+    "register",
+]
 
-PLACEMENTS: dict[str, type[Placement]] = {}
-P = TypeVar("P", bound=type[Placement])
-
-
-def register(name: str):  # noqa: ANN201 (decorator)
-    """Class decorator: register a :class:`Placement` dataclass under ``name``."""
-
-    def deco(cls: P) -> P:
-        if name in PLACEMENTS and PLACEMENTS[name] is not cls:
-            raise ValueError(f"placement {name!r} is registered twice")
-        PLACEMENTS[name] = cls
-        cls.name = name  # type: ignore[misc]
-        return cls
-
-    return deco
-
-
-def _load_all() -> None:
-    for mod in pkgutil.iter_modules(__path__):
-        if mod.name not in ("base", "runtime"):
-            importlib.import_module(f"{__name__}.{mod.name}")
-
-
-_load_all()
+PLACEMENTS: Registry[type[Placement]] = Registry("placement")
+register = PLACEMENTS.register
 
 
 def placement_names() -> list[str]:
     """The registered placements, sorted."""
-    return sorted(PLACEMENTS)
+    return PLACEMENTS.names()
 
 
 def placement_parameters(name: str) -> dict[str, Any]:
-    """Parameter name -> default of placement ``name``."""
-    if name not in PLACEMENTS:
-        raise ValueError(f"unknown placement {name!r}; valid: {placement_names()}")
-    return {f.name: f.default for f in dataclasses.fields(PLACEMENTS[name])}
+    """Parameter name -> default of placement ``name``; an unknown name raises
+    :class:`~simulator.registry.UnknownName` listing the valid ones."""
+    return {f.name: f.default for f in dataclasses.fields(PLACEMENTS.get(name))}
 
 
 def predictor_of(name: str, params: dict[str, Any]) -> str:
@@ -78,8 +65,7 @@ def predictor_of(name: str, params: dict[str, Any]) -> str:
     the placement's default (``gbdt`` for an unknown name, which fails elsewhere)."""
     if "predictor" in params:
         return str(params["predictor"])
-    cls = PLACEMENTS.get(name)
-    return cls.default_predictor if cls is not None else "gbdt"
+    return PLACEMENTS.get(name).default_predictor if name in PLACEMENTS else "gbdt"
 
 
 def make_placement(name: str, **params: Any) -> Placement:
@@ -88,6 +74,10 @@ def make_placement(name: str, **params: Any) -> Placement:
     valid = placement_parameters(name)
     unknown = sorted(set(params) - set(valid))
     if unknown:
-        raise ValueError(f"placement {name!r}: unknown parameters {unknown}; valid "
-                         f"parameters: {sorted(valid)}")
-    return PLACEMENTS[name](**params)
+        raise ValueError(
+            f"placement {name!r}: unknown parameters {unknown}; valid parameters: {sorted(valid)}"
+        )
+    return PLACEMENTS.get(name)(**params)
+
+
+PLACEMENTS.discover(__name__, skip=("base", "runtime"))

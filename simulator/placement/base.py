@@ -70,10 +70,10 @@ class Problem:
     steps: np.ndarray
     samples: np.ndarray
     band: np.ndarray
-    table: np.ndarray        # [distinct kinds, bands, clients + 1]
-    actor_kind: np.ndarray   # each actor's row of ``table``
-    etc: np.ndarray          # [tasks, actors]
-    work: np.ndarray         # samples x epochs (greedy's cost)
+    table: np.ndarray  # [distinct kinds, bands, clients + 1]
+    actor_kind: np.ndarray  # each actor's row of ``table``
+    etc: np.ndarray  # [tasks, actors]
+    work: np.ndarray  # samples x epochs (greedy's cost)
 
 
 def problem(tasks: list[TrainTask], ctx: PlaceContext) -> Problem:
@@ -91,8 +91,9 @@ def problem(tasks: list[TrainTask], ctx: PlaceContext) -> Problem:
     return Problem(steps, samples, band, table, actor_kind.astype(np.int64), etc, work)
 
 
-def predict_groups(groups: list[list[TrainTask]], chunks: list[list[int] | None],
-                   ctx: PlaceContext) -> list[float]:
+def predict_groups(
+    groups: list[list[TrainTask]], chunks: list[list[int] | None], ctx: PlaceContext
+) -> list[float]:
     """Predicted seconds of each actor's chunks."""
     out = []
     for a, (g, sizes) in enumerate(zip(groups, chunks, strict=True)):
@@ -100,16 +101,22 @@ def predict_groups(groups: list[list[TrainTask]], chunks: list[list[int] | None]
         steps = task_steps(samples, [t.epochs for t in g], ctx.batch_size)
         total, at = 0.0, 0
         for n in sizes if sizes is not None else ([len(g)] if g else []):
-            x = chunk_features(steps[at:at + n], samples[at:at + n], ctx.cost.flops,
-                               int(ctx.kinds[a]))
+            x = chunk_features(
+                steps[at : at + n], samples[at : at + n], ctx.cost.flops, int(ctx.kinds[a])
+            )
             total += float(ctx.cost(x)[0])
             at += n
         out.append(total)
     return out
 
 
-def finish(tasks: list[TrainTask], assign: np.ndarray, prob: Problem, ctx: PlaceContext,
-           chunking: bool = True) -> Placed:
+def finish(
+    tasks: list[TrainTask],
+    assign: np.ndarray,
+    prob: Problem,
+    ctx: PlaceContext,
+    chunking: bool = True,
+) -> Placed:
     """Groups of ``assign``; with ``chunking`` each actor's tasks sorted longest first and cut
     by :func:`sort_and_chunk`, else one chunk per actor in task order."""
     groups: list[list[TrainTask]] = []
@@ -122,8 +129,9 @@ def finish(tasks: list[TrainTask], assign: np.ndarray, prob: Problem, ctx: Place
             sizes_of.append(None)
             predicted.append(0.0)
             continue
-        order, sizes, secs = sort_and_chunk(prob.steps[mine], prob.samples[mine], ctx.cost,
-                                            int(ctx.kinds[a]))
+        order, sizes, secs = sort_and_chunk(
+            prob.steps[mine], prob.samples[mine], ctx.cost, int(ctx.kinds[a])
+        )
         groups.append([tasks[i] for i in mine[order]])
         sizes_of.append(sizes)
         predicted.append(secs)
@@ -154,8 +162,9 @@ class Placement:
 
     def place(self, tasks: list[TrainTask], ctx: PlaceContext) -> Placed:
         if not tasks:
-            return Placed([[] for _ in ctx.kinds], [None for _ in ctx.kinds],
-                          [0.0 for _ in ctx.kinds])
+            return Placed(
+                [[] for _ in ctx.kinds], [None for _ in ctx.kinds], [0.0 for _ in ctx.kinds]
+            )
         prob = problem(tasks, ctx)
         return finish(tasks, self.assign(prob, ctx), prob, ctx, self.chunking)
 

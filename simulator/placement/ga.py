@@ -43,23 +43,35 @@ class GA(Placement):
 
     def __post_init__(self) -> None:
         if self.generations < 0 or self.etc_generations < 0 or self.population < 2:
-            raise ValueError(f"placement 'ga': needs generations >= 0, etc_generations >= 0 "
-                             f"and population >= 2, got {self.generations}, "
-                             f"{self.etc_generations}, {self.population}")
+            raise ValueError(
+                f"placement 'ga': needs generations >= 0, etc_generations >= 0 "
+                f"and population >= 2, got {self.generations}, "
+                f"{self.etc_generations}, {self.population}"
+            )
 
     def assign(self, prob: Problem, ctx: PlaceContext) -> np.ndarray:
         n, m = prob.etc.shape
         seeds = [BASELINES[name](prob.etc) for name in sorted(BASELINES)]
         lpt_samples = np.zeros(n, np.int64)
         fake = [_Task(i, int(w)) for i, w in enumerate(prob.work)]
-        for a, g in enumerate(greedy(fake, m)):   # type: ignore[arg-type]
+        for a, g in enumerate(greedy(fake, m)):  # type: ignore[arg-type]
             lpt_samples[[t.client_id for t in g]] = a
         seeds.append(lpt_samples)
         if self.etc_generations and m > 1:
-            seeds.append(genetic(prob.etc, seed=ctx.seed, seconds=np.inf,
-                                 generations=self.etc_generations).assign)
-        res = chunk_genetic(prob.table, prob.band, prob.actor_kind, seeds, seed=ctx.seed,
-                            generations=self.generations, population=self.population)
+            seeds.append(
+                genetic(
+                    prob.etc, seed=ctx.seed, seconds=np.inf, generations=self.etc_generations
+                ).assign
+            )
+        res = chunk_genetic(
+            prob.table,
+            prob.band,
+            prob.actor_kind,
+            seeds,
+            seed=ctx.seed,
+            generations=self.generations,
+            population=self.population,
+        )
         return res.assign
 
 

@@ -55,11 +55,14 @@ def round_robin(tasks: Sequence[TrainTask], num_actors: int) -> list[list[TrainT
 
 
 PLACERS: dict[str, Callable[[Sequence[TrainTask], int], list[list[TrainTask]]]] = {
-    "greedy": greedy, "round_robin": round_robin}
+    "greedy": greedy,
+    "round_robin": round_robin,
+}
 
 
-def place(tasks: Sequence[TrainTask], num_actors: int, how: str = "greedy",
-          min_work: float = 0.0) -> list[list[TrainTask]]:
+def place(
+    tasks: Sequence[TrainTask], num_actors: int, how: str = "greedy", min_work: float = 0.0
+) -> list[list[TrainTask]]:
     """Groups of tasks, one per actor (``len == num_actors``; some may be empty)."""
     if how not in PLACERS:
         raise ValueError(f"placement: unknown {how!r}; valid: {sorted(PLACERS)}")
@@ -85,5 +88,4 @@ class SingleChunk(Placement):
     def place(self, tasks: list[TrainTask], ctx: PlaceContext) -> Placed:
         groups = place(tasks, len(ctx.kinds), self.name, ctx.min_work)
         chunks: list[list[int] | None] = [None] * len(groups)
-        return Placed(groups, chunks,
-                      predict_groups(groups, chunks, ctx) if self.predict else [])
+        return Placed(groups, chunks, predict_groups(groups, chunks, ctx) if self.predict else [])

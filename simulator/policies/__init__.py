@@ -11,62 +11,46 @@
 ``fedasync``              every arrival mixed in with a staleness weight (Xie et al., 2019)
 ========================  ==============================================================
 
-Adding a policy is one new file in this folder with a ``@register("name")`` frozen dataclass;
-no engine file changes.
+Adding a policy is one new file in this folder with a ``@register("name")`` frozen dataclass
+(``register`` is ``POLICIES.register``); no engine file changes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
-from typing import Any, TypeVar
+from typing import Any
 
 from simulator.policies.base import Arrival, RoundOutcome, RoundPolicy, ordered
+from simulator.registry import Registry
 
-__all__ = ["POLICIES", "Arrival", "RoundOutcome", "RoundPolicy", "make_policy", "ordered",
-           "policy_names", "register"]
+__all__ = [
+    "POLICIES",
+    "Arrival",
+    "RoundOutcome",
+    "RoundPolicy",
+    "make_policy",
+    "ordered",
+    "policy_names",
+    "policy_parameters",
+    "register",
+]
 
-POLICIES: dict[str, type[RoundPolicy]] = {}
-P = TypeVar("P", bound=type[RoundPolicy])
-
-
-def register(name: str):  # noqa: ANN201 (decorator)
-    """Class decorator: register a :class:`RoundPolicy` dataclass under ``name``."""
-
-    def deco(cls: P) -> P:
-        if name in POLICIES and POLICIES[name] is not cls:
-            raise ValueError(f"round policy {name!r} is registered twice")
-        POLICIES[name] = cls
-        cls.name = name  # type: ignore[attr-defined]
-        return cls
-
-    return deco
-
-
-def _load_all() -> None:
-    for mod in pkgutil.iter_modules(__path__):
-        if mod.name != "base":
-            importlib.import_module(f"{__name__}.{mod.name}")
-
-
-_load_all()
+POLICIES: Registry[type[RoundPolicy]] = Registry("round policy")
+register = POLICIES.register
 
 
 def policy_names() -> list[str]:
     """The registered policies, sorted."""
-    return sorted(POLICIES)
+    return POLICIES.names()
 
 
 def policy_parameters(name: str) -> dict[str, Any]:
-    """Parameter name -> default of policy ``name`` (``dataclasses.MISSING`` when required)."""
-    if name not in POLICIES:
-        raise ValueError(f"unknown round policy {name!r}; valid: {policy_names()}")
-    return {f.name: f.default for f in dataclasses.fields(POLICIES[name])}
+    """Parameter name -> default of policy ``name`` (``dataclasses.MISSING`` when required);
+    an unknown name raises :class:`~simulator.registry.UnknownName` listing the valid ones."""
+    return {f.name: f.default for f in dataclasses.fields(POLICIES.get(name))}
 
 
-def make_policy(name: str, clients_per_round: int | None = None, **params: object
-                ) -> RoundPolicy:
+def make_policy(name: str, clients_per_round: int | None = None, **params: object) -> RoundPolicy:
     """Build the policy registered as ``name`` with ``params``.
 
     ``clients_per_round`` fills the parameters that default to the cohort size (``k`` of
@@ -82,7 +66,12 @@ def make_policy(name: str, clients_per_round: int | None = None, **params: objec
     unknown = sorted(set(params) - set(valid))
     missing = [p for p, d in valid.items() if d is dataclasses.MISSING and p not in params]
     if unknown or missing:
-        raise ValueError(f"round policy {name!r}: unknown parameters {unknown}, missing "
-                         f"{missing}; valid parameters: {sorted(valid)}")
-    policy = POLICIES[name](**params)
+        raise ValueError(
+            f"round policy {name!r}: unknown parameters {unknown}, missing "
+            f"{missing}; valid parameters: {sorted(valid)}"
+        )
+    policy = POLICIES.get(name)(**params)
     return policy if clients_per_round is None else policy.resolved(clients_per_round)
+
+
+POLICIES.discover(__name__)

@@ -38,8 +38,8 @@ class Arrival:
     """
 
     client_id: int
-    base_round: int      # >= 0, the round whose global model it was trained from
-    finish_time: float   # absolute virtual time at which it reaches the server
+    base_round: int  # >= 0, the round whose global model it was trained from
+    finish_time: float  # absolute virtual time at which it reaches the server
     compute_s: float = dataclasses.field(default=0.0, compare=False)
 
     def __post_init__(self) -> None:
@@ -100,8 +100,9 @@ class RoundPolicy:
         """How many clients start training at the beginning of a step."""
         return clients_per_round
 
-    def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
-                    pending: Sequence[Arrival]) -> RoundOutcome:
+    def close_round(
+        self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
+    ) -> RoundOutcome:
         """Close step ``round_idx`` started at ``round_start``.
 
         ``new`` are the updates of clients that started this step, ``pending`` those kept in
@@ -109,16 +110,18 @@ class RoundPolicy:
         """
         raise NotImplementedError
 
-    def adjust_rows(self, rows: torch.Tensor, staleness: np.ndarray,
-                    drift: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def adjust_rows(
+        self, rows: torch.Tensor, staleness: np.ndarray, drift: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
         """The rows the defense aggregates, from the clients' rows (``[K, P]``, relative to the
         global model each was trained from) and their staleness; ``drift()`` gives
         ``base_model - current_global`` per row (``[K, P]``) for policies that mix models."""
         return rows
 
 
-def in_flight(round_idx: int, round_start: float, new: Sequence[Arrival],
-              pending: Sequence[Arrival]) -> tuple[Arrival, ...]:
+def in_flight(
+    round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
+) -> tuple[Arrival, ...]:
     """Every update in flight, ordered; rejects a non-finite start or an update from the
     future."""
     if not math.isfinite(round_start):
@@ -135,17 +138,25 @@ def last_finish(round_start: float, arrivals: Sequence[Arrival]) -> float:
     return max([round_start, *(a.finish_time for a in arrivals)])
 
 
-def first_k(round_start: float, every: tuple[Arrival, ...], k: int
-            ) -> tuple[float, tuple[Arrival, ...], tuple[Arrival, ...]]:
+def first_k(
+    round_start: float, every: tuple[Arrival, ...], k: int
+) -> tuple[float, tuple[Arrival, ...], tuple[Arrival, ...]]:
     """The step that ends when the ``k``-th earliest update lands: (end, first k, the rest);
     with fewer than ``k`` in flight it waits for all of them."""
     first = every[:k]
     return last_finish(round_start, first), first, every[k:]
 
 
-def close_first_k(policy: str, k: int, round_idx: int, round_start: float,
-                  new: Sequence[Arrival], pending: Sequence[Arrival], *, keep_rest: bool
-                  ) -> RoundOutcome:
+def close_first_k(
+    policy: str,
+    k: int,
+    round_idx: int,
+    round_start: float,
+    new: Sequence[Arrival],
+    pending: Sequence[Arrival],
+    *,
+    keep_rest: bool,
+) -> RoundOutcome:
     """The step of ``policy`` that aggregates the first ``k`` updates in flight; the rest stay
     pending (``keep_rest``: asynchronous policies) or are dropped."""
     if k < 1:
@@ -155,16 +166,29 @@ def close_first_k(policy: str, k: int, round_idx: int, round_start: float,
     return RoundOutcome(end, first, (), rest) if keep_rest else RoundOutcome(end, first, rest)
 
 
-def check_positive(policy: str, name: str, value: object, *, integer: bool = False,
-                   low: float = 0.0, strict: bool = True, high: float = math.inf) -> None:
+def check_positive(
+    policy: str,
+    name: str,
+    value: object,
+    *,
+    integer: bool = False,
+    low: float = 0.0,
+    strict: bool = True,
+    high: float = math.inf,
+) -> None:
     """Require a finite number (an int if ``integer``) > ``low`` (>= if not ``strict``) and
     <= ``high``; ValueError naming the policy and parameter otherwise."""
     kind = Integral if integer else Real
-    ok = (not isinstance(value, bool) and isinstance(value, kind)
-          and math.isfinite(float(value))  # type: ignore[arg-type]
-          and (value > low if strict else value >= low) and value <= high)  # type: ignore[operator]
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, kind)
+        and math.isfinite(float(value))  # type: ignore[arg-type]
+        and (value > low if strict else value >= low)
+        and value <= high
+    )  # type: ignore[operator]
     if not ok:
         what = "an int" if integer else "a finite number"
-        rng = f"{'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf
-                                                      else "")
+        rng = f"{'>' if strict else '>='} {low:g}" + (
+            f" and <= {high:g}" if high < math.inf else ""
+        )
         raise ValueError(f"round policy {policy!r}: {name} must be {what} {rng}, got {value!r}")

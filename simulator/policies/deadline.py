@@ -32,9 +32,13 @@ class Deadline(RoundPolicy):
     def __post_init__(self) -> None:
         check_positive("deadline", "deadline_s", self.deadline_s)
 
-    def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
-                    pending: Sequence[Arrival]) -> RoundOutcome:
+    def close_round(
+        self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
+    ) -> RoundOutcome:
         every = in_flight(round_idx, round_start, new, pending)
         end = min(round_start + self.deadline_s, last_finish(round_start, every))
-        return RoundOutcome(end, tuple(a for a in every if a.finish_time <= end),
-                            tuple(a for a in every if a.finish_time > end))
+        return RoundOutcome(
+            end,
+            tuple(a for a in every if a.finish_time <= end),
+            tuple(a for a in every if a.finish_time > end),
+        )

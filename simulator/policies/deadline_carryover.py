@@ -37,11 +37,13 @@ class DeadlineCarryover(RoundPolicy):
 
     def __post_init__(self) -> None:
         check_positive("deadline_carryover", "deadline_s", self.deadline_s)
-        check_positive("deadline_carryover", "max_staleness", self.max_staleness, integer=True,
-                       strict=False)
+        check_positive(
+            "deadline_carryover", "max_staleness", self.max_staleness, integer=True, strict=False
+        )
 
-    def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
-                    pending: Sequence[Arrival]) -> RoundOutcome:
+    def close_round(
+        self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
+    ) -> RoundOutcome:
         every = in_flight(round_idx, round_start, new, pending)
         usable = [a for a in every if round_idx - a.base_round <= self.max_staleness]
         end = min(round_start + self.deadline_s, last_finish(round_start, usable))

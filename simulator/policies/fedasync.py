@@ -69,13 +69,14 @@ class FedAsync(RoundPolicy):
         """``alpha * (s + 1) ** -a``; alpha=0.6, a=0.5: 0.6, 0.4243, 0.3464 for s = 0, 1, 2."""
         return self.alpha * (np.asarray(staleness, dtype=np.float64) + 1.0) ** (-self.a)
 
-    def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
-                    pending: Sequence[Arrival]) -> RoundOutcome:
-        return close_first_k("fedasync", 1, round_idx, round_start, new, pending,
-                             keep_rest=True)
+    def close_round(
+        self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
+    ) -> RoundOutcome:
+        return close_first_k("fedasync", 1, round_idx, round_start, new, pending, keep_rest=True)
 
-    def adjust_rows(self, rows: torch.Tensor, staleness: np.ndarray,
-                    drift: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def adjust_rows(
+        self, rows: torch.Tensor, staleness: np.ndarray, drift: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
         import torch
 
         w = torch.from_numpy(self.mixing_weight(staleness).astype(np.float32))

@@ -57,8 +57,9 @@ class FedBuff(RoundPolicy):
         check_positive("fedbuff", "k", self.k, integer=True)
         check_positive("fedbuff", "concurrency", self.concurrency, integer=True, strict=False)
         if self.concurrency and self.k > self.concurrency:
-            raise ValueError(f"round policy 'fedbuff': k ({self.k}) must be <= concurrency "
-                             f"({self.concurrency})")
+            raise ValueError(
+                f"round policy 'fedbuff': k ({self.k}) must be <= concurrency ({self.concurrency})"
+            )
 
     def resolved(self, clients_per_round: int) -> FedBuff:
         return self if self.concurrency else FedBuff(self.k, clients_per_round)
@@ -66,13 +67,16 @@ class FedBuff(RoundPolicy):
     def cohort(self, clients_per_round: int, in_flight: int) -> int:
         return max(0, (self.concurrency or clients_per_round) - in_flight)
 
-    def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
-                    pending: Sequence[Arrival]) -> RoundOutcome:
-        return close_first_k("fedbuff", self.k, round_idx, round_start, new, pending,
-                             keep_rest=True)
+    def close_round(
+        self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
+    ) -> RoundOutcome:
+        return close_first_k(
+            "fedbuff", self.k, round_idx, round_start, new, pending, keep_rest=True
+        )
 
-    def adjust_rows(self, rows: torch.Tensor, staleness: np.ndarray,
-                    drift: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def adjust_rows(
+        self, rows: torch.Tensor, staleness: np.ndarray, drift: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
         import torch
 
         w = torch.from_numpy(staleness_weight(staleness).astype(np.float32))

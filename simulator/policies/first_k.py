@@ -34,7 +34,9 @@ class FirstK(RoundPolicy):
     def resolved(self, clients_per_round: int) -> FirstK:
         return self if self.k else FirstK(max(1, int(0.8 * clients_per_round)))
 
-    def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
-                    pending: Sequence[Arrival]) -> RoundOutcome:
-        return close_first_k("first_k", self.k, round_idx, round_start, new, pending,
-                             keep_rest=False)
+    def close_round(
+        self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
+    ) -> RoundOutcome:
+        return close_first_k(
+            "first_k", self.k, round_idx, round_start, new, pending, keep_rest=False
+        )

@@ -43,7 +43,9 @@ class Overcommit(RoundPolicy):
         # the tolerance keeps 1.3 * 10 at 13, not 14 from 13.000000000000002
         return math.ceil(self.ratio * (self.k or clients_per_round) - 1e-9)
 
-    def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
-                    pending: Sequence[Arrival]) -> RoundOutcome:
-        return close_first_k("overcommit", self.k, round_idx, round_start, new, pending,
-                             keep_rest=False)
+    def close_round(
+        self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
+    ) -> RoundOutcome:
+        return close_first_k(
+            "overcommit", self.k, round_idx, round_start, new, pending, keep_rest=False
+        )

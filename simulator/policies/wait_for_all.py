@@ -14,7 +14,8 @@ from simulator.policies.base import Arrival, RoundOutcome, RoundPolicy, in_fligh
 class WaitForAll(RoundPolicy):
     """Every update arrives; the round ends when the last one lands."""
 
-    def close_round(self, round_idx: int, round_start: float, new: Sequence[Arrival],
-                    pending: Sequence[Arrival]) -> RoundOutcome:
+    def close_round(
+        self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
+    ) -> RoundOutcome:
         every = in_flight(round_idx, round_start, new, pending)
         return RoundOutcome(last_finish(round_start, every), every)

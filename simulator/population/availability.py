@@ -56,7 +56,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from simulator.population.availability_trace import load_availability_trace
-from simulator.population.devices import Population, _check_number, _check_seed
+from simulator.population.checks import check_number, check_seed
+from simulator.population.devices import Population, phases_of
 from simulator.population.online_intervals import IntervalTrace
 
 #: the cycle of the diurnal availability model, in seconds (a run's default period)
@@ -102,8 +103,8 @@ class Diurnal:
     historical next-online rule."""
 
     def __init__(self, population: Population, seed: int, period_s: float = 3600.0) -> None:
-        _check_seed(seed)
-        _check_number("period_s", period_s)
+        check_seed(seed)
+        check_number("period_s", period_s)
         self.population, self.seed, self.period_s = population, seed, float(period_s)
 
     def __len__(self) -> int:
@@ -120,7 +121,7 @@ class Diurnal:
         t, p = _time(t), self.period_s
         ids = np.asarray(ids, dtype=np.int64)
         avail = self.population.availability[ids]
-        phase = Population._phases_of(ids.astype(np.uint64), self.seed, p)
+        phase = phases_of(ids.astype(np.uint64), self.seed, p)
         offset = np.mod(t - phase, p)
         window = avail * p
         on = (avail >= 1.0) | (offset < window)
@@ -129,8 +130,9 @@ class Diurnal:
         return until
 
     def next_online_time(self, t: float) -> float:
-        wait = np.mod(self.population.phases(seed=self.seed, period_s=self.period_s) - t,
-                      self.period_s)
+        wait = np.mod(
+            self.population.phases(seed=self.seed, period_s=self.period_s) - t, self.period_s
+        )
         return t + float(wait.min()) + 1e-6
 
 
@@ -169,12 +171,12 @@ class TraceAvailability:
 
     def _tau(self, t: float) -> float:
         tau = float(np.mod(_time(t), self.period_s))
-        return tau if tau < self.period_s else 0.0      # -1e-20 mod P rounds to P
+        return tau if tau < self.period_s else 0.0  # -1e-20 mod P rounds to P
 
     def online(self, t: float) -> np.ndarray:
         traced = min(self.n, len(self.trace))
         on, _ = self._locate(self._tau(t), np.arange(traced, dtype=np.int64))
-        return np.resize(on, self.n)                     # device i -> traced i mod T
+        return np.resize(on, self.n)  # device i -> traced i mod T
 
     def online_ids(self, t: float, ids: np.ndarray) -> np.ndarray:
         k = np.asarray(ids, dtype=np.int64) % len(self.trace)
@@ -187,9 +189,9 @@ class TraceAvailability:
         end = tr.ends[j]
         until = np.where(on, t + (end - tau), t)
         first = np.minimum(tr.offsets[k], len(tr.starts) - 1)
-        wraps = on & (end == p) & (tr.starts[first] == 0.0)   # online again at 0 of the next cycle
+        wraps = on & (end == p) & (tr.starts[first] == 0.0)  # online again at 0 of the next cycle
         until[wraps & (first != j)] = (t + (p - tau) + tr.ends[first])[wraps & (first != j)]
-        until[wraps & (first == j)] = np.inf                   # online the whole period
+        until[wraps & (first == j)] = np.inf  # online the whole period
         return until
 
     def next_online_time(self, t: float) -> float:
@@ -198,25 +200,30 @@ class TraceAvailability:
         t, tau, tr = _time(t), self._tau(t), self.trace
         used = int(tr.offsets[min(self.n, len(tr))])
         if used == 0:
-            raise ValueError("no device of the population is ever online in the availability "
-                             "trace")
+            raise ValueError("no device of the population is ever online in the availability trace")
         starts = tr.starts[:used]
         later = starts > tau
-        j = int(np.flatnonzero(later)[np.argmin(starts[later])] if later.any()
-                else np.argmin(starts))
+        j = int(
+            np.flatnonzero(later)[np.argmin(starts[later])] if later.any() else np.argmin(starts)
+        )
         delay = starts[j] - tau if later.any() else starts[j] + self.period_s - tau
         owner = np.array([np.searchsorted(tr.offsets, j, "right") - 1], dtype=np.int64)
         when = max(t + delay, float(np.nextafter(t, np.inf)))
-        for _ in range(1000):                             # rounding of t + delay: step on
+        for _ in range(1000):  # rounding of t + delay: step on
             if self.online_ids(when, owner)[0]:
                 break
             when = float(np.nextafter(when, np.inf))
         return when
 
 
-def make_availability(population: Population, *, seed: int, period_s: float,
-                      trace: str | Path | IntervalTrace | None = None,
-                      trace_period_s: float = 0.0) -> Diurnal | TraceAvailability:
+def make_availability(
+    population: Population,
+    *,
+    seed: int,
+    period_s: float,
+    trace: str | Path | IntervalTrace | None = None,
+    trace_period_s: float = 0.0,
+) -> Diurnal | TraceAvailability:
     """The availability model of a run.
 
     Parameters
@@ -242,8 +249,9 @@ def make_availability(population: Population, *, seed: int, period_s: float,
     return TraceAvailability(len(population), trace)
 
 
-def lost_to_dropout(avail: Availability, start: float, finish: np.ndarray,
-                    ids: np.ndarray) -> np.ndarray:
+def lost_to_dropout(
+    avail: Availability, start: float, finish: np.ndarray, ids: np.ndarray
+) -> np.ndarray:
     """Which selected devices lose their update by going offline before it lands.
 
     Parameters

@@ -55,18 +55,26 @@ def load_availability_trace(path: str | Path, period_s: float = 0.0) -> Interval
         ``FILE:LINE: what is wrong`` for the first bad row; ``FILE: ...`` for a missing or
         unreadable file.
     """
-    if isinstance(period_s, bool) or not isinstance(period_s, int | float) \
-            or not math.isfinite(period_s) or period_s < 0:
+    if (
+        isinstance(period_s, bool)
+        or not isinstance(period_s, int | float)
+        or not math.isfinite(period_s)
+        or period_s < 0
+    ):
         raise ValueError(f"period_s must be a finite number >= 0, got {period_s!r}")
     path = Path(path)
-    reader, text = open_trace(path, {".csv": _read_csv, ".json": _read_json},
-                              "availability trace")
+    reader, text = open_trace(path, {".csv": _read_csv, ".json": _read_json}, "availability trace")
     return reader(path, text, period_s)
 
 
-def _finish(path: Path, rows: tuple[np.ndarray, np.ndarray, np.ndarray], period: float,
-            line_of: Callable[[int], int], pending: tuple[int, str] | None,
-            traced: np.ndarray | None = None) -> IntervalTrace:
+def _finish(
+    path: Path,
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray],
+    period: float,
+    line_of: Callable[[int], int],
+    pending: tuple[int, str] | None,
+    traced: np.ndarray | None = None,
+) -> IntervalTrace:
     """Validate parsed rows; the first bad one wins over a parse error (``pending``: line,
     message) found after them."""
     dev, st, en = rows
@@ -113,49 +121,57 @@ def _device_id(tok: str) -> int | str:
 
 def _read_csv(path: Path, text: str, period_s: float) -> IntervalTrace:
     lines = text.split("\n")
-    head = next((i for i, ln in enumerate(lines)
-                 if ln.strip() and not ln.lstrip().startswith("#")), None)
+    head = next(
+        (i for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#")), None
+    )
     if head is None:
         raise TraceError(f"{path}:1: empty trace: no header {','.join(COLUMNS)}")
     cols = [c.strip() for c in lines[head].split(",")]
     for c in cols:
         if c not in COLUMNS or cols.count(c) > 1:
             why = "duplicate" if c in COLUMNS else "unexpected"
-            raise TraceError(f"{path}:{head + 1}: {why} column {c!r}; the header must name "
-                             f"{','.join(COLUMNS)}")
+            raise TraceError(
+                f"{path}:{head + 1}: {why} column {c!r}; the header must name {','.join(COLUMNS)}"
+            )
     for c in COLUMNS:
         if c not in cols:
             raise TraceError(f"{path}:{head + 1}: missing column {c!r}")
     where = [cols.index(c) for c in COLUMNS]
-    body = "\n".join(lines[head + 1:])
+    body = "\n".join(lines[head + 1 :])
     fast = _fast_csv(body, where)
     if fast is not None:
-        def line_of(r: int) -> int:   # pandas skips blank lines; there are no comments
-            data = [i for i, ln in enumerate(lines[head + 1:], head + 2) if ln.strip()]
+
+        def line_of(r: int) -> int:  # pandas skips blank lines; there are no comments
+            data = [i for i, ln in enumerate(lines[head + 1 :], head + 2) if ln.strip()]
             return data[r] if data else head + 1
-        return _finish(path, fast, period_of(period_s, fast[2]) if len(fast[2]) else 1.0,
-                       line_of, None)
+
+        return _finish(
+            path, fast, period_of(period_s, fast[2]) if len(fast[2]) else 1.0, line_of, None
+        )
     dev: list[int] = []
     st: list[float] = []
     en: list[float] = []
     nums: list[int] = []
     pending = None
-    for no, ln in enumerate(lines[head + 1:], head + 2):
+    for no, ln in enumerate(lines[head + 1 :], head + 2):
         if not ln.strip() or ln.lstrip().startswith("#"):
             continue
         cells = ln.split(",")
         if len(cells) != len(cols):
             pending = (no, f"expected {len(cols)} fields ({','.join(cols)}), got {len(cells)}")
             break
-        got = [_device_id(cells[where[0]]), _number("start_s", cells[where[1]]),
-               _number("end_s", cells[where[2]])]
+        got = [
+            _device_id(cells[where[0]]),
+            _number("start_s", cells[where[1]]),
+            _number("end_s", cells[where[2]]),
+        ]
         why = next((g for g in got if isinstance(g, str)), None)
         if why:
             pending = (no, why)
             break
         dev.append(got[0])  # type: ignore[arg-type]
-        st.append(got[1])   # type: ignore[arg-type]
-        en.append(got[2])   # type: ignore[arg-type]
+        st.append(got[1])  # type: ignore[arg-type]
+        en.append(got[2])  # type: ignore[arg-type]
         nums.append(no)
     rows = (np.array(dev, np.int64), np.array(st, np.float64), np.array(en, np.float64))
     period = period_of(period_s, rows[2]) if len(rows[2]) else 1.0
@@ -170,9 +186,13 @@ def _fast_csv(body: str, where: list[int]) -> tuple[np.ndarray, np.ndarray, np.n
     import pandas as pd
 
     try:
-        df = pd.read_csv(io.StringIO(body), header=None, engine="c",
-                         dtype={where[0]: np.int64, where[1]: np.float64, where[2]: np.float64})
-    except (ValueError, OverflowError, TypeError):   # pandas' parser errors are ValueErrors
+        df = pd.read_csv(
+            io.StringIO(body),
+            header=None,
+            engine="c",
+            dtype={where[0]: np.int64, where[1]: np.float64, where[2]: np.float64},
+        )
+    except (ValueError, OverflowError, TypeError):  # pandas' parser errors are ValueErrors
         return None
     if df.shape[1] != len(where):
         return None
@@ -188,14 +208,13 @@ def _read_json(path: Path, text: str, period_s: float) -> IntervalTrace:
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("devices"), list):
-        raise TraceError(f"{path}:1: expected {{\"period_s\": ..., \"devices\": [...]}}")
+        raise TraceError(f'{path}:1: expected {{"period_s": ..., "devices": [...]}}')
     extra = sorted(set(doc) - {"period_s", "devices"})
     if extra:
         raise TraceError(f"{path}:1: unexpected key {extra[0]!r}; expected period_s, devices")
     if "period_s" in doc:
         p = doc["period_s"]
-        if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p) \
-                or p <= 0:
+        if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p) or p <= 0:
             line = text.count("\n", 0, max(text.find('"period_s"'), 0)) + 1
             raise TraceError(f"{path}:{line}: period_s must be a finite number > 0, got {p!r}")
         period_s = float(p)
@@ -222,8 +241,9 @@ def _read_json(path: Path, text: str, period_s: float) -> IntervalTrace:
     return _finish(path, rows, period, line_of, pending, np.array(traced, np.int64))
 
 
-def _json_entry(item: object, i: int, dev: list[int], st: list[float], en: list[float],
-                entry: list[int]) -> str | None:
+def _json_entry(
+    item: object, i: int, dev: list[int], st: list[float], en: list[float], entry: list[int]
+) -> str | None:
     """Append device entry ``i``'s intervals; what is wrong with it, or None."""
     if not isinstance(item, dict):
         return f"device entry #{i} is not an object"
@@ -239,8 +259,11 @@ def _json_entry(item: object, i: int, dev: list[int], st: list[float], en: list[
     if not isinstance(item["online"], list):
         return f"device {d}: 'online' must be a list of [start_s, end_s] pairs"
     for pair in item["online"]:
-        if not (isinstance(pair, list) and len(pair) == 2
-                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)):
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
+        ):
             return f"device {d}: interval {pair!r} is not a [start_s, end_s] pair of numbers"
         try:
             a, b = float(pair[0]), float(pair[1])
@@ -258,18 +281,18 @@ def _json_entry(item: object, i: int, dev: list[int], st: list[float], en: list[
 def _json_entry_line(text: str, k: int) -> int:
     """Line where device entry ``k`` of the (valid JSON) document starts; -1: the document."""
     dec = json.JSONDecoder()
-    pos = _WS.match(text, 0).end() + 1     # past the top-level "{"
+    pos = _WS.match(text, 0).end() + 1  # past the top-level "{"
     start = 0
     while k >= 0:
         pos = _WS.match(text, pos).end()
         key, pos = dec.raw_decode(text, pos)
-        pos = _WS.match(text, pos).end() + 1   # past ":"
+        pos = _WS.match(text, pos).end() + 1  # past ":"
         pos = _WS.match(text, pos).end()
         if key != "devices":
             _, pos = dec.raw_decode(text, pos)
-            pos = _WS.match(text, pos).end() + 1   # past "," (or the closing "}")
+            pos = _WS.match(text, pos).end() + 1  # past "," (or the closing "}")
             continue
-        pos += 1                                    # past "["
+        pos += 1  # past "["
         for _ in range(k + 1):
             pos = _WS.match(text, pos).end()
             if text[pos] == ",":

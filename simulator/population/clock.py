@@ -1,7 +1,7 @@
 """Virtual time: compute and transfer costs and a monotone clock.
 
 Nothing sleeps. The round policies that turn the finish times of in-flight updates into a
-:class:`RoundOutcome` live one file each in :mod:`simulator.policies` (re-exported here).
+:class:`~simulator.policies.RoundOutcome` live one file each in :mod:`simulator.policies`.
 """
 
 from __future__ import annotations
@@ -12,18 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.policies import POLICIES, Arrival, RoundOutcome, RoundPolicy, make_policy
-from simulator.policies.deadline import Deadline
-from simulator.policies.deadline_carryover import DeadlineCarryover
-from simulator.policies.fedasync import FedAsync
-from simulator.policies.fedbuff import FedBuff
-from simulator.policies.first_k import FirstK
-from simulator.policies.overcommit import Overcommit
-from simulator.policies.wait_for_all import WaitForAll
-
-__all__ = ["POLICIES", "Arrival", "Deadline", "DeadlineCarryover", "FedAsync", "FedBuff",
-           "FirstK", "Overcommit", "RoundOutcome", "RoundPolicy", "VirtualClock", "WaitForAll",
-           "arrivals_from_durations", "compute_seconds", "make_policy", "transfer_seconds"]
+from simulator.policies import Arrival
 
 ArrayLike = np.ndarray | float | int
 
@@ -42,8 +31,9 @@ def _result(arr: np.ndarray) -> np.ndarray | float:
     return float(arr) if arr.ndim == 0 else arr
 
 
-def compute_seconds(samples: ArrayLike, epochs: ArrayLike, ms_per_sample: ArrayLike,
-                    factor: float = 3.0) -> np.ndarray | float:
+def compute_seconds(
+    samples: ArrayLike, epochs: ArrayLike, ms_per_sample: ArrayLike, factor: float = 3.0
+) -> np.ndarray | float:
     """Local training time ``factor * samples * epochs * ms_per_sample / 1000`` seconds.
 
     ``factor`` (default 3: forward plus a backward pass costing twice as much) scales the
@@ -51,41 +41,57 @@ def compute_seconds(samples: ArrayLike, epochs: ArrayLike, ms_per_sample: ArrayL
     float is returned when all of them are scalars.
     """
     f = _array("factor", factor, positive=True)
-    return _result(compute_seconds_unchecked(_array("samples", samples),
-                                             _array("epochs", epochs),
-                                             _array("ms_per_sample", ms_per_sample), f))
+    return _result(
+        compute_seconds_unchecked(
+            _array("samples", samples),
+            _array("epochs", epochs),
+            _array("ms_per_sample", ms_per_sample),
+            f,
+        )
+    )
 
 
-def compute_seconds_unchecked(samples: np.ndarray, epochs: np.ndarray,
-                              ms_per_sample: np.ndarray, factor: float | np.ndarray
-                              ) -> np.ndarray:
+def compute_seconds_unchecked(
+    samples: np.ndarray, epochs: np.ndarray, ms_per_sample: np.ndarray, factor: float | np.ndarray
+) -> np.ndarray:
     """:func:`compute_seconds` of valid float64 arrays, without the checks (the engine's
     per-round path: the population was validated when it was built)."""
     return factor * samples * epochs * ms_per_sample / 1000.0
 
 
-def transfer_seconds(model_bytes: ArrayLike, up_kbps: ArrayLike, down_kbps: ArrayLike,
-                     latency_ms: ArrayLike) -> np.ndarray | float:
+def transfer_seconds(
+    model_bytes: ArrayLike, up_kbps: ArrayLike, down_kbps: ArrayLike, latency_ms: ArrayLike
+) -> np.ndarray | float:
     """Time to download then upload a model of ``model_bytes`` bytes, in seconds.
 
     ``kbit / down_kbps + kbit / up_kbps + 2 * latency_ms / 1000`` with
     ``kbit = model_bytes * 8 / 1000`` (one latency per transfer).  Broadcasts like
     :func:`compute_seconds`.
     """
-    return _result(transfer_seconds_unchecked(
-        _array("model_bytes", model_bytes), _array("up_kbps", up_kbps, positive=True),
-        _array("down_kbps", down_kbps, positive=True), _array("latency_ms", latency_ms)))
+    return _result(
+        transfer_seconds_unchecked(
+            _array("model_bytes", model_bytes),
+            _array("up_kbps", up_kbps, positive=True),
+            _array("down_kbps", down_kbps, positive=True),
+            _array("latency_ms", latency_ms),
+        )
+    )
 
 
-def transfer_seconds_unchecked(model_bytes: float | np.ndarray, up_kbps: np.ndarray,
-                               down_kbps: np.ndarray, latency_ms: np.ndarray) -> np.ndarray:
+def transfer_seconds_unchecked(
+    model_bytes: float | np.ndarray,
+    up_kbps: np.ndarray,
+    down_kbps: np.ndarray,
+    latency_ms: np.ndarray,
+) -> np.ndarray:
     """:func:`transfer_seconds` of valid float64 arrays, without the checks."""
     kbit = model_bytes * 8.0 / 1000.0
     return kbit / down_kbps + kbit / up_kbps + 2.0 * latency_ms / 1000.0
 
 
-def arrivals_from_durations(client_ids: Sequence[int], durations: ArrayLike, *,
-                            round_idx: int, round_start: float) -> tuple[Arrival, ...]:
+def arrivals_from_durations(
+    client_ids: Sequence[int], durations: ArrayLike, *, round_idx: int, round_start: float
+) -> tuple[Arrival, ...]:
     """Arrivals for clients that start training from round ``round_idx`` at ``round_start``.
 
     ``durations[j]`` is client ``client_ids[j]``'s finish time in seconds after the start.
@@ -93,8 +99,10 @@ def arrivals_from_durations(client_ids: Sequence[int], durations: ArrayLike, *,
     d = np.atleast_1d(_array("durations", durations))
     if d.shape != (len(client_ids),):
         raise ValueError(f"durations has shape {d.shape}, expected ({len(client_ids)},)")
-    return tuple(Arrival(int(c), round_idx, round_start + float(x))
-                 for c, x in zip(client_ids, d, strict=True))
+    return tuple(
+        Arrival(int(c), round_idx, round_start + float(x))
+        for c, x in zip(client_ids, d, strict=True)
+    )
 
 
 @dataclass

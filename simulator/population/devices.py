@@ -2,10 +2,9 @@
 
 Small populations are lists of :class:`DeviceProfile`; large ones (millions of devices)
 are a struct of arrays, :class:`Population`.  Deterministic in the seed; virtual time only.
-The trace loader (:func:`load_trace`, :class:`TraceError`) lives in
-:mod:`simulator.population.traces`
-and can also be imported from here; availability models (diurnal, traced online intervals) live
-in :mod:`simulator.population.availability`.
+The trace loader (``load_trace``, ``TraceError``) lives in :mod:`simulator.population.traces`;
+availability models (diurnal, traced online intervals) live in
+:mod:`simulator.population.availability`.
 
 A device may declare its sustained training speed in GFLOP/s (``gflops``, 0 = not declared);
 :meth:`Population.compute_seconds` then derives its compute time from the model's training FLOPs,
@@ -17,45 +16,29 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from numbers import Integral, Real
-from typing import TYPE_CHECKING
+from numbers import Integral
 
 import numpy as np
 
+from simulator.population.checks import check_number, check_seed, problem
 from simulator.rng import mix64
-
-# defined in simulator.population.traces, re-exported lazily (see __getattr__ below)
-if TYPE_CHECKING:
-    from simulator.population.traces import TraceError as TraceError
-    from simulator.population.traces import load_trace as load_trace
 
 FIELDS = ("compute_ms_per_sample", "up_kbps", "down_kbps", "latency_ms", "availability")
 #: optional per-device fields (default 0 = not declared)
 OPTIONAL_FIELDS = ("gflops",)
 
 
-def _problem(field: str, value: float) -> str | None:
-    """Return why ``value`` is invalid for ``field``, or None if it is fine."""
-    if not math.isfinite(value):
-        return "is not finite"
-    if field in ("latency_ms", "gflops"):
-        return "must be >= 0" if value < 0 else None
-    if field == "availability":
-        return None if 0.0 < value <= 1.0 else "must be in (0, 1]"
-    return "must be > 0" if value <= 0 else None
-
-
 @dataclass(frozen=True)
 class DeviceProfile:
     """One client device; construction raises ValueError naming an out-of-range field."""
 
-    device_id: int                 # >= 0
-    compute_ms_per_sample: float   # > 0, ms per sample for one forward pass
-    up_kbps: float                 # > 0, upload bandwidth in kilobit/s
-    down_kbps: float               # > 0, download bandwidth in kilobit/s
-    latency_ms: float              # >= 0, one-way latency added to every transfer
-    availability: float            # in (0, 1], long-run fraction of time online
-    gflops: float = 0.0            # >= 0, sustained training GFLOP/s; 0 = not declared
+    device_id: int  # >= 0
+    compute_ms_per_sample: float  # > 0, ms per sample for one forward pass
+    up_kbps: float  # > 0, upload bandwidth in kilobit/s
+    down_kbps: float  # > 0, download bandwidth in kilobit/s
+    latency_ms: float  # >= 0, one-way latency added to every transfer
+    availability: float  # in (0, 1], long-run fraction of time online
+    gflops: float = 0.0  # >= 0, sustained training GFLOP/s; 0 = not declared
 
     def __post_init__(self) -> None:
         i = self.device_id
@@ -63,11 +46,15 @@ class DeviceProfile:
             raise ValueError(f"device_id must be an int >= 0, got {self.device_id!r}")
         for name in FIELDS:
             value = getattr(self, name)
-            if type(value) is not float or _problem(name, value):  # fast path: valid float
-                _check_number(name, value, strict=name != "latency_ms",
-                              high=1.0 if name == "availability" else math.inf)
-        if type(self.gflops) is not float or _problem("gflops", self.gflops):
-            _check_number("gflops", self.gflops, strict=False)
+            if type(value) is not float or problem(name, value):  # fast path: valid float
+                check_number(
+                    name,
+                    value,
+                    strict=name != "latency_ms",
+                    high=1.0 if name == "availability" else math.inf,
+                )
+        if type(self.gflops) is not float or problem("gflops", self.gflops):
+            check_number("gflops", self.gflops, strict=False)
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,7 +84,7 @@ class Population:
                 ok &= arr <= 1.0
             if not ok.all():
                 bad = int(np.argmin(ok))
-                raise ValueError(f"{name}[{bad}] {_problem(name, arr[bad])}, got {arr[bad]!r}")
+                raise ValueError(f"{name}[{bad}] {problem(name, arr[bad])}, got {arr[bad]!r}")
             arr.flags.writeable = False
             object.__setattr__(self, name, arr)
         if self.gflops is None:
@@ -109,7 +96,7 @@ class Population:
         ok = np.isfinite(arr) & (arr >= 0)
         if not ok.all():
             bad = int(np.argmin(ok))
-            raise ValueError(f"gflops[{bad}] {_problem('gflops', arr[bad])}, got {arr[bad]!r}")
+            raise ValueError(f"gflops[{bad}] {problem('gflops', arr[bad])}, got {arr[bad]!r}")
         arr.flags.writeable = False
         object.__setattr__(self, "gflops", arr)
 
@@ -120,8 +107,9 @@ class Population:
         """Return device ``i`` (0 <= i < len) as a :class:`DeviceProfile`."""
         if not 0 <= i < len(self):
             raise IndexError(f"device {i} out of range for population of {len(self)}")
-        return DeviceProfile(int(i), *(float(getattr(self, f)[i]) for f in FIELDS),
-                             gflops=float(self.gflops[i]))
+        return DeviceProfile(
+            int(i), *(float(getattr(self, f)[i]) for f in FIELDS), gflops=float(self.gflops[i])
+        )
 
     def to_profiles(self) -> list[DeviceProfile]:
         """Return all devices as a list of :class:`DeviceProfile`."""
@@ -135,8 +123,10 @@ class Population:
             if p.device_id != i:
                 raise ValueError(f"profiles[{i}] has device_id {p.device_id}, expected {i}")
         gflops = np.array([p.gflops for p in profiles], dtype=np.float64)
-        return cls(*(np.array([getattr(p, f) for p in profiles], dtype=np.float64)
-                     for f in FIELDS), gflops=gflops if gflops.any() else None)
+        return cls(
+            *(np.array([getattr(p, f) for p in profiles], dtype=np.float64) for f in FIELDS),
+            gflops=gflops if gflops.any() else None,
+        )
 
     def phases(self, *, seed: int, period_s: float = 3600.0) -> np.ndarray:
         """Per-device phase in ``[0, period_s)``: a hash of ``(seed, device_id)`` only.
@@ -146,18 +136,12 @@ class Population:
         cache = self.__dict__.setdefault("_phase_cache", {})
         key = (seed, period_s)
         if key not in cache:
-            _check_seed(seed)
-            _check_number("period_s", period_s)
+            check_seed(seed)
+            check_number("period_s", period_s)
             cache.clear()
-            cache[key] = self._phases_of(np.arange(len(self), dtype=np.uint64), seed, period_s)
+            cache[key] = phases_of(np.arange(len(self), dtype=np.uint64), seed, period_s)
             cache[key].flags.writeable = False
         return cache[key]
-
-    @staticmethod
-    def _phases_of(ids: np.ndarray, seed: int, period_s: float) -> np.ndarray:
-        key = mix64(np.array([seed], dtype=np.uint64))
-        h = mix64(np.asarray(ids, dtype=np.uint64) ^ key)
-        return (h >> np.uint64(11)).astype(np.float64) * (2.0 ** -53) * period_s
 
     def available(self, t: float, *, seed: int, period_s: float = 3600.0) -> np.ndarray:
         """Boolean mask of the devices online at virtual time ``t`` (seconds).
@@ -173,12 +157,13 @@ class Population:
         offset = np.mod(t - self.phases(seed=seed, period_s=period_s), period_s)
         return (self.availability >= 1.0) | (offset < self.availability * period_s)
 
-    def available_ids(self, t: float, ids: np.ndarray, *, seed: int,
-                      period_s: float = 3600.0) -> np.ndarray:
+    def available_ids(
+        self, t: float, ids: np.ndarray, *, seed: int, period_s: float = 3600.0
+    ) -> np.ndarray:
         """:meth:`available` for the devices ``ids`` only: O(len(ids)), same answer."""
         ids = np.asarray(ids, dtype=np.int64)
         avail = self.availability[ids]
-        phase = self._phases_of(ids.astype(np.uint64), seed, period_s)
+        phase = phases_of(ids.astype(np.uint64), seed, period_s)
         offset = np.mod(t - phase, period_s)
         return (avail >= 1.0) | (offset < avail * period_s)
 
@@ -186,8 +171,14 @@ class Population:
         """The first ``n`` devices (a trace longer than the population)."""
         return Population(*(getattr(self, f)[:n] for f in FIELDS), gflops=self.gflops[:n])
 
-    def compute_seconds(self, ids: np.ndarray, samples: np.ndarray, epochs: np.ndarray,
-                        factor: float, train_flops_per_sample: float) -> np.ndarray:
+    def compute_seconds(
+        self,
+        ids: np.ndarray,
+        samples: np.ndarray,
+        epochs: np.ndarray,
+        factor: float,
+        train_flops_per_sample: float,
+    ) -> np.ndarray:
         """Local training time in seconds of devices ``ids`` (aligned with ``samples``, ``epochs``).
 
         A device that declares ``gflops > 0`` takes
@@ -209,8 +200,8 @@ class Population:
         """
         from simulator.population.clock import compute_seconds_unchecked
 
-        _check_number("factor", factor)
-        _check_number("train_flops_per_sample", train_flops_per_sample)
+        check_number("factor", factor)
+        check_number("train_flops_per_sample", train_flops_per_sample)
         ids = np.asarray(ids, dtype=np.int64)
         samples = np.asarray(samples, dtype=np.float64)
         epochs = np.asarray(epochs, dtype=np.float64)
@@ -223,27 +214,29 @@ class Population:
         return np.where(declared, model, base)
 
 
-def _check_number(name: str, value: float, *, strict: bool = True, high: float = math.inf) -> None:
-    """Require a finite real ``value`` > 0 (>= 0 unless ``strict``) and <= ``high``."""
-    ok = not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(value) \
-        and (value > 0 if strict else value >= 0) and value <= high
-    if not ok:
-        upper = f" and <= {high}" if high < math.inf else ""
-        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} 0{upper}, "
-                         f"got {value!r}")
-
-
-def _check_seed(seed: int) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, Integral) or not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
+def phases_of(ids: np.ndarray, seed: int, period_s: float) -> np.ndarray:
+    """Phase in ``[0, period_s)`` of each device of ``ids``: a hash of ``(seed, device_id)``
+    only (unchecked: the per-round path; :meth:`Population.phases` checks and caches)."""
+    key = mix64(np.array([seed], dtype=np.uint64))
+    h = mix64(np.asarray(ids, dtype=np.uint64) ^ key)
+    return (h >> np.uint64(11)).astype(np.float64) * (2.0**-53) * period_s
 
 
 def generate_population_arrays(
-    n: int, *, seed: int, compute_ms_median: float = 5.0, compute_sigma: float = 0.6,
-    up_kbps_median: float = 1000.0, down_kbps_median: float = 5000.0,
-    bandwidth_sigma: float = 0.8, latency_ms_median: float = 50.0, latency_sigma: float = 0.5,
-    availability_low: float = 0.5, availability_high: float = 1.0,
-    gflops_median: float = 0.0, gflops_sigma: float = 0.5,
+    n: int,
+    *,
+    seed: int,
+    compute_ms_median: float = 5.0,
+    compute_sigma: float = 0.6,
+    up_kbps_median: float = 1000.0,
+    down_kbps_median: float = 5000.0,
+    bandwidth_sigma: float = 0.8,
+    latency_ms_median: float = 50.0,
+    latency_sigma: float = 0.5,
+    availability_low: float = 0.5,
+    availability_high: float = 1.0,
+    gflops_median: float = 0.0,
+    gflops_sigma: float = 0.5,
 ) -> Population:
     """Draw a FedScale-style heterogeneous population of ``n >= 1`` devices.
 
@@ -273,17 +266,30 @@ def generate_population_arrays(
     """
     if isinstance(n, bool) or not isinstance(n, Integral) or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}")
-    _check_seed(seed)
+    check_seed(seed)
     args = locals()
-    for name in ("compute_ms_median", "up_kbps_median", "down_kbps_median",
-                 "latency_ms_median", "availability_low", "availability_high"):
-        _check_number(name, args[name], high=1.0 if name.startswith("avail") else math.inf)
-    for name in ("compute_sigma", "bandwidth_sigma", "latency_sigma", "gflops_median",
-                 "gflops_sigma"):
-        _check_number(name, args[name], strict=False)
+    for name in (
+        "compute_ms_median",
+        "up_kbps_median",
+        "down_kbps_median",
+        "latency_ms_median",
+        "availability_low",
+        "availability_high",
+    ):
+        check_number(name, args[name], high=1.0 if name.startswith("avail") else math.inf)
+    for name in (
+        "compute_sigma",
+        "bandwidth_sigma",
+        "latency_sigma",
+        "gflops_median",
+        "gflops_sigma",
+    ):
+        check_number(name, args[name], strict=False)
     if availability_low > availability_high:
-        raise ValueError(f"availability_low ({availability_low}) must be <= "
-                         f"availability_high ({availability_high})")
+        raise ValueError(
+            f"availability_low ({availability_low}) must be <= "
+            f"availability_high ({availability_high})"
+        )
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(6)]
 
     def lognormal(rng: np.random.Generator, median: float, sigma: float) -> np.ndarray:
@@ -302,17 +308,3 @@ def generate_population_arrays(
 def generate_population(n: int, *, seed: int, **params: float) -> list[DeviceProfile]:
     """:func:`generate_population_arrays` (same keywords) as a list of profiles."""
     return generate_population_arrays(n, seed=seed, **params).to_profiles()
-
-
-_LAZY = {"TraceError", "load_trace"}
-
-
-def __getattr__(name: str) -> object:
-    """Lazy re-exports of the trace loader defined in :mod:`simulator.population.traces` (which
-    imports
-    this module, so it cannot be imported at the top)."""
-    if name in _LAZY:
-        from simulator.population import traces
-
-        return getattr(traces, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

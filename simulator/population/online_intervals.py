@@ -35,8 +35,9 @@ class IntervalTrace:
         return int(self.device_ids.shape[0])
 
     @classmethod
-    def from_rows(cls, device_id: np.ndarray, start: np.ndarray, end: np.ndarray,
-                  period_s: float = 0.0) -> IntervalTrace:
+    def from_rows(
+        cls, device_id: np.ndarray, start: np.ndarray, end: np.ndarray, period_s: float = 0.0
+    ) -> IntervalTrace:
         """Build from one row per interval (``period_s`` 0 = the largest end).
 
         Raises ValueError naming the first bad row (same checks as the file loader)."""
@@ -63,8 +64,9 @@ def period_of(period_s: float, ends: np.ndarray) -> float:
     return float(period_s) if period_s > 0 else float(np.max(ends))
 
 
-def first_problem(dev: np.ndarray, start: np.ndarray, end: np.ndarray, period: float,
-                  where: Callable[[int], str]) -> tuple[int, str] | None:
+def first_problem(
+    dev: np.ndarray, start: np.ndarray, end: np.ndarray, period: float, where: Callable[[int], str]
+) -> tuple[int, str] | None:
     """The first row (in row order) breaking a rule, with what is wrong; None if all are fine.
 
     Rules, checked in this order within a row: ``device_id >= 0``, ``start >= 0``,
@@ -90,19 +92,26 @@ def first_problem(dev: np.ndarray, start: np.ndarray, end: np.ndarray, period: f
     k = int(np.flatnonzero(order == r)[0])
     p = int(order[k - 1])
     what = "starts before" if a < start[p] else "overlaps"
-    return r, (f"interval [{a:g}, {b:g}) of device {i} {what} its previous interval "
-               f"[{start[p]:g}, {end[p]:g}) on {where(p)}; a device's intervals must be in "
-               "time order and disjoint")
+    return r, (
+        f"interval [{a:g}, {b:g}) of device {i} {what} its previous interval "
+        f"[{start[p]:g}, {end[p]:g}) on {where(p)}; a device's intervals must be in "
+        "time order and disjoint"
+    )
 
 
-def build(dev: np.ndarray, start: np.ndarray, end: np.ndarray, period: float,
-          traced: np.ndarray | None = None) -> IntervalTrace:
+def build(
+    dev: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    period: float,
+    traced: np.ndarray | None = None,
+) -> IntervalTrace:
     """CSR arrays of valid rows (see :func:`first_problem`); ``traced`` adds device ids that
     have no interval (never online)."""
     order = np.argsort(dev, kind="stable")
     d, s, e = dev[order], start[order], end[order]
     new = np.ones(len(d), dtype=bool)
-    new[1:] = (d[1:] != d[:-1]) | (s[1:] != e[:-1])      # touching intervals merge
+    new[1:] = (d[1:] != d[:-1]) | (s[1:] != e[:-1])  # touching intervals merge
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(d) - 1)
     d, s, e = d[first], s[first], e[last]

@@ -27,19 +27,24 @@ FULL_PASS_MAX = 100_000
 DRAW_BUDGET = 64
 
 
-def _model(avail: Availability | Population, seed: int | None, period_s: float
-           ) -> Availability:
+def _model(avail: Availability | Population, seed: int | None, period_s: float) -> Availability:
     if not isinstance(avail, Population):
         return avail
     if seed is None:
-        raise ValueError("select_clients: a Population needs seed= (or pass an availability "
-                         "model)")
+        raise ValueError("select_clients: a Population needs seed= (or pass an availability model)")
     return Diurnal(avail, seed, period_s)
 
 
-def select_clients(avail: Availability | Population, t: float, m: int, busy: np.ndarray,
-                   rng: np.random.Generator, *, seed: int | None = None,
-                   period_s: float = 3600.0) -> np.ndarray:
+def select_clients(
+    avail: Availability | Population,
+    t: float,
+    m: int,
+    busy: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    seed: int | None = None,
+    period_s: float = 3600.0,
+) -> np.ndarray:
     """Sorted ids of ``min(m, eligible)`` devices online at ``t`` and not in ``busy``.
 
     ``avail`` is the availability model; a :class:`Population` with ``seed`` and ``period_s``
@@ -64,8 +69,9 @@ def select_clients(avail: Availability | Population, t: float, m: int, busy: np.
     return np.sort(rng.choice(candidates, k, replace=False))
 
 
-def _sample(avail: Availability, t: float, m: int, busy: np.ndarray, rng: np.random.Generator
-            ) -> np.ndarray | None:
+def _sample(
+    avail: Availability, t: float, m: int, busy: np.ndarray, rng: np.random.Generator
+) -> np.ndarray | None:
     """Rejection sampling of ``m`` eligible ids; None when the draw budget runs out."""
     taken = np.zeros(0, np.int64)
     draws, batch = 0, 2 * m + 16
@@ -79,15 +85,16 @@ def _sample(avail: Availability, t: float, m: int, busy: np.ndarray, rng: np.ran
             ok &= ~np.isin(ids, busy)
         ids = ids[ok]
         _, first = np.unique(ids, return_index=True)
-        ids = ids[np.sort(first)]                       # distinct, in draw order
+        ids = ids[np.sort(first)]  # distinct, in draw order
         ids = ids[~np.isin(ids, taken)]
         taken = np.concatenate([taken, ids[: m - len(taken)]])
         batch = max(16, 2 * (m - len(taken)) * max(1, draws // max(len(taken), 1)))
     return np.sort(taken)
 
 
-def next_online_time(avail: Availability | Population, t: float, *, seed: int | None = None,
-                     period_s: float = 3600.0) -> float:
+def next_online_time(
+    avail: Availability | Population, t: float, *, seed: int | None = None, period_s: float = 3600.0
+) -> float:
     """The first time after ``t`` at which some device comes online (may be one O(N) pass; only
     used when nobody is online).  ``avail`` as in :func:`select_clients`."""
     return _model(avail, seed, period_s).next_online_time(t)

@@ -1,12 +1,9 @@
 """Device trace loader: read a population of device profiles from a CSV or JSON file.
 
 :func:`load_trace` validates every entry like :class:`~simulator.population.devices.DeviceProfile`
-and
-returns a :class:`~simulator.population.devices.Population`; errors are :class:`TraceError`.  Both
-are
-re-exported by :mod:`simulator.population.devices`.  Availability traces (per-device online
-intervals) are
-read by :mod:`simulator.population.availability_trace`, which raises the same :class:`TraceError`.
+and returns a :class:`~simulator.population.devices.Population`; errors are :class:`TraceError`.
+Availability traces (per-device online intervals) are read by
+:mod:`simulator.population.availability_trace`, which raises the same :class:`TraceError`.
 """
 
 from __future__ import annotations
@@ -20,7 +17,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from simulator.population.devices import FIELDS, OPTIONAL_FIELDS, Population, _problem
+from simulator.population.checks import problem
+from simulator.population.devices import FIELDS, OPTIONAL_FIELDS, Population
 
 T = TypeVar("T")
 
@@ -35,8 +33,10 @@ def _parse_row(path: Path, line: int, index: int, row: Mapping[str, object]) -> 
     where = f"{path}:{line}:"
     raw = row.get("device_id", index)
     if str(raw).strip() != str(index):  # rejects 2.0, True, "02" as well
-        raise TraceError(f"{where} field 'device_id' is {raw!r}, expected {index} "
-                         "(ids must be 0, 1, 2, ... in order)")
+        raise TraceError(
+            f"{where} field 'device_id' is {raw!r}, expected {index} "
+            "(ids must be 0, 1, 2, ... in order)"
+        )
     values = []
     for name in (*FIELDS, *OPTIONAL_FIELDS):
         raw = row.get(name)
@@ -51,7 +51,7 @@ def _parse_row(path: Path, line: int, index: int, row: Mapping[str, object]) -> 
             value = float(raw)
         except (TypeError, ValueError, OverflowError):
             raise TraceError(f"{where} field '{name}' is not a number: {raw!r}") from None
-        why = _problem(name, value)
+        why = problem(name, value)
         if why:
             raise TraceError(f"{where} field '{name}' {why}, got {raw!r}")
         values.append(value)
@@ -70,12 +70,15 @@ def _read_csv(path: Path, text: str) -> list[list[float]]:
                 header = [c.strip() for c in cells]
                 missing = [f for f in FIELDS if f not in header]
                 if missing or len(set(header)) != len(header):
-                    raise TraceError(f"{path}:{reader.line_num}: bad header, missing columns "
-                                     f"{missing} or duplicate names; need {list(FIELDS)}")
+                    raise TraceError(
+                        f"{path}:{reader.line_num}: bad header, missing columns "
+                        f"{missing} or duplicate names; need {list(FIELDS)}"
+                    )
                 continue
             if len(cells) != len(header):
-                raise TraceError(f"{path}:{reader.line_num}: expected {len(header)} fields, "
-                                 f"got {len(cells)}")
+                raise TraceError(
+                    f"{path}:{reader.line_num}: expected {len(header)} fields, got {len(cells)}"
+                )
             row = dict(zip(header, cells, strict=True))
             rows.append(_parse_row(path, reader.line_num, len(rows), row))
     except csv.Error as exc:
@@ -90,7 +93,7 @@ def _read_json(path: Path, text: str) -> list[list[float]]:
         raise TraceError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     entries = doc.get("devices") if isinstance(doc, dict) else doc
     if not isinstance(entries, list):
-        raise TraceError(f"{path}:1: expected a list of devices or {{\"devices\": [...]}}")
+        raise TraceError(f'{path}:1: expected a list of devices or {{"devices": [...]}}')
     rows = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
@@ -139,4 +142,4 @@ def load_trace(path: str | Path) -> Population:
         raise TraceError(f"{path}: trace contains no devices")
     cols = np.array(rows, dtype=np.float64).T
     gflops = cols[len(FIELDS)]
-    return Population(*cols[:len(FIELDS)], gflops=gflops if gflops.any() else None)
+    return Population(*cols[: len(FIELDS)], gflops=gflops if gflops.any() else None)

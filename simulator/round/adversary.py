@@ -16,19 +16,22 @@ import torch
 
 from attacks import AttackContext, pick_malicious, redraw_malicious
 from attacks.base import Attack
-from simulator.config.sections import AttackConfig
+from simulator.config.learning import AttackConfig
 from simulator.round.types import InFlight
 
 
 class Adversary:
     """Chooses the malicious clients and applies a model attack to their rows."""
 
-    def __init__(self, attack: Attack | None, cfg: AttackConfig, num_clients: int,
-                 seed: int) -> None:
+    def __init__(
+        self, attack: Attack | None, cfg: AttackConfig, num_clients: int, seed: int
+    ) -> None:
         self.attack, self.cfg = attack, cfg
-        self.fixed = (pick_malicious(num_clients, cfg.attack_fraction, seed)
-                      if attack is not None and cfg.malicious_mode == "fixed"
-                      else np.zeros(0, np.int64))
+        self.fixed = (
+            pick_malicious(num_clients, cfg.attack_fraction, seed)
+            if attack is not None and cfg.malicious_mode == "fixed"
+            else np.zeros(0, np.int64)
+        )
 
     @property
     def is_model_attack(self) -> bool:
@@ -63,8 +66,14 @@ class Adversary:
         hit = self.fixed[pos] == selected if len(self.fixed) else np.zeros(len(selected), bool)
         return {int(c) for c in np.asarray(selected)[hit]}
 
-    def rewrite(self, rnd: int, global_flat: torch.Tensor, rows: dict[int, InFlight],
-                malicious: set[int], rng: np.random.Generator) -> None:
+    def rewrite(
+        self,
+        rnd: int,
+        global_flat: torch.Tensor,
+        rows: dict[int, InFlight],
+        malicious: set[int],
+        rng: np.random.Generator,
+    ) -> None:
         """Replace the malicious rows computed this round by what the model attack sends."""
         if not self.is_model_attack:
             return
@@ -73,16 +82,18 @@ class Adversary:
             return
         good = sorted(c for c in rows if c not in malicious)
         p = global_flat.numel()
-        benign = (torch.from_numpy(np.stack([rows[c].row for c in good])) if good
-                  else torch.zeros(0, p))
+        benign = (
+            torch.from_numpy(np.stack([rows[c].row for c in good])) if good else torch.zeros(0, p)
+        )
         ctx = AttackContext(rnd, global_flat, benign, len(bad), len(rows), rng)
         sent = self.attack.apply(torch.from_numpy(np.stack([rows[c].row for c in bad])), ctx)
         for c, r in zip(bad, sent.numpy(), strict=True):
             rows[c].row = r
 
 
-def detection(arrived: Iterable[int], malicious: Iterable[int], rejected: Iterable[int]
-              ) -> dict[str, int]:
+def detection(
+    arrived: Iterable[int], malicious: Iterable[int], rejected: Iterable[int]
+) -> dict[str, int]:
     """Confusion counts of one round over the updates that reached the server: a rejected
     malicious update is a true positive, a rejected benign one a false positive."""
     a, m, r = set(arrived), set(malicious), set(rejected)

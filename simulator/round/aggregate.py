@@ -11,56 +11,54 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from defenses import DefenseContext, PreconditionError, UpdateBatch, Verdict, screen_malformed
 from simulator.algorithms import ServerRound
+from simulator.policies import RoundPolicy
 from simulator.rng import Stream, stream
 from simulator.round.collect import Collected, combine_linear, make_batch
 from simulator.round.plan import RoundPlan
 from simulator.round.server import ServerSide
 
-if TYPE_CHECKING:
-    from simulator.round.engine import Simulation
 
-
-def aggregate_round(sim: Simulation, plan: RoundPlan, col: Collected
-                    ) -> tuple[UpdateBatch | None, list[Verdict], torch.Tensor]:
+def aggregate_round(
+    side: ServerSide, policy: RoundPolicy, plan: RoundPlan, col: Collected
+) -> tuple[UpdateBatch | None, list[Verdict], torch.Tensor]:
     """The defended aggregate (shared entries) and every client's verdict."""
-    size = sim.space.size
+    size = side.space.size
     if plan.linear:
         cb = make_batch(col.carried, size)
         ok, bad = screen_malformed(cb, size) if col.carried else (np.zeros(0, np.int64), [])
-        delta, vs = combine_linear(sim.defense, plan, col, ok, cb, size)
+        delta, vs = combine_linear(side.defense, plan, col, ok, cb, size)
         return None, plan.verdicts + vs + bad, delta
     batch = make_batch(col.fresh + col.carried, size)
-    side = sim.server_side
-    if sim.policy.adjusts_rows and len(batch.client_ids):
-        batch = adjusted(sim, side, plan.round, batch)
+    if policy.adjusts_rows and len(batch.client_ids):
+        batch = adjusted(policy, side, plan.round, batch)
     delta, vs = aggregate(side, plan.round, batch)
     return batch, plan.verdicts + vs, delta
 
 
-def adjusted(sim: Simulation, side: ServerSide, rnd: int, batch: UpdateBatch) -> UpdateBatch:
+def adjusted(policy: RoundPolicy, side: ServerSide, rnd: int, batch: UpdateBatch) -> UpdateBatch:
     """The batch with the round policy's row adjustment (staleness weights, asynchronous
     mixing) applied; what the defense aggregates and the ledger records."""
     staleness = rnd - batch.base_rounds.astype(np.int64)
 
     def drift() -> torch.Tensor:
         g = side.global_shared
-        bases = {int(b): side.space.shared_of(side.base_model(int(b))) - g
-                 for b in np.unique(batch.base_rounds)}
+        bases = {
+            int(b): side.space.shared_of(side.base_model(int(b))) - g
+            for b in np.unique(batch.base_rounds)
+        }
         return torch.stack([bases[int(b)] for b in batch.base_rounds])
 
-    rows = sim.policy.adjust_rows(batch.updates, staleness, drift)
+    rows = policy.adjust_rows(batch.updates, staleness, drift)
     return dataclasses.replace(batch, updates=rows)
 
 
-def aggregate(side: ServerSide, rnd: int, batch: UpdateBatch
-              ) -> tuple[torch.Tensor, list[Verdict]]:
+def aggregate(side: ServerSide, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
     """Screen malformed rows once, then let the defense aggregate the rest (the ledger's
     committee and audit replay rounds through this same function).
 
@@ -85,26 +83,48 @@ def context(side: ServerSide, rnd: int) -> DefenseContext:
     pub = side.public_x is not None
     sp, ev, g = side.space, side.evaluation, side.global_flat
     return DefenseContext(
-        rnd, side.global_shared, side.public_x, side.public_y,
+        rnd,
+        side.global_shared,
+        side.public_x,
+        side.public_y,
         lambda flat: ev.test(sp.full_of(flat, g)),
         stream(side.seed, rnd, Stream.DEFENSE),
         (lambda m: ev.score_models(sp.full_rows(m, g))) if pub else None,
         lambda r: sp.shared_of(side.base_model(r)),
-        (lambda: sp.shared_of(ev.server_update(rnd, g))) if pub else None)
+        (lambda: sp.shared_of(ev.server_update(rnd, g))) if pub else None,
+    )
 
 
-def server_step(side: ServerSide, rnd: int, delta: torch.Tensor, verdicts: list[Verdict],
-                arrived: Sequence[int], extras_of: dict[int, dict[str, np.ndarray]]
-                ) -> torch.Tensor:
+def server_step(
+    side: ServerSide,
+    rnd: int,
+    delta: torch.Tensor,
+    verdicts: list[Verdict],
+    arrived: Sequence[int],
+    extras_of: dict[int, dict[str, np.ndarray]],
+) -> torch.Tensor:
     """The algorithm's server update from the defended aggregate (shared entries), the
     verdicts of the ``arrived`` clients and their extras; returns the next global model."""
     v = {x.client_id: x for x in verdicts}
     ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
     keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
-    extras = {k: torch.from_numpy(np.stack([extras_of[c][k] for c in ids.tolist()]))
-              for k in keys} if len(ids) else {}
-    return side.algorithm.server_update(ServerRound(
-        rnd, side.global_flat, side.space.full_delta(delta), ids,
-        np.array([v[c].kept for c in ids.tolist()], bool),
-        np.array([v[c].weight for c in ids.tolist()], np.float64), extras,
-        side.server_state, side.num_clients, side.layout.slices))
+    extras = (
+        {k: torch.from_numpy(np.stack([extras_of[c][k] for c in ids.tolist()])) for k in keys}
+        if len(ids)
+        else {}
+    )
+    return side.algorithm.server_update(
+        ServerRound(
+            rnd,
+            side.global_flat,
+            side.space.full_delta(delta),
+            ids,
+            np.array([v[c].kept for c in ids.tolist()], bool),
+            np.array([v[c].weight for c in ids.tolist()], np.float64),
+            extras,
+            side.server_state,
+            side.num_clients,
+            side.layout.slices,
+            side.store,
+        )
+    )

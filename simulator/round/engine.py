@@ -27,19 +27,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from defenses import UpdateBatch, Verdict, make_defense
+from attacks import make_attack
+from defenses import make_defense
 from simulator.algorithms import make_algorithm
-from simulator.config.sections import Config, ConfigError, placement_of, policy_of
-from simulator.placement.runtime import Scheduler
+from simulator.config.fields import ConfigError
+from simulator.config.plugins import policy_of
+from simulator.config.sections import Config
 from simulator.policies import RoundPolicy
 from simulator.population.clock import VirtualClock
 from simulator.round.adversary import Adversary
-from simulator.round.aggregate import aggregate, aggregate_round, server_step
-from simulator.round.collect import Collected, collect, train
-from simulator.round.plan import RoundPlan, make_plan
+from simulator.round.aggregate import aggregate_round, server_step
+from simulator.round.collect import gather, settle, train
+from simulator.round.context import RoundContext
+from simulator.round.parts import check_cohort, make_scheduler, make_store
+from simulator.round.plan import RoundPlan, make_plan, plan_tasks
 from simulator.round.record import make_record
 from simulator.round.server import ServerSide
 from simulator.round.types import InFlight, RoundCallback, RoundRecord
@@ -67,40 +70,28 @@ class Simulation:
     executor : where training runs; built from ``cfg.execution`` otherwise.
     """
 
-    def __init__(self, cfg: Config, callbacks: Sequence[RoundCallback] = (),
-                 federation: Federation | None = None, executor: Any = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        callbacks: Sequence[RoundCallback] = (),
+        federation: Federation | None = None,
+        executor: Any = None,
+    ) -> None:
         self.cfg = cfg
         self.callbacks = list(callbacks)
         self._hooks: dict[str, list[Any]] = {}
         # cheap validation first: names and parameters fail before data loads or Ray starts
-        from attacks import make_attack
-
         self.attack = make_attack(cfg.attack.attack, **cfg.attack.attack_params)
         self.algorithm = make_algorithm(cfg.algorithm)
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
-        cohort = cfg.experiment.clients_per_round
-        if (why := self.defense.rule_precondition(cohort)) is not None:
-            # every full round would be skipped: refuse before anything starts
-            raise ValueError(f"defense {self.defense.name!r}: needs {why} with "
-                             f"{cohort} clients a round")
+        check_cohort(self.defense, cfg.experiment.clients_per_round)
         self.policy = round_policy(cfg)
         self.fed = federation or build_federation(cfg)
         side = ServerSide.of(cfg, self.fed, self.algorithm, self.defense)
         self.space, self.server = side.space, side.evaluation
         self.spec = self.server.spec  # the clean spec: built before any data attack
         self.global_flat, self.server_state = side.global_flat, side.server_state
-        spill = Path(cfg.output.out) / "state" / "spill"
-        self.store = ClientStore(cfg.execution.state_memory_bytes, spill)
-        for table, shape in self.algorithm.client_state.items():
-            sizes = {"params": self.fed.layout.num_params, "model": self.fed.layout.size}
-            if isinstance(shape, str) and shape not in sizes:
-                raise ValueError(f"algorithm {self.algorithm.name!r}: client_state table "
-                                 f"{table!r} has shape {shape!r}; valid: 'params', 'model' or "
-                                 f"an int")
-            n = sizes[shape] if isinstance(shape, str) else int(shape)
-            self.store.declare(table, (n,))
-        if self.space.local is not None:
-            self.store.declare("local", (len(self.space.local),))
+        self.store = make_store(cfg, self.algorithm, self.fed.layout, self.space)
         side = self.defense.client_side
         self.client_side = side() if side is not None else None
         train_clients = self.fed.clients
@@ -110,13 +101,16 @@ class Simulation:
         self._own_executor = executor is None
         self.executor = executor or make_executor(cfg, self.fed, train_clients)
         self._driver: Any = None
-        self.client_eval = ClientEval.of(cfg, self.fed, self.space, self.store,
-                                         self.algorithm)
-        self.adversary = Adversary(self.attack, cfg.attack, self.fed.num_clients,
-                                   cfg.experiment.seed)
+        self.client_eval = ClientEval.of(cfg, self.fed, self.space, self.store, self.algorithm)
+        self.adversary = Adversary(
+            self.attack, cfg.attack, self.fed.num_clients, cfg.experiment.seed
+        )
         if self.adversary.is_data_attack:
-            self.spec = dataclasses.replace(self.spec, data_attack=self.adversary.data_attack,
-                                            num_classes=self.fed.dataset.num_classes)
+            self.spec = dataclasses.replace(
+                self.spec,
+                data_attack=self.adversary.data_attack,
+                num_classes=self.fed.dataset.num_classes,
+            )
         self._configured: set[int] = set()
         self.clock = VirtualClock()
         self.in_flight: list[InFlight] = []
@@ -124,10 +118,7 @@ class Simulation:
         self.next_round = 0
         self.model_bytes = 4 * self.space.size
         self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
-        placement, predictor = placement_of(cfg.execution)
-        self.scheduler = Scheduler(placement, predictor, self.flops_per_sample,
-                                   cfg.algorithm.batch_size, cfg.experiment.seed,
-                                   cfg.execution.min_actor_mflop * 1e6 / self.flops_per_sample)
+        self.scheduler = make_scheduler(cfg, self.flops_per_sample)
         self.wall_offset = 0.0
         self._where = ""
 
@@ -142,9 +133,13 @@ class Simulation:
     def linear_round(self) -> bool:
         """Whether the actors may pre-aggregate the fresh rows (a linear rule whose rows neither
         a model attack nor a hook needs)."""
-        return (self.defense.linear and self.cfg.execution.preaggregate
-                and not self.adversary.is_model_attack and not self.policy.adjusts_rows
-                and not any(getattr(h, "needs_rows", False) for h in self.hooks("on_round_end")))
+        return (
+            self.defense.linear
+            and self.cfg.execution.preaggregate
+            and not self.adversary.is_model_attack
+            and not self.policy.adjusts_rows
+            and not any(getattr(h, "needs_rows", False) for h in self.hooks("on_round_end"))
+        )
 
     @property
     def global_flat_shared(self) -> torch.Tensor:
@@ -156,9 +151,21 @@ class Simulation:
         """A view of this run's server side (defense, algorithm, global model, history, server
         state: the live objects) for :mod:`simulator.round.aggregate`'s functions."""
         f = self.fed
-        return ServerSide(self.defense, self.algorithm, self.space, self.server, f.public_x,
-                          f.public_y, f.num_clients, f.layout, self.cfg.experiment.seed,
-                          self.global_flat, self.server_state, self.history)
+        return ServerSide(
+            self.defense,
+            self.algorithm,
+            self.space,
+            self.server,
+            f.public_x,
+            f.public_y,
+            f.num_clients,
+            f.layout,
+            self.cfg.experiment.seed,
+            self.global_flat,
+            self.server_state,
+            self.history,
+            self.store,
+        )
 
     def executor_for(self, plan: RoundPlan) -> tuple[Any, str]:
         """The driver's own trainer for a round too small to pay for a Ray call, else the
@@ -166,26 +173,57 @@ class Simulation:
         ex = self.cfg.execution
         flops = sum(t.num_samples * t.epochs for t in plan.tasks) * self.flops_per_sample
         inline = ex.backend == "ray" and (
-            ex.inline == "always" or (ex.inline == "auto" and flops < ex.inline_mflop * 1e6))
+            ex.inline == "always" or (ex.inline == "auto" and flops < ex.inline_mflop * 1e6)
+        )
         if inline and self._driver is None:
             from actors.pool import LocalExecutor
 
-            self._driver = LocalExecutor(self.fed.model_spec, self.fed.x_train,
-                                         self.fed.y_train, self.train_clients,
-                                         self.fed.transform)
+            self._driver = LocalExecutor(
+                self.fed.model_spec,
+                self.fed.x_train,
+                self.fed.y_train,
+                self.train_clients,
+                self.fed.transform,
+            )
         target, where = (self._driver, "driver") if inline else (self.executor, "actors")
         if where != self._where:
-            log.info("round %d trains in the %s (%.1f MFLOP; --inline %s, threshold %g MFLOP)",
-                     plan.round, where, flops / 1e6, ex.inline, ex.inline_mflop)
+            log.info(
+                "round %d trains in the %s (%.1f MFLOP; --inline %s, threshold %g MFLOP)",
+                plan.round,
+                where,
+                flops / 1e6,
+                ex.inline,
+                ex.inline_mflop,
+            )
             self._where = where
         if id(target) not in self._configured:
             target.configure(self.spec, ex.vectorize, self.space.shared, self.space.local)
             self._configured.add(id(target))
         return target, where
 
+    def context(self) -> RoundContext:
+        """What this round's steps read (:class:`~simulator.round.context.RoundContext`)."""
+        return RoundContext(
+            self.cfg,
+            self.fed,
+            self.policy,
+            self.algorithm,
+            self.defense,
+            self.adversary,
+            self.space,
+            self.store,
+            self.train_clients,
+            self.scheduler,
+            self.server,
+            self.client_eval,
+            self.flops_per_sample,
+            self.model_bytes,
+        )
+
     # -- one round -----------------------------------------------------------------------------
     def run_round(self, rnd: int, wall_start: float) -> RoundRecord:
-        """plan -> train -> collect -> aggregate -> record."""
+        """plan -> train -> collect -> aggregate -> record; each step is a function of the
+        round's context and returns what it changed, applied here."""
         self.history[rnd] = self.global_flat
         # past global models: the last --max-staleness rounds (Siren's roll-back reads the
         # previous one) and every round an update in flight was trained from (stale rows are
@@ -194,35 +232,45 @@ class Simulation:
         low = rnd - self.cfg.clock.max_staleness
         for old in [r for r in self.history if r < low and r not in bases]:
             del self.history[old]
-        plan = make_plan(self, rnd)
-        res, where = train(self, plan)
-        col = collect(self, plan, res, where)
-        batch, verdicts, delta = self.aggregate_round(plan, col)
+        ctx = self.context()
+        # 1. plan (the clock moves to the round's start when nobody was online)
+        plan = make_plan(
+            ctx, rnd, self.clock.now, self.in_flight, self.server_state, self.linear_round()
+        )
+        self.clock.advance_to(plan.start)
+        for hook in self.hooks("on_plan"):
+            hook.on_plan(self, plan)
+        plan.tasks = plan_tasks(plan, self.adversary.is_data_attack)
+        # 2. train
+        executor, where = self.executor_for(plan)
+        res = train(ctx, plan, executor, where, self.global_flat, self.server_state)
+        # 3. collect
+        got = gather(ctx, plan, res)
+        for table, ids, rows in got.writes:
+            self.store.put(table, ids, rows)
+        for hook in self.hooks("on_collect"):
+            hook.on_collect(self, plan, got.returned)
+        col, self.in_flight = settle(ctx, plan, got, self.in_flight, self.global_flat_shared, where)
+        if where == "actors":
+            col.placement = self.scheduler.observe(col.chunks)
+        # 4. aggregate
+        batch, verdicts, delta = aggregate_round(self.server_side, self.policy, plan, col)
         carried = {f.arrival.client_id: f.extras for f in col.carried}
-        self.global_flat = self.server_step(rnd, delta, verdicts, [*plan.now, *carried],
-                                            carried | col.extras)
+        self.global_flat = server_step(
+            self.server_side, rnd, delta, verdicts, [*plan.now, *carried], carried | col.extras
+        )
         self.clock.advance_to(max(plan.outcome.round_end, plan.start))
-        return make_record(self, plan, col, batch, verdicts, wall_start)
-
-    def aggregate_round(self, plan: RoundPlan, col: Collected
-                        ) -> tuple[UpdateBatch | None, list[Verdict], torch.Tensor]:
-        """The defended aggregate (shared entries) and every client's verdict."""
-        return aggregate_round(self, plan, col)
-
-    def aggregate(self, rnd: int, batch: UpdateBatch) -> tuple[torch.Tensor, list[Verdict]]:
-        """Screen malformed rows once, then let the defense aggregate the rest (the ledger's
-        committee and audit replay rounds through the same function)."""
-        return aggregate(self.server_side, rnd, batch)
-
-    def server_step(self, rnd: int, delta: torch.Tensor, verdicts: list[Verdict],
-                    arrived: Sequence[int], extras_of: dict[int, dict[str, np.ndarray]]
-                    ) -> torch.Tensor:
-        """The algorithm's server update (see :func:`simulator.round.aggregate.server_step`)."""
-        return server_step(self.server_side, rnd, delta, verdicts, arrived, extras_of)
-
-    def _base_model(self, rnd: int) -> torch.Tensor:
-        """The global model that round ``rnd``'s clients trained from."""
-        return self.server_side.base_model(rnd)
+        # 5. record
+        return make_record(
+            ctx,
+            plan,
+            col,
+            batch,
+            verdicts,
+            self.global_flat,
+            self.clock.now,
+            lambda: self.wall_offset + time.perf_counter() - wall_start,
+        )
 
     # -- whole run -----------------------------------------------------------------------------
     def run(self, progress: bool = False, on_record: Any = None) -> list[RoundRecord]:
@@ -252,19 +300,46 @@ class Simulation:
     # -- checkpoint state ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "next_round": self.next_round, "global": self.global_flat.clone(),
-            "now": self.clock.now, "server_state": dict(self.server_state),
+            "next_round": self.next_round,
+            "global": self.global_flat.clone(),
+            "now": self.clock.now,
+            "server_state": dict(self.server_state),
             "defense": self.defense.state_dict(),
-            "in_flight": [(f.arrival, f.row, f.num_samples, f.loss, f.malicious, f.alarm,
-                           f.extras) for f in self.in_flight],
-            "wall_time": self.wall_offset, "history": dict(self.history),
+            "in_flight": [
+                (f.arrival, f.row, f.num_samples, f.loss, f.malicious, f.alarm, f.extras)
+                for f in self.in_flight
+            ],
+            "wall_time": self.wall_offset,
+            "history": dict(self.history),
             "scheduler": self.scheduler.state_dict(),
         }
 
+    def save_checkpoint(self, directory: Path, wall_time: float, **extra: Any) -> Path:
+        """Atomically write ``checkpoint.pt`` (write to a temporary file, then rename).
+
+        The client-state store first writes what changed since its last save into
+        ``state/checkpoint/``; the manifest it returns goes into ``checkpoint.pt``, whose rename
+        is the one commit point (a crash before it leaves the previous checkpoint and its store
+        files intact). ``extra`` entries (the run summary) are saved beside the simulation
+        state.
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        st = self.state_dict()
+        st["store"] = self.store.save(directory / "state" / "checkpoint")
+        st["wall_time"] = wall_time
+        st.update(extra)
+        tmp = directory / "checkpoint.pt.tmp"
+        torch.save(st, tmp)
+        final = directory / "checkpoint.pt"
+        tmp.replace(final)
+        return final
+
     def load_state_dict(self, st: dict[str, Any], store_dir: Path | None = None) -> None:
         if "server_state" not in st:
-            raise ConfigError("output.resume: the checkpoint was written by a FedSentry before "
-                              "engine v2 and cannot be resumed; run it again")
+            raise ConfigError(
+                "output.resume: the checkpoint was written by a FedSentry before "
+                "engine v2 and cannot be resumed; run it again"
+            )
         self.next_round = int(st["next_round"])
         self.global_flat = st["global"].clone()
         self.clock = VirtualClock()
@@ -278,9 +353,12 @@ class Simulation:
             self.scheduler.load_state_dict(st["scheduler"])
         if st.get("store") is not None and store_dir is not None:
             self.store.close()
-            self.store = ClientStore.load(store_dir, self.cfg.execution.state_memory_bytes,
-                                          Path(self.cfg.output.out) / "state" / "spill",
-                                          manifest=st["store"])
+            self.store = ClientStore.load(
+                store_dir,
+                self.cfg.execution.state_memory_bytes,
+                Path(self.cfg.output.out) / "state" / "spill",
+                manifest=st["store"],
+            )
             self.client_eval.store = self.store
 
     def close(self) -> None:
@@ -288,4 +366,3 @@ class Simulation:
         if self._own_executor:
             self.executor.shutdown()
         self.store.close()
-

@@ -9,23 +9,20 @@ partial sums and by the verdicts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from actors.trainer import TrainTask
 from defenses import Verdict
-from simulator.population.clock import (
-    Arrival,
-    RoundOutcome,
-    transfer_seconds_unchecked,
-)
+from simulator.policies import Arrival, RoundOutcome
+from simulator.population.clock import transfer_seconds_unchecked
 from simulator.population.selection import next_online_time, select_clients
 from simulator.rng import Stream, client_seeds, stream
-
-if TYPE_CHECKING:
-    from simulator.round.engine import Simulation
+from simulator.round.context import RoundContext
+from simulator.round.types import InFlight
 
 
 @dataclass
@@ -81,25 +78,31 @@ class RoundPlan:
         return np.array([t.client_id for t in self.tasks], dtype=np.int64)
 
 
-def select(sim: Simulation, rnd: int) -> np.ndarray:
-    """Clients among the devices online now and not busy with an earlier update; when nobody is
-    online the clock first moves to the moment the next device comes online."""
-    seed, avail = sim.cfg.experiment.seed, sim.fed.availability
-    m = sim.policy.cohort(sim.cfg.experiment.clients_per_round, len(sim.in_flight))
-    busy = np.array([f.arrival.client_id for f in sim.in_flight], dtype=np.int64)
+def select(
+    ctx: RoundContext, rnd: int, now: float, in_flight: list[InFlight], server_state: dict[str, Any]
+) -> tuple[np.ndarray, float]:
+    """Clients among the devices online at ``now`` and not busy with an earlier update, and the
+    time the round starts: when nobody is online, the moment the next device comes online."""
+    seed, avail = ctx.cfg.experiment.seed, ctx.fed.availability
+    m = ctx.policy.cohort(ctx.cfg.experiment.clients_per_round, len(in_flight))
+    busy = np.array([f.arrival.client_id for f in in_flight], dtype=np.int64)
     rng = stream(seed, rnd, Stream.SELECT)
-    chosen = select_clients(avail, sim.clock.now, m, busy, rng)
-    if len(chosen) == 0 and m > 0 and not avail.online(sim.clock.now).any():
-        sim.clock.advance_to(next_online_time(avail, sim.clock.now))
-        chosen = select_clients(avail, sim.clock.now, m, busy, rng)
-    if overrides_choose(sim.algorithm) and len(chosen):
-        online = avail.online(sim.clock.now)
+    chosen = select_clients(avail, now, m, busy, rng)
+    if len(chosen) == 0 and m > 0 and not avail.online(now).any():
+        t = next_online_time(avail, now)
+        if not math.isfinite(t) or t < now:
+            raise ValueError(f"cannot move the clock from {now} to {t}")
+        now = float(t)
+        chosen = select_clients(avail, now, m, busy, rng)
+    if overrides_choose(ctx.algorithm) and len(chosen):
+        online = avail.online(now)
         online[busy] = False
-        picked = sim.algorithm.choose(np.flatnonzero(online), len(chosen), rng,
-                                      sim.server_state)
+        picked = ctx.algorithm.choose(
+            np.flatnonzero(online), len(chosen), rng, server_state, ctx.store
+        )
         if picked is not None:
             chosen = np.sort(np.asarray(picked, dtype=np.int64))
-    return chosen
+    return chosen, now
 
 
 def overrides_choose(algorithm: Any) -> bool:
@@ -108,76 +111,124 @@ def overrides_choose(algorithm: Any) -> bool:
     return bool(chooses()) if chooses is not None else False
 
 
-def arrivals(sim: Simulation, rnd: int, selected: np.ndarray, epochs: np.ndarray,
-             sizes: np.ndarray, start: float) -> list[Arrival]:
+def arrivals(
+    ctx: RoundContext,
+    rnd: int,
+    selected: np.ndarray,
+    epochs: np.ndarray,
+    sizes: np.ndarray,
+    start: float,
+) -> list[Arrival]:
     """When each selected client's update reaches the server (compute + transfer)."""
-    pop, c = sim.fed.population, sim.cfg.clock
+    pop, c = ctx.fed.population, ctx.cfg.clock
     # the population's arrays were validated when it was built; sizes and epochs are counts
     # ms/sample, or the model's training FLOPs over the device's GFLOP/s where it declares one
-    comp = pop.compute_seconds(selected, np.asarray(sizes, np.float64),
-                               np.asarray(epochs, np.float64), np.float64(c.compute_factor),
-                               sim.flops_per_sample)
-    dur = comp + transfer_seconds_unchecked(np.float64(sim.model_bytes), pop.up_kbps[selected],
-                                            pop.down_kbps[selected], pop.latency_ms[selected])
-    return [Arrival(int(k), rnd, start + float(d), float(s))
-            for k, d, s in zip(selected.tolist(), dur.tolist(), comp.tolist(), strict=True)]
+    comp = pop.compute_seconds(
+        selected,
+        np.asarray(sizes, np.float64),
+        np.asarray(epochs, np.float64),
+        np.float64(c.compute_factor),
+        ctx.flops_per_sample,
+    )
+    dur = comp + transfer_seconds_unchecked(
+        np.float64(ctx.model_bytes),
+        pop.up_kbps[selected],
+        pop.down_kbps[selected],
+        pop.latency_ms[selected],
+    )
+    return [
+        Arrival(int(k), rnd, start + float(d), float(s))
+        for k, d, s in zip(selected.tolist(), dur.tolist(), comp.tolist(), strict=True)
+    ]
 
 
-def make_plan(sim: Simulation, rnd: int) -> RoundPlan:
-    """Plan round ``rnd`` (see :class:`RoundPlan`); calls the hooks' ``on_plan``."""
-    cfg, seed = sim.cfg, sim.cfg.experiment.seed
-    selected = select(sim, rnd)
-    mal = sim.adversary.malicious(selected, stream(seed, rnd, Stream.ATTACK))
-    epochs = sim.algorithm.client_epochs(len(selected), stream(seed, rnd, Stream.EPOCHS))
-    sizes = sim.train_clients.sizes(selected)
-    start = sim.clock.now
-    new = arrivals(sim, rnd, selected, epochs, sizes, start)
-    dropout, lost_s = _dropouts(sim, start, new) if cfg.clock.dropout else ([], 0.0)
+def make_plan(
+    ctx: RoundContext,
+    rnd: int,
+    now: float,
+    in_flight: list[InFlight],
+    server_state: dict[str, Any],
+    linear: bool,
+) -> RoundPlan:
+    """Plan round ``rnd`` from virtual time ``now`` (see :class:`RoundPlan`; ``plan.start`` is
+    when it starts, later than ``now`` when nobody was online). The hooks' ``on_plan`` runs next
+    (the engine calls it), then :func:`plan_tasks`."""
+    cfg, seed = ctx.cfg, ctx.cfg.experiment.seed
+    selected, start = select(ctx, rnd, now, in_flight, server_state)
+    mal = ctx.adversary.malicious(selected, stream(seed, rnd, Stream.ATTACK))
+    epochs = ctx.algorithm.client_epochs(len(selected), stream(seed, rnd, Stream.EPOCHS))
+    sizes = ctx.train_clients.sizes(selected)
+    new = arrivals(ctx, rnd, selected, epochs, sizes, start)
+    dropout, lost_s = dropouts(ctx, start, new) if cfg.clock.dropout else ([], 0.0)
     if dropout:
         gone = set(dropout)
         new = [a for a in new if a.client_id not in gone]
     verdicts: list[Verdict] = []
     partial_s = 0.0
-    if not sim.algorithm.keep_partial_work():
+    if not ctx.algorithm.keep_partial_work():
         # partial-work clients are rejected before the round closes: the server neither waits
         # for them nor trains them (the FedAvg baseline of the FedProx paper)
         partial = set(selected[epochs < cfg.algorithm.local_epochs].tolist())
         partial &= {a.client_id for a in new}
-        verdicts = [Verdict(int(c), False, 0.0, float("nan"), "partial-work")
-                    for c in sorted(partial)]
+        verdicts = [
+            Verdict(int(c), False, 0.0, float("nan"), "partial-work") for c in sorted(partial)
+        ]
         partial_s = sum(a.compute_s for a in new if a.client_id in partial)
         new = [a for a in new if a.client_id not in partial]
-    outcome = sim.policy.close_round(rnd, start, new, [f.arrival for f in sim.in_flight])
+    outcome = ctx.policy.close_round(rnd, start, new, [f.arrival for f in in_flight])
     now = {a.client_id for a in outcome.arrived if a.base_round == rnd}
     hold = {a.client_id for a in outcome.pending if a.base_round == rnd}
-    plan = RoundPlan(rnd, start, selected, mal, epochs, sizes,
-                     client_seeds(seed, rnd, selected), new, outcome, now, hold, verdicts,
-                     sim.linear_round(), dropout)
+    plan = RoundPlan(
+        rnd,
+        start,
+        selected,
+        mal,
+        epochs,
+        sizes,
+        client_seeds(seed, rnd, selected),
+        new,
+        outcome,
+        now,
+        hold,
+        verdicts,
+        linear,
+        dropout,
+    )
     dropped_s = sum(a.compute_s for a in outcome.dropped)
     plan.wasted_seconds = dropped_s + partial_s + lost_s
     plan.device_seconds = sum(a.compute_s for a in outcome.arrived) + plan.wasted_seconds
     if plan.linear:
         fresh = [i for i, c in enumerate(selected.tolist()) if c in now]
-        w = sim.defense.row_weights(sizes[fresh])
+        w = ctx.defense.row_weights(sizes[fresh])
         plan.weights = {int(selected[i]): float(x) for i, x in zip(fresh, w, strict=True)}
-    for hook in sim.hooks("on_plan"):
-        hook.on_plan(sim, plan)
-    poison = sim.adversary.is_data_attack
-    plan.tasks = [TrainTask(int(c), int(e), int(sd), int(n), poison and int(c) in mal)
-                  for c, e, sd, n in zip(selected.tolist(), epochs.tolist(),
-                                         plan.seeds.tolist(), sizes.tolist(), strict=True)
-                  if c in now or c in hold]
     return plan
 
 
-def _dropouts(sim: Simulation, start: float, new: list[Arrival]) -> tuple[list[int], float]:
+def plan_tasks(plan: RoundPlan, poison: bool) -> list[TrainTask]:
+    """The round's training tasks: the clients trained now or held for later (after the hooks'
+    ``on_plan``, which may take banned clients out), in selection order; ``poison``: a data
+    attack, applied to the malicious clients' tasks."""
+    return [
+        TrainTask(int(c), int(e), int(sd), int(n), poison and int(c) in plan.malicious)
+        for c, e, sd, n in zip(
+            plan.selected.tolist(),
+            plan.epochs.tolist(),
+            plan.seeds.tolist(),
+            plan.sizes.tolist(),
+            strict=True,
+        )
+        if c in plan.now or c in plan.hold
+    ]
+
+
+def dropouts(ctx: RoundContext, start: float, new: list[Arrival]) -> tuple[list[int], float]:
     """The clients whose device goes offline before their update lands, and the compute
     device-seconds they spent until then."""
     if not new:
         return [], 0.0
     ids = np.array([a.client_id for a in new], dtype=np.int64)
     finish = np.array([a.finish_time for a in new], dtype=np.float64)
-    until = sim.fed.availability.online_until(start, ids)
+    until = ctx.fed.availability.online_until(start, ids)
     lost = finish > until
     spent = np.minimum(np.array([a.compute_s for a in new], np.float64), until - start)
     return ids[lost].tolist(), float(spent[lost].sum())

@@ -27,6 +27,7 @@ from simulator.training.stacked import LocalSpec
 if TYPE_CHECKING:
     from simulator.config.sections import Config
     from simulator.run.federation import Federation
+    from simulator.state.store import ClientStore
 
 
 def local_spec(cfg: Config, algorithm: Algorithm) -> LocalSpec:
@@ -34,8 +35,9 @@ def local_spec(cfg: Config, algorithm: Algorithm) -> LocalSpec:
     weight decay, momentum; the configured batch size), clean of any data attack. FLTrust's
     server update trains with it."""
     opt = algorithm.optimizer()
-    return LocalSpec(opt.lr, cfg.algorithm.batch_size, opt.weight_decay, algorithm,
-                     momentum=opt.momentum)
+    return LocalSpec(
+        opt.lr, cfg.algorithm.batch_size, opt.weight_decay, algorithm, momentum=opt.momentum
+    )
 
 
 @dataclass
@@ -69,6 +71,9 @@ class ServerSide:
     history : dict of int to Tensor
         Round -> the global model that round started from, for the rounds still kept (stale
         rows' bases, Siren's roll-back).
+    store : ClientStore or None
+        The run's client-state store, handed to the algorithm's server update
+        (``ServerRound.store``); None where no run holds one (the ledger's replay).
     """
 
     defense: Defense
@@ -83,10 +88,16 @@ class ServerSide:
     global_flat: torch.Tensor
     server_state: dict[str, torch.Tensor]
     history: dict[int, torch.Tensor] = field(default_factory=dict)
+    store: ClientStore | None = None
 
     @classmethod
-    def of(cls, cfg: Config, fed: Federation, algorithm: Algorithm | None = None,
-           defense: Defense | None = None) -> ServerSide:
+    def of(
+        cls,
+        cfg: Config,
+        fed: Federation,
+        algorithm: Algorithm | None = None,
+        defense: Defense | None = None,
+    ) -> ServerSide:
         """The server side of run ``cfg`` on ``fed`` as the run starts: the initial global
         model, the algorithm's initial server state, a fresh defense.
 
@@ -105,9 +116,19 @@ class ServerSide:
         seed = cfg.experiment.seed
         evaluation = ServerEval(fed, seed, cfg.algorithm.local_epochs, local_spec(cfg, alg))
         g = fed.initial.clone()  # not the template: a shared federation
-        return cls(rule, alg, ParamSpace.of(fed.layout, alg), evaluation, fed.public_x,
-                   fed.public_y, fed.num_clients, fed.layout, seed, g,
-                   alg.init_server(g, fed.layout.num_params))
+        return cls(
+            rule,
+            alg,
+            ParamSpace.of(fed.layout, alg),
+            evaluation,
+            fed.public_x,
+            fed.public_y,
+            fed.num_clients,
+            fed.layout,
+            seed,
+            g,
+            alg.init_server(g, fed.layout.num_params),
+        )
 
     @property
     def global_shared(self) -> torch.Tensor:

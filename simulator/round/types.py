@@ -1,20 +1,15 @@
-"""Per-round building blocks of the engine: round records, in-flight updates, callbacks and
-checkpoint files (the round's random streams are :mod:`simulator.rng`'s)."""
+"""The round's data types: the round record, an update in flight, the callback protocol (the
+round's random streams are :mod:`simulator.rng`'s)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from defenses import UpdateBatch
-from simulator.population.clock import Arrival
-
-if TYPE_CHECKING:
-    from simulator.round.engine import Simulation
+from simulator.policies import Arrival
 
 
 @dataclass
@@ -52,7 +47,7 @@ class RoundCallback(Protocol):
     Siren remembers its clients' local models) and ``needs_rows = True`` (the round must keep
     every update row instead of letting the actors pre-aggregate them: the ledger)."""
 
-    def on_round_end(self, sim: Simulation, record: RoundRecord) -> None: ...
+    def on_round_end(self, sim: Any, record: RoundRecord) -> None: ...
 
 
 @dataclass
@@ -66,25 +61,3 @@ class InFlight:
     malicious: bool = False  # the client was malicious in the round it trained
     alarm: bool = False  # the client raised an alarm (Siren) in the round it trained
     extras: dict[str, np.ndarray] = field(default_factory=dict)  # the client's named extras
-
-
-
-def save_checkpoint(sim: Simulation, directory: Path, wall_time: float,
-                    **extra: Any) -> Path:
-    """Atomically write ``checkpoint.pt`` (write to a temporary file, then rename).
-
-    The client-state store first writes what changed since its last save into
-    ``state/checkpoint/``; the manifest it returns goes into ``checkpoint.pt``, whose rename is
-    the one commit point (a crash before it leaves the previous checkpoint and its store files
-    intact). ``extra`` entries (the run summary) are saved beside the simulation state.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    st = sim.state_dict()
-    st["store"] = sim.store.save(directory / "state" / "checkpoint")
-    st["wall_time"] = wall_time
-    st.update(extra)
-    tmp = directory / "checkpoint.pt.tmp"
-    torch.save(st, tmp)
-    final = directory / "checkpoint.pt"
-    tmp.replace(final)
-    return final

@@ -35,8 +35,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
 
-__all__ = ["KINDS", "AppendLog", "CorruptLogError", "Failpoint", "drop_torn_tail",
-           "parse_failpoint", "read_jsonl"]
+__all__ = [
+    "KINDS",
+    "AppendLog",
+    "CorruptLogError",
+    "Failpoint",
+    "drop_torn_tail",
+    "parse_failpoint",
+    "read_jsonl",
+]
 
 #: the record formats an append-only file may hold
 KINDS = ("jsonl", "records")
@@ -78,8 +85,10 @@ def parse_failpoint(spec: str | None) -> Failpoint | None:
         return None
     m = re.fullmatch(r"([^:]+):([1-9][0-9]*)(:after)?", spec)
     if m is None:
-        raise ValueError(f"{FAILPOINT_ENV}={spec!r}: expected NAME:N or NAME:N:after "
-                         "(N >= 1, e.g. events.jsonl:4)")
+        raise ValueError(
+            f"{FAILPOINT_ENV}={spec!r}: expected NAME:N or NAME:N:after "
+            "(N >= 1, e.g. events.jsonl:4)"
+        )
     return Failpoint(m[1], int(m[2]), m[3] is not None)
 
 
@@ -156,8 +165,12 @@ class AppendLog:
     def __enter__(self) -> AppendLog:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actors.kinds import parse_actor_kinds
-from simulator.config.sections import Config, ConfigError
+from simulator.config.fields import ConfigError
+from simulator.config.sections import Config
 
 GB = 1e9
 #: resident memory of one Python process with torch imported, and of Ray's own services
@@ -32,9 +33,12 @@ PROCESS_BYTES = 0.45 * GB
 RAY_BYTES = 0.6 * GB
 #: (input shape, classes, training rows) of the registered datasets, for estimates only
 DATASETS: dict[str, tuple[tuple[int, ...], int, int]] = {
-    "digits": ((1, 8, 8), 10, 1438), "mnist5k": ((1, 28, 28), 10, 4000),
-    "synthetic": ((60,), 10, 30_000), "mnist1d": ((40,), 10, 4000),
-    "mnist_idx": ((1, 28, 28), 10, 60_000), "cifar10": ((3, 32, 32), 10, 50_000),
+    "digits": ((1, 8, 8), 10, 1438),
+    "mnist5k": ((1, 28, 28), 10, 4000),
+    "synthetic": ((60,), 10, 30_000),
+    "mnist1d": ((40,), 10, 4000),
+    "mnist_idx": ((1, 28, 28), 10, 60_000),
+    "cifar10": ((3, 32, 32), 10, 50_000),
     "femnist_leaf": ((1, 28, 28), 62, 800_000),
 }
 
@@ -55,9 +59,11 @@ class Estimate:
         return self.devices + self.dataset + self.state + self.round + self.processes
 
     def line(self) -> str:
-        return (f"~{self.total / GB:.1f} GB (devices {self.devices / GB:.2f}, data "
-                f"{self.dataset / GB:.2f}, client state {self.state / GB:.2f}, round buffers "
-                f"{self.round / GB:.2f}, processes {self.processes / GB:.2f})")
+        return (
+            f"~{self.total / GB:.1f} GB (devices {self.devices / GB:.2f}, data "
+            f"{self.dataset / GB:.2f}, client state {self.state / GB:.2f}, round buffers "
+            f"{self.round / GB:.2f}, processes {self.processes / GB:.2f})"
+        )
 
 
 def model_size(cfg: Config) -> tuple[int, int]:
@@ -67,8 +73,7 @@ def model_size(cfg: Config) -> tuple[int, int]:
 
     shape, classes, _ = DATASETS.get(cfg.data.dataset, ((1, 28, 28), 10, 60_000))
     m = cfg.model
-    model = ModelSpec(m.model, shape, classes, m.hidden, m.norm,
-                      model_extension(cfg)).build(seed=0)
+    model = ModelSpec(m.model, shape, classes, m.hidden, m.norm, model_extension(cfg)).build(seed=0)
     params = sum(p.numel() for p in model.parameters())
     floats = params + sum(b.numel() for b in model.buffers() if b.is_floating_point())
     return floats, params
@@ -87,20 +92,25 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
         kinds = sum(a.count for a in parse_actor_kinds(ex.actor_kinds)) if ex.actor_kinds else 0
         workers = (ex.num_actors or kinds or (os.cpu_count() or 1)) if ex.backend == "ray" else 1
     algo = make_algorithm(cfg.algorithm)
-    state_row = 4 * sum(s if isinstance(s, int) else p_train if s == "params" else p_full
-                        for s in algo.client_state.values())
+    state_row = 4 * sum(
+        s if isinstance(s, int) else p_train if s == "params" else p_full
+        for s in algo.client_state.values()
+    )
     if cfg.defense.defense == "siren":
         state_row += 4 * p_full
     per_device = 48.0 + (8.0 if cfg.devices.gflops_median > 0 else 0.0)
     devices = per_device * n + (8.0 * rows if d.partition != "virtual" else 0.0)
-    dataset = 2.0 * 4 * rows * feat          # the driver's copy and the object store's
+    dataset = 2.0 * 4 * rows * feat  # the driver's copy and the object store's
     ever = min(n, cfg.experiment.rounds * k)  # clients that can ever hold state
     state = min(float(ex.state_memory_bytes), float(ever * state_row))
-    size = (int(d.partition_kwargs()["size_max"]) if d.partition == "virtual"
-            else max(1, math.ceil(rows / max(1, n)) * 4))
+    size = (
+        int(d.partition_kwargs()["size_max"])
+        if d.partition == "virtual"
+        else max(1, math.ceil(rows / max(1, n)) * 4)
+    )
     steps = math.ceil(size / cfg.algorithm.batch_size) * cfg.algorithm.local_epochs
     gathered = k * steps * cfg.algorithm.batch_size * (feat + 2) * 4
-    per_client = 4 * p_full * 3 + 3 * state_row   # rows, start models, optimizer; state in/out
+    per_client = 4 * p_full * 3 + 3 * state_row  # rows, start models, optimizer; state in/out
     rnd = gathered + 2.0 * k * per_client
     procs = PROCESS_BYTES + (workers * PROCESS_BYTES + RAY_BYTES if ex.backend == "ray" else 0)
     disk = 2.0 * max(0.0, ever * state_row - state) + (ever * state_row if state_row else 0.0)
@@ -118,23 +128,28 @@ def available_memory() -> float:
     return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def check_budget(cfg: Config, available: float | None = None,
-                 disk_free: float | None = None) -> Estimate:
+def check_budget(
+    cfg: Config, available: float | None = None, disk_free: float | None = None
+) -> Estimate:
     """Raise :class:`ConfigError` (one line, with the estimate) when the run cannot fit in the
     memory available (or its client state on the output disk); returns the estimate."""
     est = estimate(cfg)
     avail = available_memory() if available is None else available
     if est.total > 0.9 * avail:
-        raise ConfigError(f"data.num_clients: this run needs {est.line()} but "
-                          f"{avail / GB:.1f} GB of memory is available; lower --num-clients, "
-                          "--clients-per-round or --state-memory")
+        raise ConfigError(
+            f"data.num_clients: this run needs {est.line()} but "
+            f"{avail / GB:.1f} GB of memory is available; lower --num-clients, "
+            "--clients-per-round or --state-memory"
+        )
     if est.disk:
         out = Path(cfg.output.out)
         probe = next((p for p in (out, *out.parents) if p.exists()), Path("."))
         free = shutil.disk_usage(probe).free if disk_free is None else disk_free
         if est.disk > free:
-            raise ConfigError(f"execution.state_memory: client state that spills to "
-                              f"{out / 'state'} may need {est.disk / GB:.1f} GB of disk; "
-                              f"{free / GB:.1f} GB is free; raise --state-memory or lower "
-                              "--rounds or --clients-per-round")
+            raise ConfigError(
+                f"execution.state_memory: client state that spills to "
+                f"{out / 'state'} may need {est.disk / GB:.1f} GB of disk; "
+                f"{free / GB:.1f} GB is free; raise --state-memory or lower "
+                "--rounds or --clients-per-round"
+            )
     return est

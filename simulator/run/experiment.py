@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from simulator.config.sections import Config, ConfigError, load_config
+from simulator.config.fields import ConfigError
+from simulator.config.sections import Config, load_config
 from simulator.round.engine import Simulation
-from simulator.round.types import RoundCallback, RoundRecord, save_checkpoint
+from simulator.round.types import RoundCallback, RoundRecord
 from simulator.run.budget import check_budget
 from simulator.run.output import EventLog, RunSummary, plot, truncate_events, write_csv
 
@@ -26,16 +27,106 @@ def resume_config(run_dir: str | Path) -> Config:
     if not (d / "config.yaml").is_file():
         raise ConfigError(f"output.resume: {d} has no config.yaml (not a FedSentry run dir)")
     if not (d / "checkpoint.pt").is_file():
-        raise ConfigError(f"output.resume: {d} has no checkpoint.pt (run it with "
-                          "--checkpoint-every N)")
+        raise ConfigError(
+            f"output.resume: {d} has no checkpoint.pt (run it with --checkpoint-every N)"
+        )
     cfg = load_config(d / "config.yaml")
     return cfg.replace(out=str(d), resume=str(d))
 
 
-def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
-                   federation: Any = None, executor: Any = None,
-                   progress: bool | None = None, crash_after: int | None = None
-                   ) -> dict[str, Any]:
+def open_run(sim: Simulation, cfg: Config, out: Path, summary: RunSummary) -> None:
+    """Resume ``sim`` from the run directory's checkpoint (dropping events past it), or start
+    the directory afresh: an empty event log, the resolved config and, with checkpoints on, a
+    round-0 checkpoint (a run killed before its first checkpoint resumes from round 0)."""
+    events_path = out / "events.jsonl"
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.output.resume:
+        st = torch.load(out / "checkpoint.pt", weights_only=False)
+        sim.load_state_dict(st, out / "state" / "checkpoint")
+        summary.load_state_dict(st["summary"])
+        truncate_events(events_path, sim.next_round)
+        log.info("resuming %s at round %d", out, sim.next_round)
+    else:
+        events_path.write_text("")
+        cfg.replace(resume=None).save(out / "config.yaml")
+        if cfg.output.checkpoint_every:
+            sim.save_checkpoint(out, 0.0, summary=summary.state_dict())
+
+
+def round_writer(
+    sim: Simulation,
+    cfg: Config,
+    out: Path,
+    events: EventLog,
+    summary: RunSummary,
+    recorder: Any,
+    crash_after: int | None,
+) -> Callable[[RoundRecord], None]:
+    """What happens after each round: its event, the summary, and every ``checkpoint_every``
+    rounds the ledger's flush and a checkpoint (``crash_after`` rounds: a simulated crash)."""
+    every = cfg.output.checkpoint_every
+    done = 0
+
+    def on_record(rec: RoundRecord) -> None:
+        # the event is written first, then the checkpoint: a checkpoint never runs ahead
+        # of the log, so a resumed run rewrites nothing it lost
+        nonlocal done
+        event = rec.to_event()
+        events.write(event)
+        summary.add(event)
+        if every and (rec.round + 1) % every == 0:
+            if recorder is not None:  # the ledger is never behind the checkpoint
+                recorder.flush(rec.round)
+            sim.save_checkpoint(out, rec.wall_time, summary=summary.state_dict())
+        done += 1
+        if crash_after is not None and done >= crash_after:
+            raise KeyboardInterrupt("simulated crash")
+
+    return on_record
+
+
+def write_results(
+    sim: Simulation,
+    cfg: Config,
+    out: Path,
+    summary: RunSummary,
+    seconds: float,
+    ledger_summary: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The run's summary (``summary.json``), its metrics CSV and plots; returns the summary."""
+    result = summary.to_dict()
+    result["run_seconds"] = seconds
+    result["out"] = str(out)
+    result["state_store"] = {
+        "clients": sim.store.count(),
+        "memory_bytes": sim.store.memory_bytes_used,
+        "disk_bytes": sim.store.disk_bytes_used,
+    }
+    if ledger_summary is not None:
+        result["ledger"] = ledger_summary
+    nodes = getattr(sim.executor, "actor_nodes", list)()  # empty unless Ray actors started
+    if nodes:  # how many Ray nodes the actors ran on, and each actor's (short) node id
+        result["actor_nodes"] = len(set(nodes))
+        result["actor_node_ids"] = [n[:12] for n in nodes]
+    (out / "summary.json").write_text(json.dumps(result, indent=2))
+    write_csv(out / "metrics.csv", summary.series)
+    if cfg.output.plots:
+        plot(
+            out,
+            summary.series,
+            title=f"{cfg.algorithm.algorithm} / {cfg.defense.defense} on {cfg.data.dataset}",
+        )
+    return result
+
+
+def run_experiment(
+    cfg: Config,
+    callbacks: Sequence[RoundCallback] = (),
+    federation: Any = None,
+    executor: Any = None,
+    progress: bool | None = None,
+    crash_after: int | None = None,
+) -> dict[str, Any]:
     """Run ``cfg`` and write its outputs into ``cfg.output.out``; returns the summary.
 
     ``crash_after`` stops abruptly after that many rounds (tests of checkpoint/resume).
@@ -54,67 +145,21 @@ def run_experiment(cfg: Config, callbacks: Sequence[RoundCallback] = (),
         if recorder is not None:
             recorder.close(flush=False)
         raise
-    every = cfg.output.checkpoint_every
-    events_path = out / "events.jsonl"
     summary = RunSummary()
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        if cfg.output.resume:
-            st = torch.load(out / "checkpoint.pt", weights_only=False)
-            sim.load_state_dict(st, out / "state" / "checkpoint")
-            summary.load_state_dict(st["summary"])
-            truncate_events(events_path, sim.next_round)
-            log.info("resuming %s at round %d", out, sim.next_round)
-        else:
-            events_path.write_text("")
-            cfg.replace(resume=None).save(out / "config.yaml")
-            if every:  # a run killed before its first checkpoint resumes from round 0
-                save_checkpoint(sim, out, 0.0, summary=summary.state_dict())
-        events = EventLog(events_path)
+        open_run(sim, cfg, out, summary)
+        events = EventLog(out / "events.jsonl")
         t0 = time.perf_counter()
         if recorder is not None:
             recorder.start(sim)  # it deploys while round 0 trains (a resume waits for it)
-        done = 0
-
-        def on_record(rec: RoundRecord) -> None:
-            # the event is written first, then the checkpoint: a checkpoint never runs ahead
-            # of the log, so a resumed run rewrites nothing it lost
-            nonlocal done
-            event = rec.to_event()
-            events.write(event)
-            summary.add(event)
-            if every and (rec.round + 1) % every == 0:
-                if recorder is not None:  # the ledger is never behind the checkpoint
-                    recorder.flush(rec.round)
-                save_checkpoint(sim, out, rec.wall_time, summary=summary.state_dict())
-            done += 1
-            if crash_after is not None and done >= crash_after:
-                raise KeyboardInterrupt("simulated crash")
-
+        on_record = round_writer(sim, cfg, out, events, summary, recorder, crash_after)
         show = cfg.output.progress if progress is None else progress
         try:
             sim.run(progress=show, on_record=on_record)
         finally:
             events.close()
         ledger_summary = recorder.close() if recorder is not None else None  # every round in
-        result = summary.to_dict()
-        result["run_seconds"] = time.perf_counter() - t0
-        result["out"] = str(out)
-        result["state_store"] = {"clients": sim.store.count(),
-                                 "memory_bytes": sim.store.memory_bytes_used,
-                                 "disk_bytes": sim.store.disk_bytes_used}
-        if ledger_summary is not None:
-            result["ledger"] = ledger_summary
-        nodes = getattr(sim.executor, "actor_nodes", list)()  # empty unless Ray actors started
-        if nodes:  # how many Ray nodes the actors ran on, and each actor's (short) node id
-            result["actor_nodes"] = len(set(nodes))
-            result["actor_node_ids"] = [n[:12] for n in nodes]
-        (out / "summary.json").write_text(json.dumps(result, indent=2))
-        write_csv(out / "metrics.csv", summary.series)
-        if cfg.output.plots:
-            plot(out, summary.series, title=f"{cfg.algorithm.algorithm} / "
-                                            f"{cfg.defense.defense} on {cfg.data.dataset}")
-        return result
+        return write_results(sim, cfg, out, summary, time.perf_counter() - t0, ledger_summary)
     finally:
         sim.close()
         if recorder is not None and not recorder.closed:

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from actors.trainer import ClientTransform, client_arrays
-from simulator.config.sections import Config, ConfigError
+from simulator.config.fields import ConfigError
+from simulator.config.sections import Config
 from simulator.data import Dataset, load_dataset, partition, split_public
 from simulator.data.clients import ClientData, NaturalData, PartitionData, with_local_test
 from simulator.population.availability import (
@@ -21,9 +22,10 @@ from simulator.population.availability import (
     Availability,
     make_availability,
 )
-from simulator.population.devices import Population, generate_population_arrays, load_trace
+from simulator.population.devices import Population, generate_population_arrays
+from simulator.population.traces import load_trace
+from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec, SplitModel
-from simulator.training.stacked import FlatLayout
 
 log = logging.getLogger("fedsentry")
 
@@ -41,10 +43,10 @@ class Federation:
     """
 
     dataset: Dataset
-    x_train: np.ndarray            # the pool clients' rows index (empty for generated data)
+    x_train: np.ndarray  # the pool clients' rows index (empty for generated data)
     y_train: np.ndarray
     clients: ClientData
-    transform: ClientTransform | None   # per-client input transform (feature shift)
+    transform: ClientTransform | None  # per-client input transform (feature shift)
     public_x: torch.Tensor | None
     public_y: torch.Tensor | None
     test_x: torch.Tensor
@@ -86,14 +88,17 @@ class Federation:
             raise TypeError("client_index exists only for partitioned data")
         return self.clients.to_lists()
 
-    def arrays(self, source: ClientData, ids: np.ndarray, pool: str = "train"
-               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def arrays(
+        self, source: ClientData, ids: np.ndarray, pool: str = "train"
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """``(x, y)`` of each client of ``source`` (its rows of the ``pool`` arrays: "train" or
         "test"), with the client's input transform applied."""
-        x, y = ((self.x_train, self.y_train) if pool == "train"
-                else (self.test_x.numpy(), self.test_y.numpy()))
-        px, py, index = client_arrays(source, np.asarray(ids, dtype=np.int64), x, y,
-                                      self.transform)
+        x, y = (
+            (self.x_train, self.y_train)
+            if pool == "train"
+            else (self.test_x.numpy(), self.test_y.numpy())
+        )
+        px, py, index = client_arrays(source, np.asarray(ids, dtype=np.int64), x, y, self.transform)
         px, py = (x, y) if px is None else (px, py)
         return [(px[i], py[i]) for i in index]
 
@@ -106,8 +111,14 @@ def _client_data(cfg: Config, ds: Dataset, rest: np.ndarray) -> ClientData:
         from simulator.data.virtual import VirtualData
 
         try:
-            return VirtualData(y, d.num_clients, seed=seed, pool=rest, test_labels=ds.y_test,
-                               **d.partition_kwargs())
+            return VirtualData(
+                y,
+                d.num_clients,
+                seed=seed,
+                pool=rest,
+                test_labels=ds.y_test,
+                **d.partition_kwargs(),
+            )
         except ValueError as e:
             raise ConfigError(f"data.partition_params: partition 'virtual': {e}") from None
     if d.partition == "natural" and ds.groups is not None:
@@ -117,13 +128,16 @@ def _client_data(cfg: Config, ds: Dataset, rest: np.ndarray) -> ClientData:
             raise ConfigError(f"data.num_clients: {e}") from None
         return NaturalData(rest[nat.index_flat], nat.offsets, nat.writers)
     if len(rest) < d.num_clients:
-        raise ConfigError(f"data.num_clients: cannot give {d.num_clients} clients a sample each "
-                          f"from {len(rest)} samples; for a population larger than the "
-                          "dataset use --partition virtual")
+        raise ConfigError(
+            f"data.num_clients: cannot give {d.num_clients} clients a sample each "
+            f"from {len(rest)} samples; for a population larger than the "
+            "dataset use --partition virtual"
+        )
     groups = ds.groups[rest] if ds.groups is not None else None
     try:
-        parts = partition(y[rest], d.num_clients, d.partition, seed=seed, groups=groups,
-                          **d.partition_kwargs())
+        parts = partition(
+            y[rest], d.num_clients, d.partition, seed=seed, groups=groups, **d.partition_kwargs()
+        )
     except ValueError as e:
         raise ConfigError(f"data.partition: {e}") from None
     return PartitionData.from_lists([rest[p] for p in parts])
@@ -137,21 +151,39 @@ def _load(cfg: Config) -> tuple[Dataset, ClientData | None]:
         from simulator.data.generated import SyntheticDevices, synthetic_test_set
 
         if d.public_fraction > 0:
-            raise ConfigError("data.public_fraction: generated synthetic devices have no pooled "
-                              "training set to carve a public set from; use 0")
-        dev = SyntheticDevices(d.num_clients, seed=seed, alpha=d.synthetic_alpha,
-                               beta=d.synthetic_beta, test_fraction=d.test_fraction)
+            raise ConfigError(
+                "data.public_fraction: generated synthetic devices have no pooled "
+                "training set to carve a public set from; use 0"
+            )
+        dev = SyntheticDevices(
+            d.num_clients,
+            seed=seed,
+            alpha=d.synthetic_alpha,
+            beta=d.synthetic_beta,
+            test_fraction=d.test_fraction,
+        )
         xt, yt = synthetic_test_set(dev)
         dim = xt.shape[1]
-        ds = Dataset("synthetic", np.zeros((0, dim), np.float32), np.zeros(0, np.int64),
-                     xt.astype(np.float32), yt.astype(np.int64), 10, (dim,))
+        ds = Dataset(
+            "synthetic",
+            np.zeros((0, dim), np.float32),
+            np.zeros(0, np.int64),
+            xt.astype(np.float32),
+            yt.astype(np.int64),
+            10,
+            (dim,),
+        )
         return ds, dev
     extra: dict[str, object] = {}
     if d.dataset == "synthetic":
-        extra = {"alpha": d.synthetic_alpha, "beta": d.synthetic_beta,
-                 "num_devices": max(d.num_clients, 30)}
-    ds = load_dataset(d.dataset, seed=seed, path=d.data_path, test_fraction=d.test_fraction,
-                      **extra)
+        extra = {
+            "alpha": d.synthetic_alpha,
+            "beta": d.synthetic_beta,
+            "num_devices": max(d.num_clients, 30),
+        }
+    ds = load_dataset(
+        d.dataset, seed=seed, path=d.data_path, test_fraction=d.test_fraction, **extra
+    )
     return ds, None
 
 
@@ -161,19 +193,27 @@ def population_of(cfg: Config) -> Population:
     if dv.device_trace:
         pop = load_trace(dv.device_trace)
         if len(pop) < n:
-            raise ConfigError(f"devices.device_trace: {dv.device_trace} has {len(pop)} devices, "
-                              f"fewer than data.num_clients={n}")
+            raise ConfigError(
+                f"devices.device_trace: {dv.device_trace} has {len(pop)} devices, "
+                f"fewer than data.num_clients={n}"
+            )
         if len(pop) > n:
-            log.info("device trace has %d devices; the population uses the first %d",
-                     len(pop), n)
+            log.info("device trace has %d devices; the population uses the first %d", len(pop), n)
             pop = pop.prefix(n)
         return pop
     return generate_population_arrays(
-        n, seed=cfg.experiment.seed, compute_ms_median=dv.compute_ms_median,
-        compute_sigma=dv.compute_sigma, up_kbps_median=dv.up_kbps_median,
-        down_kbps_median=dv.down_kbps_median, bandwidth_sigma=dv.bandwidth_sigma,
-        latency_ms_median=dv.latency_ms_median, availability_low=dv.availability_low,
-        gflops_median=dv.gflops_median, gflops_sigma=dv.gflops_sigma)
+        n,
+        seed=cfg.experiment.seed,
+        compute_ms_median=dv.compute_ms_median,
+        compute_sigma=dv.compute_sigma,
+        up_kbps_median=dv.up_kbps_median,
+        down_kbps_median=dv.down_kbps_median,
+        bandwidth_sigma=dv.bandwidth_sigma,
+        latency_ms_median=dv.latency_ms_median,
+        availability_low=dv.availability_low,
+        gflops_median=dv.gflops_median,
+        gflops_sigma=dv.gflops_sigma,
+    )
 
 
 def availability_of(cfg: Config, pop: Population) -> Availability:
@@ -181,9 +221,13 @@ def availability_of(cfg: Config, pop: Population) -> Availability:
     model (seeded by the experiment, period :data:`AVAILABILITY_PERIOD_S`).  A bad trace raises
     TraceError (``FILE:LINE: ...``)."""
     dv = cfg.devices
-    return make_availability(pop, seed=cfg.experiment.seed, period_s=AVAILABILITY_PERIOD_S,
-                             trace=dv.availability_trace or None,
-                             trace_period_s=dv.availability_period_s)
+    return make_availability(
+        pop,
+        seed=cfg.experiment.seed,
+        period_s=AVAILABILITY_PERIOD_S,
+        trace=dv.availability_trace or None,
+        trace_period_s=dv.availability_period_s,
+    )
 
 
 def build_federation(cfg: Config) -> Federation:
@@ -193,16 +237,19 @@ def build_federation(cfg: Config) -> Federation:
     population (a real partition is bounded by the dataset's rows)."""
     d, seed = cfg.data, cfg.experiment.seed
     pop = population_of(cfg)
-    avail = availability_of(cfg, pop)    # a bad trace fails before the dataset loads
+    avail = availability_of(cfg, pop)  # a bad trace fails before the dataset loads
     ds, generated = _load(cfg)
     public_idx, rest = split_public(ds.y_train, d.public_fraction, seed=seed)
     clients = generated if generated is not None else _client_data(cfg, ds, rest)
     m = cfg.model
     if m.model == "cnn" and len(ds.input_shape) != 3:
-        raise ConfigError(f"model.model: 'cnn' needs image data; dataset {d.dataset!r} has "
-                          f"input shape {ds.input_shape}; use 'mlp' or 'logreg'")
-    spec = ModelSpec(m.model, tuple(ds.input_shape), ds.num_classes, m.hidden, m.norm,
-                     model_extension(cfg))
+        raise ConfigError(
+            f"model.model: 'cnn' needs image data; dataset {d.dataset!r} has "
+            f"input shape {ds.input_shape}; use 'mlp' or 'logreg'"
+        )
+    spec = ModelSpec(
+        m.model, tuple(ds.input_shape), ds.num_classes, m.hidden, m.norm, model_extension(cfg)
+    )
     model = spec.build(seed=seed)
     pub_x = torch.from_numpy(ds.x_train[public_idx]) if len(public_idx) else None
     pub_y = torch.from_numpy(ds.y_train[public_idx]) if len(public_idx) else None
@@ -210,11 +257,24 @@ def build_federation(cfg: Config) -> Federation:
     local_test, pool = None, "test"
     if d.client_test_fraction > 0:
         clients, local_test, pool = with_local_test(clients, d.client_test_fraction, seed)
-    return Federation(ds, ds.x_train.astype(np.float32, copy=False),
-                      ds.y_train.astype(np.int64, copy=False), clients, transform, pub_x, pub_y,
-                      torch.from_numpy(ds.x_test.astype(np.float32)),
-                      torch.from_numpy(ds.y_test.astype(np.int64)), pop, spec,
-                      model, FlatLayout(model), avail, local_test, pool)
+    return Federation(
+        ds,
+        ds.x_train.astype(np.float32, copy=False),
+        ds.y_train.astype(np.int64, copy=False),
+        clients,
+        transform,
+        pub_x,
+        pub_y,
+        torch.from_numpy(ds.x_test.astype(np.float32)),
+        torch.from_numpy(ds.y_test.astype(np.int64)),
+        pop,
+        spec,
+        model,
+        FlatLayout(model),
+        avail,
+        local_test,
+        pool,
+    )
 
 
 def actor_gpu_share(gpus_per_actor: float | None, cluster_gpus: float) -> float:
@@ -225,8 +285,7 @@ def actor_gpu_share(gpus_per_actor: float | None, cluster_gpus: float) -> float:
     return float(gpus_per_actor)
 
 
-def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = None
-                  ):  # noqa: ANN201 (RayPool | LocalExecutor)
+def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = None):  # noqa: ANN201 (RayPool | LocalExecutor)
     """The configured executor: a Ray actor pool (default) or the in-process trainer.
 
     With ``execution.actor_kinds`` the pool holds those kinds (checked against the cluster
@@ -241,14 +300,22 @@ def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = Non
     kinds = parse_actor_kinds(ex.actor_kinds) if ex.actor_kinds else None
     if ex.backend == "local":
         n = sum(k.count for k in kinds) if kinds else max(ex.num_actors, 1)
-        return LocalExecutor(fed.model_spec, fed.x_train, fed.y_train, clients, fed.transform,
-                             num_workers=n)
+        return LocalExecutor(
+            fed.model_spec, fed.x_train, fed.y_train, clients, fed.transform, num_workers=n
+        )
     from actors.ray_setup import ensure_ray
 
     ensure_ray(ex.ray_address)
     if kinds:
-        return RayPool(fed.model_spec, fed.x_train, fed.y_train, clients, 0,
-                       transform=fed.transform, kinds=kinds)
+        return RayPool(
+            fed.model_spec,
+            fed.x_train,
+            fed.y_train,
+            clients,
+            0,
+            transform=fed.transform,
+            kinds=kinds,
+        )
     import ray
 
     res = ray.cluster_resources()

@@ -18,8 +18,18 @@ import numpy as np
 
 from simulator.run.appendlog import AppendLog, drop_torn_tail, read_jsonl
 
-CSV_FIELDS = ("round", "virtual_time", "wall_time", "accuracy", "loss", "train_loss",
-              "participants", "dropped", "stale", "rejected")
+CSV_FIELDS = (
+    "round",
+    "virtual_time",
+    "wall_time",
+    "accuracy",
+    "loss",
+    "train_loss",
+    "participants",
+    "dropped",
+    "stale",
+    "rejected",
+)
 
 
 def _clean(v: Any) -> Any:
@@ -97,13 +107,18 @@ class RunSummary:
         self.last: dict[str, Any] = {}
         self.accs: list[float] = []
         self.final_loss: float | None = None
-        self.totals = {"client_updates": 0, "dropped_total": 0, "stale_total": 0,
-                       "rejected_total": 0, "precondition_rounds": 0}
+        self.totals = {
+            "client_updates": 0,
+            "dropped_total": 0,
+            "stale_total": 0,
+            "rejected_total": 0,
+            "precondition_rounds": 0,
+        }
         self.det = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
         self.asr: float | None = None
         self.first_ban: dict[int, int] = {}
         self.clients: dict[str, Any] = {}
-        self.series: list[dict[str, Any]] = []   # one CSV row per round
+        self.series: list[dict[str, Any]] = []  # one CSV row per round
 
     def add(self, e: dict[str, Any]) -> None:
         """Account for one round's event."""
@@ -112,12 +127,17 @@ class RunSummary:
         if e.get("accuracy") is not None:
             self.accs.append(e["accuracy"])
             self.final_loss = e.get("loss")
-        for k, src in (("client_updates", "participants"), ("dropped_total", "dropped"),
-                       ("stale_total", "stale"), ("rejected_total", "rejected")):
+        for k, src in (
+            ("client_updates", "participants"),
+            ("dropped_total", "dropped"),
+            ("stale_total", "stale"),
+            ("rejected_total", "rejected"),
+        ):
             self.totals[k] += len(e.get(src, []))
         # rounds skipped because the draw broke the rule's precondition (verdicts say which)
-        self.totals["precondition_rounds"] = (self.totals.get("precondition_rounds", 0)
-                                              + int(e.get("precondition") is not None))
+        self.totals["precondition_rounds"] = self.totals.get("precondition_rounds", 0) + int(
+            e.get("precondition") is not None
+        )
         for k in self.det:
             self.det[k] += e.get("detection", {}).get(k, 0)
         if e.get("attack_success_rate") is not None:
@@ -127,8 +147,9 @@ class RunSummary:
                 self.first_ban.setdefault(int(v["client"]), int(e["round"]))
         if e.get("client_accuracy_mean") is not None:
             self.clients = {k: e[k] for k in CLIENT_FIELDS}
-        self.series.append({k: (len(e[k]) if isinstance(e.get(k), list) else e.get(k))
-                            for k in CSV_FIELDS})
+        self.series.append(
+            {k: (len(e[k]) if isinstance(e.get(k), list) else e.get(k)) for k in CSV_FIELDS}
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Final, best and last-5 accuracy, totals, throughput and detection figures."""
@@ -163,8 +184,12 @@ class RunSummary:
 
 
 #: per-client evaluation figures of the last evaluated round, copied into the summary
-CLIENT_FIELDS = ("client_accuracy_mean", "client_accuracy_std", "client_accuracy_worst10",
-                 "clients_evaluated")
+CLIENT_FIELDS = (
+    "client_accuracy_mean",
+    "client_accuracy_std",
+    "client_accuracy_worst10",
+    "clients_evaluated",
+)
 
 
 def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -181,8 +206,9 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
         for e in rows:
-            w.writerow({k: (len(e[k]) if isinstance(e.get(k), list) else e.get(k))
-                        for k in CSV_FIELDS})
+            w.writerow(
+                {k: (len(e[k]) if isinstance(e.get(k), list) else e.get(k)) for k in CSV_FIELDS}
+            )
 
 
 def plot(path_dir: Path, events: list[dict[str, Any]], title: str = "") -> list[Path]:
@@ -196,8 +222,10 @@ def plot(path_dir: Path, events: list[dict[str, Any]], title: str = "") -> list[
     if not evald:
         return []
     out = []
-    for key, label, name in (("round", "round", "accuracy_vs_round.png"),
-                             ("virtual_time", "virtual time (s)", "accuracy_vs_time.png")):
+    for key, label, name in (
+        ("round", "round", "accuracy_vs_round.png"),
+        ("virtual_time", "virtual time (s)", "accuracy_vs_time.png"),
+    ):
         fig, ax = plt.subplots(figsize=(5.5, 3.5))
         xs = [e[key] + (1 if key == "round" else 0) for e in evald]
         ax.plot(xs, [e["accuracy"] for e in evald], marker="o", ms=3)

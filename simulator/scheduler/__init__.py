@@ -18,8 +18,9 @@ from simulator.scheduler.predictor import PREDICTORS, GBDTPredictor, LinearPredi
 METHOD_NAMES: tuple[str, ...] = ("ga", *sorted(BASELINES))
 
 
-def schedule(name: str, etc: np.ndarray, seed: int = 0, seconds: float = 10.0,
-             generations: int = 1000) -> np.ndarray:
+def schedule(
+    name: str, etc: np.ndarray, seed: int = 0, seconds: float = 10.0, generations: int = 1000
+) -> np.ndarray:
     """Assignment task -> machine of ``etc`` by method ``name``.
 
     ``seed``, ``seconds`` and ``generations`` apply to ``"ga"`` only; ValueError on an unknown
@@ -32,5 +33,17 @@ def schedule(name: str, etc: np.ndarray, seed: int = 0, seconds: float = 10.0,
     return baseline(name, etc)
 
 
-__all__ = ["BASELINES", "PREDICTORS", "GAResult", "GBDTPredictor", "LinearPredictor",
-           "METHOD_NAMES", "baseline", "genetic", "loads", "lst_bound", "makespan", "schedule"]
+__all__ = [
+    "BASELINES",
+    "PREDICTORS",
+    "GAResult",
+    "GBDTPredictor",
+    "LinearPredictor",
+    "METHOD_NAMES",
+    "baseline",
+    "genetic",
+    "loads",
+    "lst_bound",
+    "makespan",
+    "schedule",
+]

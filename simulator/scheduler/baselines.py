@@ -109,8 +109,7 @@ def sufferage(etc: np.ndarray) -> np.ndarray:
         first[1:] = want[order][1:] != want[order][:-1]
         win = order[first]
         assign[left[win]] = want[win]
-        ready += np.bincount(want[win], weights=ct[win, want[win]] - ready[want[win]],
-                             minlength=m)
+        ready += np.bincount(want[win], weights=ct[win, want[win]] - ready[want[win]], minlength=m)
         keep = np.ones(left.size, dtype=bool)
         keep[win] = False
         left = left[keep]
@@ -118,7 +117,11 @@ def sufferage(etc: np.ndarray) -> np.ndarray:
 
 
 BASELINES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "round_robin": round_robin, "lpt": lpt, "minmin": minmin, "sufferage": sufferage}
+    "round_robin": round_robin,
+    "lpt": lpt,
+    "minmin": minmin,
+    "sufferage": sufferage,
+}
 
 
 def baseline(name: str, etc: np.ndarray) -> np.ndarray:

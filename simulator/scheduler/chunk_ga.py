@@ -33,8 +33,9 @@ class ChunkGAResult:
     seed_makespans: list[float]
 
 
-def actor_loads(table: np.ndarray, band: np.ndarray, actor_kind: np.ndarray, pop: np.ndarray
-                ) -> np.ndarray:
+def actor_loads(
+    table: np.ndarray, band: np.ndarray, actor_kind: np.ndarray, pop: np.ndarray
+) -> np.ndarray:
     """Predicted seconds of every actor under every assignment: ``pop`` ``[P, n]`` ->
     ``[P, m]`` (the sum over bands of ``table[actor_kind[a], b, clients of band b on a]``)."""
     size, m, nb = pop.shape[0], len(actor_kind), table.shape[1]
@@ -49,10 +50,18 @@ def _score(loads: np.ndarray) -> np.ndarray:
     return loads.max(axis=1) + 1e-9 * loads.sum(axis=1)
 
 
-def chunk_genetic(table: np.ndarray, band: np.ndarray, actor_kind: Sequence[int],
-                  seeds: Sequence[np.ndarray], seed: int = 0, generations: int = 60,
-                  population: int = 24, tournament: int = 3, noise: float = 0.02,
-                  moves: int = 2) -> ChunkGAResult:
+def chunk_genetic(
+    table: np.ndarray,
+    band: np.ndarray,
+    actor_kind: Sequence[int],
+    seeds: Sequence[np.ndarray],
+    seed: int = 0,
+    generations: int = 60,
+    population: int = 24,
+    tournament: int = 3,
+    noise: float = 0.02,
+    moves: int = 2,
+) -> ChunkGAResult:
     """Search assignments of ``len(band)`` tasks to ``len(actor_kind)`` actors.
 
     Parameters
@@ -70,17 +79,20 @@ def chunk_genetic(table: np.ndarray, band: np.ndarray, actor_kind: Sequence[int]
     kinds = np.asarray(actor_kind, np.int64)
     n, m = len(band), len(kinds)
     if population < 2 or tournament < 1 or generations < 0 or not seeds:
-        raise ValueError("chunk_genetic: need population >= 2, tournament >= 1, "
-                         "generations >= 0 and at least one seed assignment")
+        raise ValueError(
+            "chunk_genetic: need population >= 2, tournament >= 1, "
+            "generations >= 0 and at least one seed assignment"
+        )
     pop = np.stack([np.asarray(s, np.int64) for s in seeds])
     if pop.shape[1] != n or (n and (pop.min() < 0 or pop.max() >= m)):
         raise ValueError(f"chunk_genetic: a seed must hold {n} actor indices in [0, {m})")
     seed_spans = _score(actor_loads(table, band, kinds, pop)).tolist()
     rng = np.random.default_rng(seed)
     if n == 0 or m == 1:
-        return ChunkGAResult(pop[0].copy(), actor_loads(table, band, kinds, pop[:1])[0], 0,
-                             seed_spans)
-    while len(pop) < population:   # perturbed copies of the seeds
+        return ChunkGAResult(
+            pop[0].copy(), actor_loads(table, band, kinds, pop[:1])[0], 0, seed_spans
+        )
+    while len(pop) < population:  # perturbed copies of the seeds
         child = pop[len(pop) % len(seeds)].copy()
         pick = rng.random(n) < max(noise, 1.0 / n)
         child[pick] = rng.integers(0, m, size=int(pick.sum()))
@@ -90,21 +102,22 @@ def chunk_genetic(table: np.ndarray, band: np.ndarray, actor_kind: Sequence[int]
     pop, score = pop[order], score[order]
     for _ in range(generations):
         cand = rng.integers(0, len(pop), size=(2 * population, tournament))
-        parents = cand.min(axis=1)          # sorted population: the lowest index wins
+        parents = cand.min(axis=1)  # sorted population: the lowest index wins
         mask = rng.random((population, n)) < 0.5
         kids = np.where(mask, pop[parents[:population]], pop[parents[population:]])
         flip = rng.random((population, n)) < noise
         kids[flip] = rng.integers(0, m, size=int(flip.sum()))
         loads = actor_loads(table, band, kinds, kids)
         hi, lo = loads.argmax(axis=1), loads.argmin(axis=1)
-        for i in range(population):        # directed mutation: off the critical actor
+        for i in range(population):  # directed mutation: off the critical actor
             on = np.flatnonzero(kids[i] == hi[i])
             if len(on) and hi[i] != lo[i]:
                 kids[i, rng.choice(on, size=min(moves, len(on)), replace=False)] = lo[i]
         allpop = np.concatenate([pop, kids])
         allscore = np.concatenate([score, _score(actor_loads(table, band, kinds, kids))])
-        _, first = np.unique(allscore, return_index=True)   # drop exact duplicates
+        _, first = np.unique(allscore, return_index=True)  # drop exact duplicates
         keep = first[np.argsort(allscore[first], kind="stable")][:population]
         pop, score = allpop[keep], allscore[keep]
-    return ChunkGAResult(pop[0].copy(), actor_loads(table, band, kinds, pop[:1])[0],
-                         generations, seed_spans)
+    return ChunkGAResult(
+        pop[0].copy(), actor_loads(table, band, kinds, pop[:1])[0], generations, seed_spans
+    )

@@ -37,11 +37,11 @@ def task_steps(samples: Sequence[int], epochs: Sequence[int], batch_size: int) -
     return np.asarray(epochs, np.int64) * (-(-n // int(batch_size)))
 
 
-def chunk_features(steps: np.ndarray, samples: np.ndarray, flops: float, kind: int
-                   ) -> np.ndarray:
+def chunk_features(steps: np.ndarray, samples: np.ndarray, flops: float, kind: int) -> np.ndarray:
     """``[1, len(FEATURES)]`` features of one chunk holding tasks with these steps/samples."""
-    return np.array([[len(steps), steps.max(initial=0), steps.sum(), samples.sum(), flops,
-                      kind]], np.float64)
+    return np.array(
+        [[len(steps), steps.max(initial=0), steps.sum(), samples.sum(), flops, kind]], np.float64
+    )
 
 
 @dataclass
@@ -72,8 +72,11 @@ class ChunkCost:
             raise ValueError(f"predictor: unknown {self.predictor!r}; valid: {COST_MODELS}")
         # "prior" never learns: schedules then depend on the seed only (bitwise reproducible)
         self.learns = self.predictor != "prior"
-        self.model = (PREDICTORS["gbdt"](seed=self.seed) if self.predictor in ("gbdt", "prior")
-                      else PREDICTORS[self.predictor]())
+        self.model = (
+            PREDICTORS["gbdt"](seed=self.seed)
+            if self.predictor in ("gbdt", "prior")
+            else PREDICTORS[self.predictor]()
+        )
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
 
     @property
@@ -86,11 +89,17 @@ class ChunkCost:
         grown by a quarter since its last fit, so a run refits O(log chunks) times."""
         if not self.learns:
             return
-        self._pending.append((np.asarray(x, np.float64).reshape(-1, len(FEATURES)),
-                              np.asarray(seconds, np.float64).reshape(-1)))
+        self._pending.append(
+            (
+                np.asarray(x, np.float64).reshape(-1, len(FEATURES)),
+                np.asarray(seconds, np.float64).reshape(-1),
+            )
+        )
         if self.observed >= 1.25 * len(self.model.y):
-            self.model.observe(np.concatenate([p[0] for p in self._pending]),
-                               np.concatenate([p[1] for p in self._pending]))
+            self.model.observe(
+                np.concatenate([p[0] for p in self._pending]),
+                np.concatenate([p[1] for p in self._pending]),
+            )
             self._pending = []
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -123,8 +132,9 @@ def _cut_candidates(steps_sorted: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], pos, [n]]).astype(np.int64)
 
 
-def sort_and_chunk(steps: np.ndarray, samples: np.ndarray, cost: ChunkCost, kind: int = 0,
-                   share: float = 1.0) -> tuple[np.ndarray, list[int], float]:
+def sort_and_chunk(
+    steps: np.ndarray, samples: np.ndarray, cost: ChunkCost, kind: int = 0, share: float = 1.0
+) -> tuple[np.ndarray, list[int], float]:
     """Order and cut one actor's tasks into chunks of least predicted total time.
 
     Parameters
@@ -149,10 +159,19 @@ def sort_and_chunk(steps: np.ndarray, samples: np.ndarray, cost: ChunkCost, kind
     s, m = steps[order], samples[order]
     cuts = _cut_candidates(s)
     cs, cm = np.concatenate([[0], np.cumsum(s)]), np.concatenate([[0], np.cumsum(m)])
-    i, j = np.triu_indices(len(cuts), k=1)       # chunk = sorted positions cuts[i]:cuts[j]
+    i, j = np.triu_indices(len(cuts), k=1)  # chunk = sorted positions cuts[i]:cuts[j]
     a, b = cuts[i], cuts[j]
-    x = np.stack([(b - a) * share, s[a], (cs[b] - cs[a]) * share, (cm[b] - cm[a]) * share,
-                  np.full(len(a), cost.flops), np.full(len(a), kind)], axis=1).astype(np.float64)
+    x = np.stack(
+        [
+            (b - a) * share,
+            s[a],
+            (cs[b] - cs[a]) * share,
+            (cm[b] - cm[a]) * share,
+            np.full(len(a), cost.flops),
+            np.full(len(a), kind),
+        ],
+        axis=1,
+    ).astype(np.float64)
     seg = dict(zip(zip(i.tolist(), j.tolist(), strict=True), cost(x).tolist(), strict=True))
     best = np.full(len(cuts), np.inf)
     best[0], back = 0.0, np.zeros(len(cuts), np.int64)
@@ -168,8 +187,9 @@ def sort_and_chunk(steps: np.ndarray, samples: np.ndarray, cost: ChunkCost, kind
     return order, sizes[::-1], float(best[-1])
 
 
-def bands(steps: np.ndarray, samples: np.ndarray, cost: ChunkCost, kind: int, actors: int
-          ) -> np.ndarray:
+def bands(
+    steps: np.ndarray, samples: np.ndarray, cost: ChunkCost, kind: int, actors: int
+) -> np.ndarray:
     """Band of every task: the chunks of :func:`sort_and_chunk` over the whole round with each
     chunk shared among ``actors`` actors (``band[i]`` = 0 for the longest tasks' chunk)."""
     order, sizes, _ = sort_and_chunk(steps, samples, cost, kind, share=1.0 / max(actors, 1))
@@ -178,8 +198,9 @@ def bands(steps: np.ndarray, samples: np.ndarray, cost: ChunkCost, kind: int, ac
     return band
 
 
-def band_table(steps: np.ndarray, samples: np.ndarray, band: np.ndarray, cost: ChunkCost,
-               kinds: Sequence[int]) -> np.ndarray:
+def band_table(
+    steps: np.ndarray, samples: np.ndarray, band: np.ndarray, cost: ChunkCost, kinds: Sequence[int]
+) -> np.ndarray:
     """``T[k, b, c]``: predicted seconds of a chunk of ``c`` clients of band ``b`` on kind
     ``kinds[k]`` (longest steps = the band's longest; steps and samples = ``c`` times the band's
     means; ``T[..., 0] = 0``)."""
@@ -194,7 +215,9 @@ def band_table(steps: np.ndarray, samples: np.ndarray, band: np.ndarray, cost: C
     keep = c > 0
     b, c = b[keep], c[keep]
     for k, code in enumerate(kinds):
-        x = np.stack([c, top[b], c * ms[b], c * mm[b], np.full(len(b), cost.flops),
-                      np.full(len(b), code)], axis=1).astype(np.float64)
+        x = np.stack(
+            [c, top[b], c * ms[b], c * mm[b], np.full(len(b), cost.flops), np.full(len(b), code)],
+            axis=1,
+        ).astype(np.float64)
         table[k, b, c] = cost(x)
     return table

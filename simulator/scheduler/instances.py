@@ -44,8 +44,9 @@ def _parse(name: str) -> tuple[str, float, float]:
     return parts[0], TASK_RANGE[t], MACHINE_RANGE[m]
 
 
-def range_based_etc(tasks: int, machines: int, task_range: float, machine_range: float,
-                    consistency: str, seed: int) -> np.ndarray:
+def range_based_etc(
+    tasks: int, machines: int, task_range: float, machine_range: float, consistency: str, seed: int
+) -> np.ndarray:
     """A (tasks, machines) ETC matrix by Braun et al.'s range-based method.
 
     Parameters

@@ -7,9 +7,14 @@ import time
 import numpy as np
 
 
-def improve(etc: np.ndarray, assign: np.ndarray, max_steps: int = 1000,
-            swap_sample: int | None = None, rng: np.random.Generator | None = None,
-            deadline: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
+def improve(
+    etc: np.ndarray,
+    assign: np.ndarray,
+    max_steps: int = 1000,
+    swap_sample: int | None = None,
+    rng: np.random.Generator | None = None,
+    deadline: float = np.inf,
+) -> tuple[np.ndarray, np.ndarray]:
     """Best-improvement descent from ``assign``; returns (new assignment, its machine loads).
 
     A step looks at the critical machine ``c`` (load ``L_c``) and, over every task ``t`` on it,
@@ -79,8 +84,9 @@ def improve(etc: np.ndarray, assign: np.ndarray, max_steps: int = 1000,
     return a, load
 
 
-def balance(etc: np.ndarray, assign: np.ndarray, max_steps: int = 1000,
-            deadline: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
+def balance(
+    etc: np.ndarray, assign: np.ndarray, max_steps: int = 1000, deadline: float = np.inf
+) -> tuple[np.ndarray, np.ndarray]:
     """Descent on the sum of squared machine loads without raising the makespan.
 
     A step finds, for every task, the move to another machine that lowers ``sum_k L_k^2`` most
@@ -101,7 +107,7 @@ def balance(etc: np.ndarray, assign: np.ndarray, max_steps: int = 1000,
         own = load[a]
         src = own - etc[rows, a]
         dst = load[None, :] + etc
-        delta = (src ** 2 - own ** 2)[:, None] + dst ** 2 - (load ** 2)[None, :]
+        delta = (src**2 - own**2)[:, None] + dst**2 - (load**2)[None, :]
         delta[rows, a] = np.inf
         delta[dst >= top] = np.inf
         to = np.argmin(delta, axis=1)

@@ -30,8 +30,9 @@ from scipy.optimize import linprog
 from simulator.scheduler.baselines import check_etc
 
 
-def _solve(etc: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[float, np.ndarray,
-                                                                      np.ndarray]:
+def _solve(
+    etc: np.ndarray, rows: np.ndarray, cols: np.ndarray
+) -> tuple[float, np.ndarray, np.ndarray]:
     """LP ``min T`` over the variables ``x[rows, cols]``: (T, task duals, machine duals)."""
     n, m = etc.shape
     k = rows.size
@@ -39,13 +40,17 @@ def _solve(etc: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[float, 
     # variables: x_0 .. x_{k-1}, then T
     a_eq = sp.csr_matrix((np.ones(k), (rows, var)), shape=(n, k + 1))
     a_ub = sp.csr_matrix(
-        (np.concatenate([etc[rows, cols], -np.ones(m)]),
-         (np.concatenate([cols, np.arange(m)]), np.concatenate([var, np.full(m, k)]))),
-        shape=(m, k + 1))
+        (
+            np.concatenate([etc[rows, cols], -np.ones(m)]),
+            (np.concatenate([cols, np.arange(m)]), np.concatenate([var, np.full(m, k)])),
+        ),
+        shape=(m, k + 1),
+    )
     c = np.zeros(k + 1)
     c[k] = 1.0
-    res = linprog(c, A_ub=a_ub, b_ub=np.zeros(m), A_eq=a_eq, b_eq=np.ones(n),
-                  bounds=(0, None), method="highs")
+    res = linprog(
+        c, A_ub=a_ub, b_ub=np.zeros(m), A_eq=a_eq, b_eq=np.ones(n), bounds=(0, None), method="highs"
+    )
     if res.status != 0:
         raise RuntimeError(f"lp_bound: HiGHS failed ({res.message})")
     return float(res.x[k]), res.eqlin.marginals, res.ineqlin.marginals

@@ -29,13 +29,20 @@ import numpy as np
 FEATURES = ("clients", "max_steps", "steps", "samples", "flops", "kind")
 
 
-def features(chunks: Sequence[Mapping[str, Any]], flops: float = 0.0, kind: int = 0
-             ) -> np.ndarray:
+def features(chunks: Sequence[Mapping[str, Any]], flops: float = 0.0, kind: int = 0) -> np.ndarray:
     """``[n, len(FEATURES)]`` float64 features of ``chunks`` (dicts with clients, max_steps,
     steps, samples; ``flops`` and ``kind`` apply to all of them unless a chunk has its own)."""
-    rows = [[float(c["clients"]), float(c["max_steps"]), float(c["steps"]),
-             float(c["samples"]), float(c.get("flops", flops)), float(c.get("kind", kind))]
-            for c in chunks]
+    rows = [
+        [
+            float(c["clients"]),
+            float(c["max_steps"]),
+            float(c["steps"]),
+            float(c["samples"]),
+            float(c.get("flops", flops)),
+            float(c.get("kind", kind)),
+        ]
+        for c in chunks
+    ]
     return np.asarray(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 
@@ -140,12 +147,22 @@ class GBDTPredictor(_Observed):
         thousand chunks in well under a second on one core.
     """
 
-    def __init__(self, seed: int = 0, max_iter: int = 60, learning_rate: float = 0.15,
-                 max_leaf_nodes: int = 15) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        max_iter: int = 60,
+        learning_rate: float = 0.15,
+        max_leaf_nodes: int = 15,
+    ) -> None:
         super().__init__()
-        self.params = {"random_state": seed, "max_iter": max_iter,
-                       "learning_rate": learning_rate, "max_leaf_nodes": max_leaf_nodes,
-                       "min_samples_leaf": 5, "early_stopping": False}
+        self.params = {
+            "random_state": seed,
+            "max_iter": max_iter,
+            "learning_rate": learning_rate,
+            "max_leaf_nodes": max_leaf_nodes,
+            "min_samples_leaf": 5,
+            "early_stopping": False,
+        }
         self._model: Any = None
 
     def _trees(self, x: np.ndarray, y: np.ndarray) -> tuple[dict[int, np.ndarray], Any]:

@@ -17,18 +17,17 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from simulator.state import files
-from simulator.state.files import StoreError
-from simulator.state.tier import ABSENT, Table, Tiers
+from simulator.state.rows import StoreError
+from simulator.state.table import ABSENT, Table
+from simulator.state.tier import Tiers
 
-if TYPE_CHECKING:
-    from simulator.state.store import ClientStore
-
-__all__ = ["Lineage", "load_into", "save"]
+__all__ = ["Lineage", "RowSink", "load_into", "save"]
 
 
 @dataclass
@@ -41,9 +40,27 @@ class Lineage:
     dirty: dict[int, set[int]] = field(default_factory=dict)  # table index -> clients
 
 
-def save(store: ClientStore, directory: str | Path) -> dict[str, Any]:
-    """Write ``store``'s rows into ``directory``; see :meth:`ClientStore.save`."""
-    tiers: Tiers = store._tiers
+class RowSink(Protocol):
+    """What :func:`load_into` replays a checkpoint into: a new, empty
+    :class:`~simulator.state.store.ClientStore`."""
+
+    @property
+    def tables(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]: ...
+
+    def row_bytes(self, table: str) -> int: ...
+
+    def declare(self, table: str, shape: tuple[int, ...], dtype: DTypeLike) -> None: ...
+
+    def put(self, table: str, ids: np.ndarray, values: np.ndarray) -> None: ...
+
+    def delete(self, table: str, ids: np.ndarray) -> None: ...
+
+
+def save(tiers: Tiers, lineages: dict[str, Lineage], directory: str | Path) -> dict[str, Any]:
+    """Write the rows of ``tiers`` into ``directory``; see :meth:`ClientStore.save`.
+
+    ``lineages`` (checkpoint directory -> :class:`Lineage`) are the saving store's; the entry
+    for ``directory`` is replaced by the manifest written."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     key = str(d.resolve())
@@ -51,10 +68,14 @@ def save(store: ClientStore, directory: str | Path) -> dict[str, Any]:
         current = files.read_manifest(d)
     except StoreError:
         current = None  # unreadable: overwrite it with a fresh snapshot
-    lin = store._lineages.get(key)
+    lin = lineages.get(key)
     decls = [t.decl() for t in tiers.tables]
-    ours = (lin is not None and current is not None and current["lineage"] == lin.lineage
-            and current["seq"] == lin.seq)
+    ours = (
+        lin is not None
+        and current is not None
+        and current["lineage"] == lin.lineage
+        and current["seq"] == lin.seq
+    )
     seq = files.next_seq(d, current)
     live = sum(len(t.loc) * (t.row_bytes + 8) for t in tiers.tables)
     entries: list[dict[str, Any]]
@@ -63,8 +84,9 @@ def save(store: ClientStore, directory: str | Path) -> dict[str, Any]:
         if not changes and current["tables"] == decls:
             return current
         split = {i: _split(tiers, tiers.tables[i], ids) for i, ids in changes.items()}
-        payload = sum(len(p) * (tiers.tables[i].row_bytes + 8) + 8 * len(g)
-                      for i, (p, g) in split.items())
+        payload = sum(
+            len(p) * (tiers.tables[i].row_bytes + 8) + 8 * len(g) for i, (p, g) in split.items()
+        )
         deltas = sum(e["payload"] for e in current["files"] if e["kind"] == "delta")
         entries = list(current["files"])
         if deltas + payload > 2 * live:
@@ -72,12 +94,21 @@ def save(store: ClientStore, directory: str | Path) -> dict[str, Any]:
         elif split:
             entries.append(_write_rows(tiers, d, seq, "delta", split))
     if not ours:
-        everything = {t.index: (np.sort(np.fromiter(t.loc, np.int64, len(t.loc))),
-                                np.empty(0, np.int64)) for t in tiers.tables}
+        everything = {
+            t.index: (np.sort(np.fromiter(t.loc, np.int64, len(t.loc))), np.empty(0, np.int64))
+            for t in tiers.tables
+        }
         entries = [_write_rows(tiers, d, seq, "snapshot", everything)]
     lineage = lin.lineage if lin is not None and ours else uuid.uuid4().hex
-    manifest = {"format": files.FORMAT, "version": files.VERSION, "lineage": lineage,
-                "seq": seq, "tables": decls, "files": entries, "live_payload": live}
+    manifest = {
+        "format": files.FORMAT,
+        "version": files.VERSION,
+        "lineage": lineage,
+        "seq": seq,
+        "tables": decls,
+        "files": entries,
+        "live_payload": live,
+    }
     files.write_manifest(d, manifest)
     names = frozenset(e["name"] for e in entries)
     keep = set(names)
@@ -86,14 +117,18 @@ def save(store: ClientStore, directory: str | Path) -> dict[str, Any]:
     if lin is not None:
         keep.update(lin.names)
     files.remove_unreferenced(d, keep)
-    store._lineages[key] = Lineage(lineage, seq, names)
+    lineages[key] = Lineage(lineage, seq, names)
     return manifest
 
 
-def load_into(store: ClientStore, directory: str | Path,
-              manifest: dict[str, Any] | None = None) -> None:
+def load_into(
+    store: RowSink, directory: str | Path, manifest: dict[str, Any] | None = None
+) -> tuple[str, Lineage]:
     """Replay into the new, empty ``store`` the checkpoint ``manifest`` (default: the one
-    in ``directory``) lists; see :meth:`ClientStore.load`."""
+    in ``directory``) lists; see :meth:`ClientStore.load`.
+
+    Returns the resolved ``directory`` and the :class:`Lineage` of the manifest replayed, for
+    the store to continue from."""
     d = Path(directory)
     if manifest is None:
         manifest = files.read_manifest(d)
@@ -105,8 +140,9 @@ def load_into(store: ClientStore, directory: str | Path,
         store.declare(decl["name"], tuple(decl["shape"]), np.dtype(decl["dtype"]))
     for entry in manifest["files"]:
         _replay(store, d / entry["name"], entry)
-    store._lineages[str(d.resolve())] = Lineage(
-        manifest["lineage"], manifest["seq"], frozenset(e["name"] for e in manifest["files"]))
+    return str(d.resolve()), Lineage(
+        manifest["lineage"], manifest["seq"], frozenset(e["name"] for e in manifest["files"])
+    )
 
 
 def _split(tiers: Tiers, t: Table, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -115,53 +151,66 @@ def _split(tiers: Tiers, t: Table, ids: np.ndarray) -> tuple[np.ndarray, np.ndar
     return ids[has], ids[~has]
 
 
-def _write_rows(tiers: Tiers, d: Path, seq: int, kind: str,
-                rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+def _write_rows(
+    tiers: Tiers, d: Path, seq: int, kind: str, rows: dict[int, tuple[np.ndarray, np.ndarray]]
+) -> dict[str, Any]:
     """Write one row file; ``rows`` maps table index -> (ids to write, ids deleted)."""
     members = []
     for i, (ids, gone) in sorted(rows.items()):
         t = tiers.tables[i]
-        members += [(f"ids_{i}", np.dtype(np.int64), ids.shape, [ids]),
-                    (f"values_{i}", t.dtype, (len(ids), *t.shape), _blocks(tiers, t, ids)),
-                    (f"deleted_{i}", np.dtype(np.int64), gone.shape, [gone])]
+        members += [
+            (f"ids_{i}", np.dtype(np.int64), ids.shape, [ids]),
+            (f"values_{i}", t.dtype, (len(ids), *t.shape), _blocks(tiers, t, ids)),
+            (f"deleted_{i}", np.dtype(np.int64), gone.shape, [gone]),
+        ]
     name = files.row_file_name(seq, kind)
     size = files.write_row_file(d, name, members)
     n_rows = sum(len(ids) for ids, _ in rows.values())
     n_gone = sum(len(gone) for _, gone in rows.values())
-    payload = sum(len(ids) * (tiers.tables[i].row_bytes + 8) + 8 * len(gone)
-                  for i, (ids, gone) in rows.items())
-    return {"name": name, "kind": kind, "rows": n_rows, "deleted": n_gone,
-            "payload": payload, "bytes": size}
+    payload = sum(
+        len(ids) * (tiers.tables[i].row_bytes + 8) + 8 * len(gone)
+        for i, (ids, gone) in rows.items()
+    )
+    return {
+        "name": name,
+        "kind": kind,
+        "rows": n_rows,
+        "deleted": n_gone,
+        "payload": payload,
+        "bytes": size,
+    }
 
 
 def _blocks(tiers: Tiers, t: Table, ids: np.ndarray) -> Iterator[np.ndarray]:
     step = files.block_rows(t.row_bytes)
     for start in range(0, len(ids), step):
-        yield tiers.peek(t, ids[start:start + step])
+        yield tiers.peek(t, ids[start : start + step])
 
 
-def _replay(store: ClientStore, path: Path, entry: dict[str, Any]) -> None:
+def _replay(store: RowSink, path: Path, entry: dict[str, Any]) -> None:
     """Apply one row file of a checkpoint to the loading ``store``."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         raise StoreError(f"checkpoint file {path} is missing") from None
     if size != entry["bytes"]:
-        raise StoreError(f"checkpoint file {path} has {size} bytes, the manifest says "
-                         f"{entry['bytes']}")
+        raise StoreError(
+            f"checkpoint file {path} has {size} bytes, the manifest says {entry['bytes']}"
+        )
     with files.RowFileReader(path) as rd:
-        for t in store._tiers.tables:
-            i = t.index
+        # a table's index is its position in the declaration order
+        for i, (name, (shape, dtype)) in enumerate(store.tables.items()):
             if f"deleted_{i}" in rd:
-                store.delete(t.name, rd.read(f"deleted_{i}"))
+                store.delete(name, rd.read(f"deleted_{i}"))
             if f"ids_{i}" not in rd:
                 continue
             ids = rd.read(f"ids_{i}")
             start = 0
-            step = files.block_rows(t.row_bytes)
-            for block in rd.blocks(f"values_{i}", t.dtype, t.shape, step):
-                store.put(t.name, ids[start:start + len(block)], block)
+            step = files.block_rows(store.row_bytes(name))
+            for block in rd.blocks(f"values_{i}", dtype, shape, step):
+                store.put(name, ids[start : start + len(block)], block)
                 start += len(block)
             if start != len(ids):
-                raise StoreError(f"checkpoint file {path}: table {t.name!r} has {len(ids)} "
-                                 f"ids but {start} rows")
+                raise StoreError(
+                    f"checkpoint file {path}: table {name!r} has {len(ids)} ids but {start} rows"
+                )

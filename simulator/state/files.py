@@ -4,8 +4,7 @@ Spill files
     :class:`SpillFile` keeps the rows of one table that do not fit in RAM in a numpy memmap
     file.  The file grows geometrically; slots freed by a delete (or by a row moving back to
     RAM) are reused before the file grows.  Nothing in it outlives the store: a new process
-    never reads another one's spill files.  It is defined in :mod:`simulator.state.spill`
-    and re-exported here.
+    never reads another one's spill files.  It is defined in :mod:`simulator.state.spill`.
 
 Checkpoints
     A checkpoint directory holds ``manifest.json`` and the row files it lists, in order:
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.state.spill import SpillFile as SpillFile
+from simulator.state.rows import StoreError
 
 MANIFEST = "manifest.json"
 FORMAT = "fedsentry-client-store"
@@ -43,10 +42,6 @@ VERSION = 1
 BLOCK_BYTES = 16 << 20  # rows are streamed to and from checkpoint files in blocks of ~16 MiB
 _ROW_FILE = re.compile(r"^(\d{8})-(snapshot|delta)\.npz$")
 _TEMP_FILE = re.compile(r"^\.(\d{8}-(snapshot|delta)\.npz|manifest\.json)\.tmp$")
-
-
-class StoreError(ValueError):
-    """A misuse of a :class:`~simulator.state.store.ClientStore` or an unusable checkpoint."""
 
 
 def block_rows(row_bytes: int) -> int:
@@ -71,8 +66,11 @@ def write_row_file(directory: Path, name: str, members: Iterable[Member]) -> int
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for key, dtype, shape, blocks in members:
                 with zf.open(f"{key}.npy", "w", force_zip64=True) as out:
-                    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                              "fortran_order": False, "shape": tuple(shape)}
+                    header = {
+                        "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                        "fortran_order": False,
+                        "shape": tuple(shape),
+                    }
                     np.lib.format.write_array_header_1_0(out, header)
                     rows = 0
                     for block in blocks:
@@ -112,21 +110,30 @@ class RowFileReader:
         blocks = list(self.blocks(key, None, None))
         return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
-    def blocks(self, key: str, dtype: np.dtype | None, row_shape: tuple[int, ...] | None,
-               rows_per_block: int | None = None) -> Iterator[np.ndarray]:
+    def blocks(
+        self,
+        key: str,
+        dtype: np.dtype | None,
+        row_shape: tuple[int, ...] | None,
+        rows_per_block: int | None = None,
+    ) -> Iterator[np.ndarray]:
         """Yield member ``key`` in blocks of rows, checking its dtype and row shape if given."""
         try:
             with self._zip.open(f"{key}.npy") as fh:
                 major, _ = np.lib.format.read_magic(fh)
-                read_header = (np.lib.format.read_array_header_1_0 if major == 1
-                               else np.lib.format.read_array_header_2_0)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if major == 1
+                    else np.lib.format.read_array_header_2_0
+                )
                 shape, fortran, got = read_header(fh)
                 if fortran or not shape:
                     raise StoreError(f"checkpoint file {self.path}: member {key} has a bad layout")
                 if dtype is not None and (got != dtype or tuple(shape[1:]) != row_shape):
                     raise StoreError(
                         f"checkpoint file {self.path}: member {key} holds {got} rows of shape "
-                        f"{tuple(shape[1:])}, expected {dtype} rows of shape {row_shape}")
+                        f"{tuple(shape[1:])}, expected {dtype} rows of shape {row_shape}"
+                    )
                 row_bytes = got.itemsize * int(np.prod(shape[1:], dtype=np.int64))
                 step = rows_per_block or max(1, shape[0])
                 for start in range(0, shape[0], step):
@@ -165,8 +172,9 @@ def check_manifest(data: Any, where: str) -> dict[str, Any]:
         raise StoreError(f"{where} has version {data['version']!r}, this code reads {VERSION}")
     entries = data["files"]
     if not isinstance(entries, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("name"), str) and _ROW_FILE.match(e["name"])
-            for e in entries):
+        isinstance(e, dict) and isinstance(e.get("name"), str) and _ROW_FILE.match(e["name"])
+        for e in entries
+    ):
         raise StoreError(f"{where} lists its row files wrongly: {entries!r}")
     return data
 

@@ -2,7 +2,6 @@
 
 :class:`SpillFile` keeps the rows of one table in a numpy memmap file that grows
 geometrically and reuses freed slots; large writes are done by a background thread.
-Re-exported by :mod:`simulator.state.files`.
 """
 
 from __future__ import annotations
@@ -32,8 +31,9 @@ class SpillFile:
         Smallest growth step of the file, in bytes (at least one row).
     """
 
-    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype,
-                 min_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self, path: Path, shape: tuple[int, ...], dtype: np.dtype, min_bytes: int = 1 << 20
+    ) -> None:
         self.path = Path(path)
         self.shape = shape
         self.dtype = np.dtype(dtype)
@@ -64,8 +64,8 @@ class SpillFile:
     def alloc(self, k: int) -> np.ndarray:
         """``k`` free slots (freed ones first), growing the file when needed."""
         reuse = min(k, len(self._free))
-        slots = self._free[len(self._free) - reuse:]
-        del self._free[len(self._free) - reuse:]
+        slots = self._free[len(self._free) - reuse :]
+        del self._free[len(self._free) - reuse :]
         fresh = k - reuse
         if self._top + fresh > self.capacity:
             self._grow(self._top + fresh)
@@ -130,15 +130,30 @@ class SpillFile:
         if n * self.row_bytes >= BACKGROUND_BYTES:
             members = np.sort(slots)
             # the job keeps this mapping alive: a later _grow remaps, the file stays the same
-            self._submit(int(members[0]), int(members[-1]) + 1, members, buf,
-                         _assign, self._rows, slots, values)
+            self._submit(
+                int(members[0]),
+                int(members[-1]) + 1,
+                members,
+                buf,
+                _assign,
+                self._rows,
+                slots,
+                values,
+            )
             return
         self._rows[slots] = values
         if buf is not None:
             self._keep(buf)
 
-    def _submit(self, lo: int, hi: int, members: np.ndarray | None, buf: np.ndarray | None,
-                fn: Any, *args: Any) -> None:
+    def _submit(
+        self,
+        lo: int,
+        hi: int,
+        members: np.ndarray | None,
+        buf: np.ndarray | None,
+        fn: Any,
+        *args: Any,
+    ) -> None:
         """Run ``fn(*args)`` in the background as the write of the slots ``members`` (sorted;
         None: all of ``[lo, hi)``); ``buf`` (a :meth:`scratch` buffer or None) is free again
         once it is done."""
@@ -153,8 +168,7 @@ class SpillFile:
             if slots is None or fut.done() or _touches(slots, lo, hi, members):
                 self._finish(entry)
 
-    def _finish(self, entry: tuple[int, int, np.ndarray | None, np.ndarray | None, Future]
-                ) -> None:
+    def _finish(self, entry: tuple[int, int, np.ndarray | None, np.ndarray | None, Future]) -> None:
         """Wait for the pending write ``entry`` and free its buffer."""
         entry[4].result()  # re-raises a failed write here (and at every later wait)
         self._pending = [e for e in self._pending if e is not entry]
@@ -165,7 +179,7 @@ class SpillFile:
         """Keep ``buf`` (no longer in use) for :meth:`scratch`, within ``SPILL_BUFFERS``."""
         busy = sum(e[3] is not None for e in self._pending)
         spare = sorted([*self._spare, buf], key=len)  # smallest first: dropped first
-        self._spare = spare[max(0, len(spare) + busy - SPILL_BUFFERS):]
+        self._spare = spare[max(0, len(spare) + busy - SPILL_BUFFERS) :]
 
     def close(self) -> None:
         """Finish pending writes, unmap and delete the file."""

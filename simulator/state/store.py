@@ -24,10 +24,11 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from simulator.state import checkpoint
-from simulator.state.files import StoreError
-from simulator.state.tier import ABSENT, Table, Tiers
+from simulator.state.rows import StoreError, as_ids, as_values, check_declaration, check_unique
+from simulator.state.table import ABSENT, Table
+from simulator.state.tier import Tiers
 
-__all__ = ["ClientStore", "StoreError"]
+__all__ = ["ClientStore"]
 
 
 class ClientStore:
@@ -57,8 +58,11 @@ class ClientStore:
     """
 
     def __init__(self, memory_bytes: int, spill_dir: str | Path | None = None) -> None:
-        if (not isinstance(memory_bytes, Integral) or isinstance(memory_bytes, bool)
-                or memory_bytes < 0):
+        if (
+            not isinstance(memory_bytes, Integral)
+            or isinstance(memory_bytes, bool)
+            or memory_bytes < 0
+        ):
             raise StoreError(f"memory_bytes must be an integer >= 0, got {memory_bytes!r}")
         spill_root = None if spill_dir is None else Path(spill_dir)
         if spill_root is not None and spill_root.is_file():
@@ -75,23 +79,14 @@ class ClientStore:
         :class:`StoreError`.  Rows must hold at least one element of a numeric or bool dtype.
         """
         self._check_open()
-        if not isinstance(table, str) or not table:
-            raise StoreError(f"table name must be a non-empty string, got {table!r}")
-        shape = (shape,) if isinstance(shape, Integral) else tuple(shape)
-        if not all(isinstance(s, Integral) and s > 0 for s in shape):
-            raise StoreError(f"table {table!r}: shape must be positive integers, got {shape}")
-        shape = tuple(int(s) for s in shape)
-        try:
-            dt = np.dtype(dtype)
-        except TypeError as exc:
-            raise StoreError(f"table {table!r}: bad dtype {dtype!r} ({exc})") from None
-        if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
-            raise StoreError(f"table {table!r}: dtype must be numeric or bool, got {dt}")
+        shape, dt = check_declaration(table, shape, dtype)
         old = self._tables.get(table)
         if old is not None:
             if old.shape != shape or old.dtype != dt:
-                raise StoreError(f"table {table!r} is declared with shape {old.shape} and dtype "
-                                 f"{old.dtype}, not shape {shape} and dtype {dt}")
+                raise StoreError(
+                    f"table {table!r} is declared with shape {old.shape} and dtype "
+                    f"{old.dtype}, not shape {shape} and dtype {dt}"
+                )
             return
         self._tables[table] = self._tiers.add_table(table, shape, dt)
 
@@ -114,17 +109,17 @@ class ClientStore:
         the budget allows (evicting the least recently used others), in the order of ``ids``.
         """
         t = self._table(table)
-        return self._tiers.read(t, _as_ids(ids))
+        return self._tiers.read(t, as_ids(ids))
 
     def has(self, table: str, ids: np.ndarray) -> np.ndarray:
         """Bool array: whether each client of ``ids`` has a row in ``table``."""
         t = self._table(table)
-        return self._tiers.codes(t, _as_ids(ids)) != ABSENT
+        return self._tiers.codes(t, as_ids(ids)) != ABSENT
 
     def resident(self, table: str, ids: np.ndarray) -> np.ndarray:
         """Bool array: whether each client's row of ``table`` is in RAM (not spilled)."""
         t = self._table(table)
-        return self._tiers.codes(t, _as_ids(ids)) >= 0
+        return self._tiers.codes(t, as_ids(ids)) >= 0
 
     def __contains__(self, item: object) -> bool:
         """``"table" in store``: declared?  ``("table", client) in store``: has a row?"""
@@ -163,13 +158,9 @@ class ClientStore:
         shape, and, without a spill directory, when the new rows would pass the budget.
         """
         t = self._table(table)
-        ids = _as_ids(ids)
-        if len(ids) > 1:
-            s = np.sort(ids)
-            dup = s[1:][s[1:] == s[:-1]]
-            if len(dup):
-                raise StoreError(f"table {t.name!r}: put ids must be unique, {dup[0]} repeats")
-        values = _as_values(t, values, len(ids))
+        ids = as_ids(ids)
+        check_unique(t, ids)
+        values = as_values(t, values, len(ids))
         codes = self._tiers.codes(t, ids)
         if not self._tiers.spilling:
             new = int((codes == ABSENT).sum())
@@ -177,14 +168,15 @@ class ClientStore:
             if need > self._tiers.budget:
                 raise StoreError(
                     f"table {t.name!r}: {new} new rows need {need} bytes of RAM in all, over "
-                    f"memory_bytes={self._tiers.budget}; give a spill_dir or a larger budget")
+                    f"memory_bytes={self._tiers.budget}; give a spill_dir or a larger budget"
+                )
         self._tiers.write(t, ids, values, codes)
         self._mark_dirty(t, ids)
 
     def delete(self, table: str, ids: np.ndarray) -> None:
         """Remove the rows of ``ids`` from ``table``; clients without a row are ignored."""
         t = self._table(table)
-        clients = [c for c in dict.fromkeys(_as_ids(ids).tolist()) if c in t.loc]
+        clients = [c for c in dict.fromkeys(as_ids(ids).tolist()) if c in t.loc]
         if clients:
             self._tiers.remove(t, clients)
             self._mark_dirty(t, clients)
@@ -206,11 +198,16 @@ class ClientStore:
         the current manifest.  Saving does not count as a use for the LRU order.
         """
         self._check_open()
-        return checkpoint.save(self, directory)
+        return checkpoint.save(self._tiers, self._lineages, directory)
 
     @classmethod
-    def load(cls, directory: str | Path, memory_bytes: int, spill_dir: str | Path | None = None,
-             manifest: dict[str, Any] | None = None) -> ClientStore:
+    def load(
+        cls,
+        directory: str | Path,
+        memory_bytes: int,
+        spill_dir: str | Path | None = None,
+        manifest: dict[str, Any] | None = None,
+    ) -> ClientStore:
         """A new store with the rows of the checkpoint in ``directory``, bit for bit.
 
         Parameters
@@ -230,11 +227,22 @@ class ClientStore:
         """
         store = cls(memory_bytes, spill_dir)
         try:
-            checkpoint.load_into(store, directory, manifest)
+            store.restore(directory, manifest)
         except BaseException:
             store.close()
             raise
         return store
+
+    def restore(self, directory: str | Path, manifest: dict[str, Any] | None = None) -> None:
+        """Replay into this new, empty store the checkpoint in ``directory`` (its current
+        manifest, or ``manifest``); :meth:`load` is a new store plus this."""
+        self._check_open()
+        if self._tables:
+            raise StoreError(
+                f"restore needs a new, empty store; this one has the tables {list(self._tables)}"
+            )
+        key, lineage = checkpoint.load_into(self, directory, manifest)
+        self._lineages[key] = lineage
 
     # ------------------------------------------------------------------ lifetime
 
@@ -251,9 +259,11 @@ class ClientStore:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"ClientStore({self.count()} rows in {len(self._tables)} tables, "
-                f"{self.memory_bytes_used}/{self.memory_bytes} RAM bytes, "
-                f"{self.disk_bytes_used} disk bytes)")
+        return (
+            f"ClientStore({self.count()} rows in {len(self._tables)} tables, "
+            f"{self.memory_bytes_used}/{self.memory_bytes} RAM bytes, "
+            f"{self.disk_bytes_used} disk bytes)"
+        )
 
     # ------------------------------------------------------------------ internals
 
@@ -273,31 +283,3 @@ class ClientStore:
             clients = ids.tolist() if isinstance(ids, np.ndarray) else ids
             for lin in self._lineages.values():
                 lin.dirty.setdefault(t.index, set()).update(clients)
-
-
-def _as_ids(ids: Any) -> np.ndarray:
-    """``ids`` as a 1-D int64 array, or StoreError."""
-    arr = np.asarray(ids)
-    if arr.ndim != 1:
-        raise StoreError(f"ids must be a 1-D integer array, got shape {arr.shape}")
-    if arr.size == 0:
-        return np.empty(0, np.int64)
-    if arr.dtype.kind not in "iu":
-        raise StoreError(f"ids must be integers, got dtype {arr.dtype}")
-    if arr.dtype == np.uint64 and arr.max() > np.iinfo(np.int64).max:
-        raise StoreError(f"ids must fit in int64, got {arr.max()}")
-    return arr.astype(np.int64, copy=False)
-
-
-def _as_values(t: Table, values: Any, k: int) -> np.ndarray:
-    """``values`` as a ``[k, *shape]`` array of ``t``'s dtype, or StoreError."""
-    arr = np.asarray(values)
-    if arr.shape != (k, *t.shape):
-        raise StoreError(f"table {t.name!r}: values have shape {arr.shape}, expected "
-                         f"{(k, *t.shape)}")
-    if arr.dtype != t.dtype:
-        if not np.can_cast(arr.dtype, t.dtype, casting="same_kind"):
-            raise StoreError(f"table {t.name!r}: cannot store {arr.dtype} values in a "
-                             f"{t.dtype} table")
-        arr = arr.astype(t.dtype)
-    return arr

@@ -1,15 +1,16 @@
 """The RAM and disk tiers behind :class:`simulator.state.store.ClientStore`, and their LRU order.
 
-Each table keeps its RAM rows in the slots of one array that grows geometrically (clipped at
-the budget), with a list of its free slots and a dict client -> slot code.  Rows never move
-inside RAM while they stay there: a row leaving RAM frees its slot, and the next row to enter
-takes it.  Past the byte budget the least recently used rows (across tables) move to a spill file
-per table (:class:`~simulator.state.spill.SpillFile`); a spilled row read again moves back to RAM
-when it fits.  A put of ``k`` new rows into a full store costs one gather of the ``k`` evicted
-rows (handed to the spill file, which writes them in the background) and one scatter of the new
-rows into the slots the evicted ones left.  Every operation works on its ids with dict lookups
-and vectorised numpy gathers/scatters; nothing is proportional to the number of clients stored.
-Arguments are validated by the caller (:class:`~simulator.state.store.ClientStore`).
+Each table (:class:`~simulator.state.table.Table`) keeps its RAM rows in the slots of one array
+that grows geometrically (clipped at the budget here), with a list of its free slots and a dict
+client -> slot code.  Rows never move inside RAM while they stay there: a row leaving RAM frees
+its slot, and the next row to enter takes it.  Past the byte budget the least recently used rows
+(across tables) move to a spill file per table (:class:`~simulator.state.spill.SpillFile`); a
+spilled row read again moves back to RAM when it fits.  A put of ``k`` new rows into a full
+store costs one gather of the ``k`` evicted rows (handed to the spill file, which writes them in
+the background) and one scatter of the new rows into the slots the evicted ones left.  Every
+operation works on its ids with dict lookups and vectorised numpy gathers/scatters; nothing is
+proportional to the number of clients stored.  Arguments are validated by the caller
+(:class:`~simulator.state.store.ClientStore`).
 """
 
 from __future__ import annotations
@@ -18,56 +19,14 @@ import shutil
 import tempfile
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from simulator.state.files import SpillFile
+from simulator.state.spill import SpillFile
+from simulator.state.table import ABSENT, Table
 
-ABSENT = int(np.iinfo(np.int64).min)  # slot code of a client without a row
 MIN_GROW_ROWS = 16  # smallest RAM growth step (clipped to the budget)
-
-
-@dataclass(eq=False)
-class Table:
-    """One table: ``n`` RAM rows in the slots of ``ram`` not listed in ``free``, the rest in
-    ``disk``.
-
-    ``loc`` maps a client to its slot code: ``s >= 0`` is RAM slot ``s``, ``~s`` (< 0) is
-    disk slot ``s``.  ``owner[s]`` is the client in RAM slot ``s`` (garbage for free slots).
-    ``free`` is a stack: the slot popped next is the last one.
-    """
-
-    index: int
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    row_bytes: int
-    loc: dict[int, int] = field(default_factory=dict)
-    ram: np.ndarray = field(init=False)
-    owner: np.ndarray = field(init=False)
-    free: list[int] = field(init=False)
-    n: int = 0
-    disk: SpillFile | None = None
-
-    def __post_init__(self) -> None:
-        self.clear_ram()
-
-    def clear_ram(self) -> None:
-        """Drop the RAM rows and their array (``loc`` is the caller's business)."""
-        self.ram = np.empty((0, *self.shape), self.dtype)
-        self.owner = np.empty(0, np.int64)
-        self.free = []
-        self.n = 0
-
-    @property
-    def cap(self) -> int:
-        return len(self.ram)
-
-    def decl(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype.str}
 
 
 class Tiers:
@@ -91,8 +50,13 @@ class Tiers:
         return self.spill_root is not None
 
     def add_table(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Table:
-        t = Table(len(self.tables), name, shape, dtype,
-                  dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
+        t = Table(
+            len(self.tables),
+            name,
+            shape,
+            dtype,
+            dtype.itemsize * int(np.prod(shape, dtype=np.int64)),
+        )
         self.tables.append(t)
         return t
 
@@ -185,7 +149,7 @@ class Tiers:
             t.free.extend(slots.tolist())
             t.n -= len(slots)
             if t.cap > MIN_GROW_ROWS and t.n <= t.cap // 4:  # give memory back geometrically
-                self._shrink(t, max(2 * t.n, MIN_GROW_ROWS))
+                t.shrink(max(2 * t.n, MIN_GROW_ROWS))
         if not in_ram.all():
             t.disk.release(~codes[~in_ram])
 
@@ -223,8 +187,8 @@ class Tiers:
             self._evict(self.data_bytes() + k * t.row_bytes - self.budget)
         self._reserve(t, k)
         free = t.free
-        taken = free[len(free) - k:]
-        del free[len(free) - k:]
+        taken = free[len(free) - k :]
+        del free[len(free) - k :]
         slots = np.array(taken, np.int64)
         t.ram[slots] = values
         t.owner[slots] = ids
@@ -271,44 +235,14 @@ class Tiers:
         if t.cap + headroom // t.row_bytes < need:  # take back other tables' spare capacity
             for u in self.tables:
                 if u is not t and u.cap > u.n:
-                    self._shrink(u, u.n)
+                    u.shrink(u.n)
             headroom = self.budget - self.memory_bytes_used()
         allowed = t.cap + headroom // t.row_bytes
         assert allowed >= need, "RAM budget accounting is off"
         old = t.cap
         new = min(max(need, 2 * old, MIN_GROW_ROWS), allowed)
-        self._realloc(t, new)
+        t.realloc(new)
         t.free.extend(range(new - 1, old - 1, -1))  # popped lowest first
-
-    @classmethod
-    def _shrink(cls, t: Table, cap: int) -> None:
-        """Cut ``t``'s RAM arrays to ``cap >= t.n`` slots, first moving the rows in slots at
-        or above ``cap`` into free slots below it."""
-        if cap >= t.cap:
-            return
-        live = np.ones(t.cap, bool)
-        live[np.array(t.free, np.int64)] = False
-        movers = cap + np.flatnonzero(live[cap:])
-        holes = np.flatnonzero(~live[:cap])
-        into, rest = holes[:len(movers)], holes[len(movers):]
-        if len(movers):
-            t.ram[into] = t.ram[movers]
-            t.owner[into] = t.owner[movers]
-            t.loc.update(zip(t.owner[into].tolist(), into.tolist(), strict=True))
-        t.free = rest[::-1].tolist()
-        cls._realloc(t, cap)
-
-    @staticmethod
-    def _realloc(t: Table, cap: int) -> None:
-        """Reallocate ``t``'s RAM arrays to ``cap`` slots, keeping the first ones."""
-        try:  # in place: realloc, no copy for large blocks
-            t.ram.resize((cap, *t.shape), refcheck=True)
-            t.owner.resize(cap, refcheck=True)
-        except ValueError:  # something holds a view: copy instead
-            keep = min(cap, len(t.owner))  # owner is resized second
-            ram, owner = np.empty((cap, *t.shape), t.dtype), np.empty(cap, np.int64)
-            ram[:keep], owner[:keep] = t.ram[:keep], t.owner[:keep]
-            t.ram, t.owner = ram, owner
 
     def _disk(self, t: Table) -> SpillFile:
         if t.disk is None:
@@ -324,5 +258,5 @@ class Tiers:
 def _rows_at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``values[idx]``; a view, not a copy, when ``idx`` is a run of consecutive positions."""
     if len(idx) and idx[-1] - idx[0] == len(idx) - 1 and bool((np.diff(idx) == 1).all()):
-        return values[idx[0]:idx[-1] + 1]
+        return values[idx[0] : idx[-1] + 1]
     return values[idx]

@@ -17,7 +17,7 @@ from torch import nn
 from torch.func import functional_call
 
 from simulator.training.flat import FlatLayout
-from simulator.training.models import BATCH_MASK, STEP_NOISE, STEP_SHARED, _MaskedBatchNorm
+from simulator.training.models import BATCH_MASK, STEP_NOISE, STEP_SHARED, MaskedBatchNorm
 from simulator.training.step import Finish, PlainStep, Step
 
 
@@ -28,8 +28,10 @@ def splitter(layout: FlatLayout) -> Callable[[torch.Tensor], dict[str, torch.Ten
 
     def split(flat: torch.Tensor) -> dict[str, torch.Tensor]:
         parts = torch.split(flat, numels, dim=-1)
-        return {k: t.reshape(*flat.shape[:-1], *sh)
-                for k, t, sh in zip(names, parts, shapes, strict=True)}
+        return {
+            k: t.reshape(*flat.shape[:-1], *sh)
+            for k, t, sh in zip(names, parts, shapes, strict=True)
+        }
 
     return split
 
@@ -57,9 +59,16 @@ class ClientStep:
     the last entries of the trained vector, after the model's ``P`` parameters.
     """
 
-    def __init__(self, model: nn.Module, layout: FlatLayout, step: Any, gflat: torch.Tensor,
-                 shared: dict[str, torch.Tensor], aux: dict[str, int] | None = None,
-                 noisy: bool = False) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        layout: FlatLayout,
+        step: Any,
+        gflat: torch.Tensor,
+        shared: dict[str, torch.Tensor],
+        aux: dict[str, int] | None = None,
+        noisy: bool = False,
+    ) -> None:
         self.model, self.step, self.split = model, step, splitter(layout)
         self.gflat, self.shared = gflat, shared
         self.gparams = self.split(gflat)
@@ -71,7 +80,7 @@ class ClientStep:
         #: the step returns something after training (state, extras)
         self.finishes = overrides(step, "client_finish")
         #: the model normalizes with batch statistics, which must skip padded rows
-        self.masked = any(isinstance(m, _MaskedBatchNorm) for m in model.modules())
+        self.masked = any(isinstance(m, MaskedBatchNorm) for m in model.modules())
         #: the step draws noise that layers of the model read from the step context
         self.noisy = noisy
 
@@ -80,13 +89,16 @@ class ClientStep:
         """Whether the forward needs the step context (mask, noise)."""
         return self.masked or self.noisy
 
-    def forward(self, params: dict, buffers: dict, x: torch.Tensor, m: torch.Tensor,
-                nz: torch.Tensor) -> Any:
+    def forward(
+        self, params: dict, buffers: dict, x: torch.Tensor, m: torch.Tensor, nz: torch.Tensor
+    ) -> Any:
         """``(features, logits)`` of one client's batch (only the logits for a plain step),
         under the batch mask and the client's noise draws of this step."""
-        tokens = [(BATCH_MASK, BATCH_MASK.set(m)),   # BatchNorm's and FedFA's statistics
-                  (STEP_NOISE, STEP_NOISE.set(nz)) if self.noisy else None,
-                  (STEP_SHARED, STEP_SHARED.set(self.shared)) if self.noisy else None]
+        tokens = [
+            (BATCH_MASK, BATCH_MASK.set(m)),  # BatchNorm's and FedFA's statistics
+            (STEP_NOISE, STEP_NOISE.set(nz)) if self.noisy else None,
+            (STEP_SHARED, STEP_SHARED.set(self.shared)) if self.noisy else None,
+        ]
         try:
             return self.forward_unmasked(params, buffers, x)
         finally:
@@ -104,14 +116,24 @@ class ClientStep:
         """The trained client-state tables held after the model's entries of ``vec``."""
         out, at = {}, self.p
         for name, n in self.aux.items():
-            out[name] = vec[..., at:at + n]
+            out[name] = vec[..., at : at + n]
             at += n
         return out
 
-    def loss(self, pvec: torch.Tensor, buffers: dict, x: torch.Tensor, y: torch.Tensor,
-             m: torch.Tensor, nz: torch.Tensor, feats: torch.Tensor, logits: torch.Tensor,
-             ce: torch.Tensor, state: dict) -> torch.Tensor:
-        pflat = pvec[:self.p] if self.aux else pvec
+    def loss(
+        self,
+        pvec: torch.Tensor,
+        buffers: dict,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        m: torch.Tensor,
+        nz: torch.Tensor,
+        feats: torch.Tensor,
+        logits: torch.Tensor,
+        ce: torch.Tensor,
+        state: dict,
+    ) -> torch.Tensor:
+        pflat = pvec[: self.p] if self.aux else pvec
 
         def forward(p: dict, xx: torch.Tensor) -> Any:
             # (features, logits): the step is not plain. On a copy of the buffers: another
@@ -122,16 +144,39 @@ class ClientStep:
                 return self.forward(p, own, xx, m, nz)
             return self.forward_unmasked(p, own, xx)
 
-        return self.step.client_loss(Step(self.split(pflat), pflat, x, y, m, feats, logits, ce,
-                                          self.gflat, self.gparams, state, self.shared,
-                                          forward, self.split_aux(pvec)))
+        return self.step.client_loss(
+            Step(
+                self.split(pflat),
+                pflat,
+                x,
+                y,
+                m,
+                feats,
+                logits,
+                ce,
+                self.gflat,
+                self.gparams,
+                state,
+                self.shared,
+                forward,
+                self.split_aux(pvec),
+            )
+        )
 
-    def finish(self, pvec: torch.Tensor, state: dict, steps: torch.Tensor, lr: float,
-               x: torch.Tensor, y: torch.Tensor, m: torch.Tensor, buffers: dict
-               ) -> dict[str, torch.Tensor]:
+    def finish(
+        self,
+        pvec: torch.Tensor,
+        state: dict,
+        steps: torch.Tensor,
+        lr: float,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        m: torch.Tensor,
+        buffers: dict,
+    ) -> dict[str, torch.Tensor]:
         """The step's ``client_finish`` for one client after its local steps; ``x, y, m`` are
         its batches ``[S, B, ...]`` with ``m`` marking each sample once (its first epoch)."""
-        pflat = pvec[:self.p] if self.aux else pvec
+        pflat = pvec[: self.p] if self.aux else pvec
         model = self.model
 
         def forward(p: dict, xx: torch.Tensor) -> Any:
@@ -142,6 +187,20 @@ class ClientStep:
             finally:
                 model.train(was)
 
-        return self.step.client_finish(Finish(pflat, self.gflat, state, self.shared, steps, lr,
-                                              self.split_aux(pvec), x, y, m, buffers, forward,
-                                              self.split))
+        return self.step.client_finish(
+            Finish(
+                pflat,
+                self.gflat,
+                state,
+                self.shared,
+                steps,
+                lr,
+                self.split_aux(pvec),
+                x,
+                y,
+                m,
+                buffers,
+                forward,
+                self.split,
+            )
+        )

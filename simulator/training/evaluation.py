@@ -12,7 +12,8 @@ import torch
 
 from simulator.rng import client_seeds
 from simulator.run.federation import Federation
-from simulator.training.stacked import LocalSpec, evaluate, score_models, train_clients
+from simulator.training.flat import evaluate, score_models
+from simulator.training.stacked import LocalSpec, train_clients
 
 if TYPE_CHECKING:
     from simulator.config.sections import Config
@@ -42,16 +43,19 @@ class ServerEval:
         return evaluate(f.model, f.layout, flat, torch.from_numpy(x), torch.from_numpy(y))[0]
 
     @torch.no_grad()
-    def correct_on(self, flat: torch.Tensor, x: np.ndarray, y: np.ndarray,
-                   batch: int = 2048) -> np.ndarray:
+    def correct_on(
+        self, flat: torch.Tensor, x: np.ndarray, y: np.ndarray, batch: int = 2048
+    ) -> np.ndarray:
         """Which samples a model classifies correctly (``[n]`` bools; Siren's paired alarm
         test on a client's holdout)."""
         f = self.fed
         f.layout.load(f.model, flat)
         f.model.eval()
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-        out = [(f.model(xt[i:i + batch]).argmax(1) == yt[i:i + batch]).numpy()
-               for i in range(0, len(yt), batch)]
+        out = [
+            (f.model(xt[i : i + batch]).argmax(1) == yt[i : i + batch]).numpy()
+            for i in range(0, len(yt), batch)
+        ]
         return np.concatenate(out) if out else np.zeros(0, bool)
 
     def server_update(self, rnd: int, global_flat: torch.Tensor) -> torch.Tensor:
@@ -60,9 +64,17 @@ class ServerEval:
         client state, and FLTrust's root update is ERM)."""
         f = self.fed
         seed = int(client_seeds(self.seed, rnd, np.array([2**31 - 1]))[0])
-        out = train_clients(f.model, f.layout, global_flat, f.public_x, f.public_y,
-                            [np.arange(len(f.public_y))], [self.local_epochs], [seed],
-                            dataclasses.replace(self.spec, step=None))
+        out = train_clients(
+            f.model,
+            f.layout,
+            global_flat,
+            f.public_x,
+            f.public_y,
+            [np.arange(len(f.public_y))],
+            [self.local_epochs],
+            [seed],
+            dataclasses.replace(self.spec, step=None),
+        )
         return out.updates[0]
 
     @torch.no_grad()
@@ -91,12 +103,17 @@ class ClientEval:
     clients' accuracies. Cost: the sample's test rows, never the population.
     """
 
-    def __init__(self, fed: Federation, clients: np.ndarray, space: ParamSpace,
-                 store: ClientStore, algorithm: Any = None) -> None:
+    def __init__(
+        self,
+        fed: Federation,
+        clients: np.ndarray,
+        space: ParamSpace,
+        store: ClientStore,
+        algorithm: Any = None,
+    ) -> None:
         self.fed, self.clients, self.space, self.store = fed, clients, space, store
         #: evaluates each client with its personal model (the algorithm's ``personal`` table)
-        self.algorithm = (algorithm if getattr(algorithm, "personal", None) is not None
-                          else None)
+        self.algorithm = algorithm if getattr(algorithm, "personal", None) is not None else None
         data = fed.arrays(fed.local_test, clients, fed.local_test_pool) if len(clients) else []
         keep = [i for i, (_, y) in enumerate(data) if len(y)]
         self.clients = clients[keep]
@@ -106,14 +123,23 @@ class ClientEval:
         self.y = torch.from_numpy(np.concatenate([y for _, y in data])) if data else None
 
     @classmethod
-    def of(cls, cfg: Config, fed: Federation, space: ParamSpace, store: ClientStore,
-           algorithm: Any = None) -> ClientEval:
+    def of(
+        cls,
+        cfg: Config,
+        fed: Federation,
+        space: ParamSpace,
+        store: ClientStore,
+        algorithm: Any = None,
+    ) -> ClientEval:
         n = min(fed.num_clients, cfg.experiment.eval_clients)
         if fed.local_test is None or n == 0:
             return cls(fed, np.zeros(0, np.int64), space, store, algorithm)
         rng = np.random.default_rng([cfg.experiment.seed, 0xE7A1])
-        ids = (np.arange(n) if n == fed.num_clients
-               else np.sort(rng.choice(fed.num_clients, n, replace=False)))
+        ids = (
+            np.arange(n)
+            if n == fed.num_clients
+            else np.sort(rng.choice(fed.num_clients, n, replace=False))
+        )
         return cls(fed, ids.astype(np.int64), space, store, algorithm)
 
     @torch.no_grad()
@@ -128,8 +154,9 @@ class ClientEval:
             off = 0
             for i, n in enumerate(self.counts.tolist()):
                 flat = self.algorithm.personal_model(global_flat, torch.from_numpy(rows[i]))
-                acc[i] = evaluate(f.model, f.layout, flat, self.x[off:off + n],
-                                  self.y[off:off + n])[0]
+                acc[i] = evaluate(
+                    f.model, f.layout, flat, self.x[off : off + n], self.y[off : off + n]
+                )[0]
                 off += n
         elif self.space.local is None:
             f.layout.load(f.model, global_flat)
@@ -145,9 +172,14 @@ class ClientEval:
                 flat = global_flat.clone()
                 if present[i]:
                     flat[torch.from_numpy(self.space.local)] = torch.from_numpy(local[i])
-                acc[i] = evaluate(f.model, f.layout, flat, self.x[off:off + n],
-                                  self.y[off:off + n])[0]
+                acc[i] = evaluate(
+                    f.model, f.layout, flat, self.x[off : off + n], self.y[off : off + n]
+                )[0]
                 off += n
         worst = np.sort(acc)[: max(1, -(-len(acc) // 10))]
-        return {"client_accuracy_mean": float(acc.mean()), "client_accuracy_std": float(acc.std()),
-                "client_accuracy_worst10": float(worst.mean()), "clients_evaluated": len(acc)}
+        return {
+            "client_accuracy_mean": float(acc.mean()),
+            "client_accuracy_std": float(acc.std()),
+            "client_accuracy_worst10": float(worst.mean()),
+            "clients_evaluated": len(acc),
+        }

@@ -18,8 +18,9 @@ class FlatLayout:
     def __init__(self, model: nn.Module) -> None:
         self.param_names = [n for n, _ in model.named_parameters()]
         self.buffer_names = [n for n, b in model.named_buffers() if b.is_floating_point()]
-        self.int_buffers = {n: b.clone() for n, b in model.named_buffers()
-                            if not b.is_floating_point()}
+        self.int_buffers = {
+            n: b.clone() for n, b in model.named_buffers() if not b.is_floating_point()
+        }
         state = dict(model.named_parameters()) | dict(model.named_buffers())
         self.names = self.param_names + self.buffer_names
         self.shapes = [tuple(state[n].shape) for n in self.names]
@@ -31,8 +32,7 @@ class FlatLayout:
     def slices(self) -> dict[str, slice]:
         """Where each named tensor lies in the flat vector."""
         ends = np.cumsum(self.numels).tolist()
-        return {n: slice(e - k, e) for n, k, e in zip(self.names, self.numels, ends,
-                                                      strict=True)}
+        return {n: slice(e - k, e) for n, k, e in zip(self.names, self.numels, ends, strict=True)}
 
     def flatten(self, model: nn.Module) -> torch.Tensor:
         state = dict(model.named_parameters()) | dict(model.named_buffers())
@@ -42,8 +42,9 @@ class FlatLayout:
         """Split ``[..., P]`` into named tensors of shape ``[..., *shape]`` (views)."""
         lead = flat.shape[:-1]
         parts = torch.split(flat, self.numels, dim=-1)
-        return {n: p.reshape(*lead, *s) for n, p, s in zip(self.names, parts, self.shapes,
-                                                             strict=True)}
+        return {
+            n: p.reshape(*lead, *s) for n, p, s in zip(self.names, parts, self.shapes, strict=True)
+        }
 
     def load(self, model: nn.Module, flat: torch.Tensor) -> nn.Module:
         """Copy a flat vector into a module in place."""
@@ -56,23 +57,30 @@ class FlatLayout:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, layout: FlatLayout, flat: torch.Tensor, x: torch.Tensor,
-             y: torch.Tensor, batch: int = 2048) -> tuple[float, float]:
+def evaluate(
+    model: nn.Module,
+    layout: FlatLayout,
+    flat: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch: int = 2048,
+) -> tuple[float, float]:
     """Accuracy and mean cross-entropy of the model ``flat`` on ``(x, y)``."""
     layout.load(model, flat)
     model.eval()
     correct, loss_sum = 0, 0.0
     for i in range(0, len(y), batch):
-        out = model(x[i:i + batch])
-        loss_sum += float(F.cross_entropy(out, y[i:i + batch], reduction="sum"))
-        correct += int((out.argmax(1) == y[i:i + batch]).sum())
+        out = model(x[i : i + batch])
+        loss_sum += float(F.cross_entropy(out, y[i : i + batch], reduction="sum"))
+        correct += int((out.argmax(1) == y[i : i + batch]).sum())
     n = max(len(y), 1)
     return correct / n, loss_sum / n
 
 
 @torch.no_grad()
-def score_models(model: nn.Module, layout: FlatLayout, models: torch.Tensor, x: torch.Tensor,
-                 y: torch.Tensor) -> dict[str, np.ndarray]:
+def score_models(
+    model: nn.Module, layout: FlatLayout, models: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+) -> dict[str, np.ndarray]:
     """Accuracy, mean cross-entropy and mean softmax entropy of each row of ``models`` on
     ``(x, y)`` (Sageflow's entropy filter and Siren's root-set screening read these)."""
     acc, loss, ent = [], [], []

@@ -33,8 +33,9 @@ class SplitModel(nn.Module):
         """Logits from a representation."""
         return self.head(h)
 
-    def forward(self, x: torch.Tensor, with_features: bool = False
-                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, with_features: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits, or ``(features, logits)`` with ``with_features`` (one pass, for MOON, FedFM)."""
         h = self.body(x)
         out = self.head(h)
@@ -44,18 +45,21 @@ class SplitModel(nn.Module):
 #: which rows of the current training batch are real (1) or padding (0); set by the trainer
 #: around each forward so that batch statistics skip the padded rows of a partial last batch
 BATCH_MASK: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
-    "fedsentry_batch_mask", default=None)
+    "fedsentry_batch_mask", default=None
+)
 #: one client's noise draws for the current training step (``[D]`` standard normals from its
 #: own seeded stream, :attr:`~simulator.algorithms.base.Algorithm.noise_size`); layers an
 #: algorithm inserted (FedFA's feature augmentation) read their slice; None outside training
 STEP_NOISE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
-    "fedsentry_step_noise", default=None)
+    "fedsentry_step_noise", default=None
+)
 #: the tensors the server sent this round (``Algorithm.sends``), for such layers
 STEP_SHARED: contextvars.ContextVar[dict[str, torch.Tensor] | None] = contextvars.ContextVar(
-    "fedsentry_step_shared", default=None)
+    "fedsentry_step_shared", default=None
+)
 
 
-class _MaskedBatchNorm:
+class MaskedBatchNorm:
     """BatchNorm whose training-mode batch statistics cover only the rows marked valid in
     :data:`BATCH_MASK` (without a mask, or in eval mode, it is ``nn.BatchNorm``).
 
@@ -93,12 +97,12 @@ class _MaskedBatchNorm:
         return y
 
 
-class MaskedBatchNorm1d(_MaskedBatchNorm, nn.BatchNorm1d):
-    """:class:`nn.BatchNorm1d` that skips padded rows (see :class:`_MaskedBatchNorm`)."""
+class MaskedBatchNorm1d(MaskedBatchNorm, nn.BatchNorm1d):
+    """:class:`nn.BatchNorm1d` that skips padded rows (see :class:`MaskedBatchNorm`)."""
 
 
-class MaskedBatchNorm2d(_MaskedBatchNorm, nn.BatchNorm2d):
-    """:class:`nn.BatchNorm2d` that skips padded rows (see :class:`_MaskedBatchNorm`)."""
+class MaskedBatchNorm2d(MaskedBatchNorm, nn.BatchNorm2d):
+    """:class:`nn.BatchNorm2d` that skips padded rows (see :class:`MaskedBatchNorm`)."""
 
 
 def _norm(kind: str, channels: int, dims: int) -> nn.Module:
@@ -109,27 +113,34 @@ def _norm(kind: str, channels: int, dims: int) -> nn.Module:
     raise ValueError(f"model norm: unknown value {kind!r}; valid: ['batch', 'none']")
 
 
-def logreg(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 0,
-           norm: str = "none") -> SplitModel:
+def logreg(
+    input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 0, norm: str = "none"
+) -> SplitModel:
     """Multinomial logistic regression (the FedProx synthetic baseline)."""
     del hidden, norm
     return SplitModel(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
 
 
-def mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64,
-        norm: str = "none") -> SplitModel:
+def mlp(
+    input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64, norm: str = "none"
+) -> SplitModel:
     """Two-hidden-layer perceptron; ``norm='batch'`` adds BatchNorm after each hidden layer."""
     d = math.prod(input_shape)
     body = nn.Sequential(
         nn.Flatten(),
-        nn.Linear(d, hidden), _norm(norm, hidden, 1), nn.ReLU(),
-        nn.Linear(hidden, hidden), _norm(norm, hidden, 1), nn.ReLU(),
+        nn.Linear(d, hidden),
+        _norm(norm, hidden, 1),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        _norm(norm, hidden, 1),
+        nn.ReLU(),
     )
     return SplitModel(body, nn.Linear(hidden, num_classes))
 
 
-def cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64,
-        norm: str = "none") -> SplitModel:
+def cnn(
+    input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64, norm: str = "none"
+) -> SplitModel:
     """Small CNN for 28x28 (two conv+pool blocks) or 8x8 inputs (one block, padding kept).
 
     The layout follows the "CNN" of McMahan et al. (2017) scaled down: 5x5 (28x28) or 3x3 (8x8)
@@ -147,8 +158,12 @@ def cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64,
     layers: list[nn.Module] = []
     cin = c
     for b in range(blocks):
-        layers += [nn.Conv2d(cin, ch[b], k, padding=k // 2), _norm(norm, ch[b], 2), nn.ReLU(),
-                   nn.MaxPool2d(2)]
+        layers += [
+            nn.Conv2d(cin, ch[b], k, padding=k // 2),
+            _norm(norm, ch[b], 2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        ]
         cin = ch[b]
     if blocks == 1:  # 8x8 -> 4x4 after one pool; add a second conv without pooling
         layers += [nn.Conv2d(cin, ch[1], k, padding=k // 2), _norm(norm, ch[1], 2), nn.ReLU()]
@@ -194,8 +209,9 @@ class ModelSpec:
         return self._build()
 
     def _build(self) -> SplitModel:
-        m = MODELS[self.name](self.input_shape, self.num_classes, hidden=self.hidden,
-                              norm=self.norm)
+        m = MODELS[self.name](
+            self.input_shape, self.num_classes, hidden=self.hidden, norm=self.norm
+        )
         if self.extension is not None:
             m = self.extension.extend_model(m, self)
         return m

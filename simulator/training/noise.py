@@ -28,8 +28,7 @@ _MASK64 = (1 << 64) - 1
 _TAG = 0x5EED
 
 
-def client_noise(seeds: Sequence[int], steps: int, size: int, device: torch.device
-                 ) -> torch.Tensor:
+def client_noise(seeds: Sequence[int], steps: int, size: int, device: torch.device) -> torch.Tensor:
     """``[K, S, size]`` float32 standard normals, client ``k``'s from its own stream (see the
     module docstring); ``S = max(steps, 1)``; ``[K, S, 0]`` when ``size`` is 0."""
     k, s = len(seeds), max(steps, 1)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from simulator.training.stacked import FlatLayout
+from simulator.training.flat import FlatLayout
 
 
 @dataclass(frozen=True)
@@ -37,15 +37,17 @@ class ParamSpace:
         names = set(algorithm.local_parameters(list(layout.names)))
         unknown = sorted(names - set(layout.names))
         if unknown:
-            raise ValueError(f"algorithm {algorithm.name!r}: local parameter {unknown[0]!r} is "
-                             f"not in the model; valid: {layout.names}")
+            raise ValueError(
+                f"algorithm {algorithm.name!r}: local parameter {unknown[0]!r} is "
+                f"not in the model; valid: {layout.names}"
+            )
         if not names:
             return cls(layout.size)
         offsets = np.concatenate([[0], np.cumsum(layout.numels)])
         mask = np.zeros(layout.size, bool)
         for i, n in enumerate(layout.names):
             if n in names:
-                mask[offsets[i]:offsets[i + 1]] = True
+                mask[offsets[i] : offsets[i + 1]] = True
         return cls(layout.size, np.flatnonzero(~mask), np.flatnonzero(mask))
 
     @property

@@ -1,0 +1,81 @@
+"""The results table and the CSV of ``benchmarks/heterogeneity.py``: one row per comparison."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+#: the CSV's columns (per-seed values joined by ';')
+CSV_FIELDS = (
+    "case",
+    "method",
+    "baseline",
+    "metric",
+    "direction",
+    "method_mean",
+    "method_std",
+    "baseline_mean",
+    "baseline_std",
+    "gain",
+    "reproduced",
+    "wins",
+    "seeds",
+    "mode",
+    "method_values",
+    "baseline_values",
+    "error",
+    "claim",
+)
+
+
+def _pm(mean: float | None, std: float | None) -> str:
+    return "-" if mean is None else f"{mean:.3f}±{std:.3f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The results table: one line per comparison."""
+    head = (
+        "case",
+        "method vs baseline",
+        "metric",
+        "method",
+        "baseline",
+        "predicted",
+        "verdict",
+        "wins",
+    )
+    body = [
+        (
+            r["case"],
+            f"{r['method']} vs {r['baseline']}",
+            r["metric"],
+            _pm(r["method_mean"], r["method_std"]),
+            _pm(r["baseline_mean"], r["baseline_std"]),
+            r["direction"],
+            ("reproduced" if r["reproduced"] else "not reproduced")
+            + (" (error)" if r["error"] else ""),
+            "-" if r.get("wins") is None else f"{r['wins']}/{len(r['method_values'])}",
+        )
+        for r in rows
+    ]
+    width = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    lines = [
+        "  ".join(x[i].ljust(width[i]) for i in range(len(head))).rstrip() for x in [head, *body]
+    ]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(
+                {
+                    **r,
+                    "method_values": ";".join(f"{v:g}" for v in r["method_values"]),
+                    "baseline_values": ";".join(f"{v:g}" for v in r["baseline_values"]),
+                }
+            )

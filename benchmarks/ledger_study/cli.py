@@ -1,0 +1,100 @@
+"""Command line of ``benchmarks/ledger_audit.py`` (every flag explained in ``--help``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from benchmarks.ledger_study.tasks import TASKS
+from simulator.cli import OneLineParser, parse_kv
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The checked command line (one-line errors, exit 2)."""
+    p = OneLineParser(
+        prog="python benchmarks/ledger_audit.py",
+        description="Ledger study: what FLChain recording costs a run, how fast "
+        "the audit is, what it catches.",
+    )
+    p.add_argument(
+        "run_dirs",
+        nargs="*",
+        metavar="RUN_DIR",
+        help="recorded runs to audit (default: record the tasks' runs)",
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        default=list(TASKS),
+        choices=list(TASKS),
+        help="tasks to measure (default: all)",
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds per task (default: 3 robustness, 2 crossdevice)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds per run (default: 30 robustness, 10 crossdevice)",
+    )
+    p.add_argument(
+        "--population", type=int, default=None, help="crossdevice: devices (default 10^6)"
+    )
+    p.add_argument(
+        "--clients-per-round",
+        type=int,
+        default=None,
+        help="crossdevice: clients a round (default 1000)",
+    )
+    p.add_argument(
+        "--committee",
+        type=int,
+        default=4,
+        help="BLS edge validators attesting each round (default 4; 0 = none)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="audit processes (default: one per core)",
+    )
+    p.add_argument("--ledger-url", default=None, help="record on this JSON-RPC node instead")
+    p.add_argument(
+        "--set",
+        type=parse_kv,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="extra flat config override for every run (repeatable)",
+    )
+    p.add_argument(
+        "--tamper",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="apply every tamper case to a recorded run and audit it (default on)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller study: 2 seeds, 10^5 devices with 100 a round, 10 rounds",
+    )
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/ledger-audit"),
+        help="output directory (default runs/ledger-audit)",
+    )
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    args = p.parse_args(argv)
+    if (args.seeds is not None and args.seeds < 1) or (args.rounds is not None and args.rounds < 3):
+        p.error("--seeds must be >= 1 and --rounds >= 3 (the tamper study needs 3 rounds)")
+    if args.committee < 0 or args.jobs < 1:
+        p.error("--committee must be >= 0 and --jobs >= 1")
+    return args

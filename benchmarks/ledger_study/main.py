@@ -1,0 +1,111 @@
+"""``main`` of ``benchmarks/ledger_audit.py``: record the tasks (or take RUN_DIRs), audit them,
+run the tamper study; write ``results.json`` and print the tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.ledger_study.audit_speed import audit_throughput
+from benchmarks.ledger_study.cli import parse_args
+from benchmarks.ledger_study.tamper_study import print_table, tamper_study
+from benchmarks.ledger_study.tasks import record
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the study (or audit RUN_DIRs); exit code 0, 1 when an audit of a clean run found
+    something or a tamper case was missed, 2 on bad input (a one-line error)."""
+    args = parse_args(argv)
+    from ledger.audit import find_runs
+    from ledger.audit_checks import AuditInputError
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"tasks": [], "tamper": [], "cores": os.cpu_count()}
+    try:
+        if args.run_dirs:
+            dirs = [str(d) for d in find_runs(args.run_dirs)]
+            result["audit"] = audit_throughput(dirs, args.jobs)
+        else:
+            result["recorder_start_s"] = _start_recorder()
+            for task in args.tasks:
+                rec = record(task, args)
+                thr = audit_throughput([r["run_dir"] for r in rec["runs"]], args.jobs)
+                rec.update(audit_rounds_per_s=thr["rounds_per_s"], audit=thr)
+                result["tasks"].append(rec)
+            if args.tamper and args.tasks:
+                first = result["tasks"][0]["runs"]
+                other = first[1]["run_dir"] if len(first) > 1 else None
+                result["tamper"] = tamper_study(
+                    Path(first[0]["run_dir"]),
+                    args.out,
+                    Path(other) if other else None,
+                    args.progress,
+                )
+    except (AuditInputError, ValueError) as exc:
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    result["seconds"] = time.perf_counter() - t0
+    text = json.dumps(result, indent=1, default=str)
+    (args.out / "results.json").write_text(text)
+    if args.json:
+        args.json.write_text(text)
+    report(result)
+    bad = [t for t in result["tasks"] if not t["audit"]["clean"]]
+    bad += [c for c in result["tamper"] if c["caught"] not in (True, None)]
+    if "audit" in result:
+        bad += [] if result["audit"]["clean"] else [result["audit"]]
+    return 1 if bad else 0
+
+
+def _start_recorder() -> float:
+    from ledger.host import prestart
+
+    t0 = time.perf_counter()
+    prestart().wait_ready()
+    return time.perf_counter() - t0
+
+
+def report(result: dict[str, Any]) -> None:
+    """Print the tables."""
+    if "recorder_start_s" in result:
+        print(
+            f"recorder process start (once per driver process, not in the run times): "
+            f"{result['recorder_start_s']:.2f} s"
+        )
+    for t in result["tasks"]:
+        print(
+            f"\n{t['task']}: {t['population']} devices, {t['clients_per_round']} a round, "
+            f"{t['rounds']} rounds"
+        )
+        print("seed  plain s  ledger s  overhead  lag  recorder busy s  gas/round  same acc")
+        for r in t["runs"]:
+            print(
+                f"{r['seed']:>4}  {r['plain_seconds']:7.2f}  {r['ledger_seconds']:8.2f}  "
+                f"{100 * r['overhead']:+7.1f}%  {r['recorder_lag_max']:>3}  "
+                f"{r['recorder_busy_s']:15.2f}  {r['gas_per_round'] or 0:9.0f}  "
+                f"{str(r['same_accuracy']):>8}"
+            )
+        a = t["audit"]
+        print(
+            f"median overhead {100 * t['overhead']:+.1f}%, recorder at most "
+            f"{t['recorder_lag_max']} rounds behind; audit {a['rounds_per_s']:.1f} rounds/s "
+            f"({a['jobs']} processes on {a['cores']} cores), "
+            f"{'all clean' if a['clean'] else 'FINDINGS on a clean run'}"
+        )
+    if "audit" in result:
+        a = result["audit"]
+        print(
+            f"audited {a['runs']} runs, {a['rounds']} rounds: {a['rounds_per_s']:.1f} "
+            f"rounds/s ({a['jobs']} processes on {a['cores']} cores), "
+            f"{'all clean' if a['clean'] else 'FINDINGS'}"
+        )
+        for rep in a["audits"]:
+            for line in rep["findings"]:
+                print(f"  {rep['run_dir']}: {line}")
+    if result["tamper"]:
+        print_table(result["tamper"])

@@ -1,0 +1,96 @@
+"""The ledger study's tasks and their runs: each seed recorded without and with the ledger,
+interleaved (the order alternates from seed to seed, since this machine's speed drifts).
+
+``robustness`` is the robustness benchmark's default task (10 IID digits clients, all of them
+every round, E=5, MLP, 30 rounds; multikrum against 20% label flipping, so some rows are
+rejected); ``crossdevice`` 10^6 virtual digits clients, 1,000 a round, E=1, 10 rounds, on the Ray
+actor pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from typing import Any
+
+from benchmarks.robustness_study import grid
+
+TASKS: dict[str, dict[str, Any]] = {
+    "robustness": {"rounds": 30, "seeds": 3},
+    "crossdevice": {"rounds": 10, "seeds": 2, "num_clients": 1_000_000, "clients_per_round": 1000},
+}
+
+
+def task_config(task: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The flat config of a task's runs (without seed, out and ledger)."""
+    t = TASKS[task]
+    rounds = args.rounds or (10 if args.quick else t["rounds"])
+    if task == "robustness":
+        flat = grid.resolve_scenario(grid.DEFAULT_SCENARIO, "digits", rounds, {})
+        n = flat["clients_per_round"]
+        flat.update(
+            defense="multikrum",
+            attack="labelflip",
+            attack_fraction=0.2,
+            defense_params={"f": grid.byzantine_f(0.2, n)},
+            backend="local",
+        )
+    else:
+        flat = {
+            "dataset": "digits",
+            "partition": "virtual",
+            "local_epochs": 1,
+            "rounds": rounds,
+            "num_clients": args.population or (100_000 if args.quick else t["num_clients"]),
+            "clients_per_round": args.clients_per_round
+            or (100 if args.quick else t["clients_per_round"]),
+        }
+    flat.update(progress=False, plots=False, committee=args.committee, ledger_url=args.ledger_url)
+    flat.update(dict(args.overrides))
+    return flat
+
+
+def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Each seed without and with the ledger, interleaved; the task's figures."""
+    from tqdm import tqdm
+
+    from simulator.config.sections import build_config
+    from simulator.run.experiment import run_experiment
+
+    flat = task_config(task, args)
+    seeds = args.seeds or (2 if args.quick else TASKS[task]["seeds"])
+    runs = []
+    for s in tqdm(range(seeds), desc=task, unit="seed", disable=not args.progress, file=sys.stderr):
+        times: dict[bool, float] = {}
+        out: dict[bool, dict[str, Any]] = {}
+        for led in (False, True) if s % 2 == 0 else (True, False):
+            d = args.out / task / f"{'ledger' if led else 'plain'}-s{s}"
+            res = run_experiment(
+                build_config(flat={**flat, "seed": s, "out": str(d), "ledger": led})
+            )
+            times[led], out[led] = res["run_seconds"], res
+        lg = out[True]["ledger"]
+        runs.append(
+            {
+                "seed": s,
+                "run_dir": out[True]["out"],
+                "plain_seconds": times[False],
+                "ledger_seconds": times[True],
+                "overhead": times[True] / times[False] - 1,
+                "recorder_lag_max": lg["recorder_lag_max"],
+                "recorder_busy_s": lg["recorder_seconds"],
+                "driver_waited_s": lg["ledger_seconds"],
+                "gas_per_round": lg["gas_per_round"],
+                "same_accuracy": out[True]["final_accuracy"] == out[False]["final_accuracy"],
+            }
+        )
+    return {
+        "task": task,
+        "clients_per_round": flat["clients_per_round"],
+        "population": flat["num_clients"],
+        "rounds": flat["rounds"],
+        "runs": runs,
+        "overhead": statistics.median(r["overhead"] for r in runs),
+        "recorder_lag_max": max(r["recorder_lag_max"] for r in runs),
+    }

@@ -1,0 +1,215 @@
+"""Command line of ``benchmarks/robustness.py`` (every flag explained in ``--help``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from benchmarks.robustness_study import grid
+from simulator.cli import OneLineParser, parse_kv
+
+QUICK = {"rounds": 20, "seeds": 3, "fractions": [0.0, 0.2, 0.4]}
+#: malicious fractions of a scenario (default, quick) where they differ from the others':
+#: cross-device studies look at a minority share of the population
+FRACTIONS = {"crossdevice": ([0.0, 0.1, 0.2, 0.3], [0.0, 0.1, 0.3])}
+DEFAULT_FRACTIONS = ([0.0, 0.2, 0.4, 0.6, 0.8], QUICK["fractions"])
+
+
+def build_parser(attacks: list[str], defenses: list[str]) -> OneLineParser:
+    """The parser of every flag (checked further by :func:`parse_args`); ``attacks`` and
+    ``defenses``: the registered names, for the help."""
+    p = OneLineParser(
+        description="Accuracy and detection of every defense against one attack, "
+        "over malicious fractions and seeds (one FedSentry run per "
+        "cell)."
+    )
+    p.add_argument("--attack", required=True, help=f"attack to benchmark: {attacks}")
+    p.add_argument(
+        "--defenses",
+        nargs="+",
+        default=defenses,
+        help=f"defenses to compare (default: all registered: {defenses})",
+    )
+    p.add_argument(
+        "--fractions",
+        nargs="+",
+        type=float,
+        default=None,
+        help="fractions of malicious clients; 0 is the clean baseline (attack none) "
+        "(default 0 0.2 0.4 0.6 0.8, crossdevice 0 0.1 0.2 0.3; quick: 0 0.2 "
+        "0.4, crossdevice 0 0.1 0.3)",
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="number of seeds per cell, seeds 0..N-1 (default 3; quick: 3)",
+    )
+    p.add_argument(
+        "--dataset",
+        default=None,
+        help="dataset of every run (default: the scenario's: mnist5k for "
+        "crossdevice, digits for the others)",
+    )
+    p.add_argument(
+        "--clients-per-round",
+        type=int,
+        default=None,
+        help="clients selected a round (default: the scenario's: siren 10, partial "
+        "10, sageflow 20, crossdevice 100)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds per run (default: the scenario's, 30; quick: 20)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="20 rounds, fewer fractions (see --fractions; about a minute on 2 "
+        "cores, crossdevice about 15); explicit --rounds/--fractions still win",
+    )
+    p.add_argument(
+        "--scenario",
+        default=grid.DEFAULT_SCENARIO,
+        choices=sorted(grid.SCENARIOS),
+        help="siren: Siren's setting, 10 IID clients all selected every round, E=5; "
+        "partial: the README task with an IID split, 20 clients, 10 a round, "
+        "E=5; sageflow: 100 clients, 2-class shards, 20 a round, re-drawn "
+        "attackers, deadline with carry-over; crossdevice: 10^6 virtual "
+        "mnist5k devices (Dirichlet(0.5) label mix), 100 a round, E=1, the "
+        "attackers a fixed share of the population, deadline with carry-over, "
+        "f = expected attackers + 2 binomial std (default: %(default)s)",
+    )
+    p.add_argument("--out", default=None, help="output directory (default runs/robustness-ATTACK)")
+    p.add_argument(
+        "--attack-param",
+        type=parse_kv,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="attack parameter (repeatable), e.g. --attack-param scale=10",
+    )
+    p.add_argument(
+        "--defense-param",
+        type=parse_kv,
+        action="append",
+        default=[],
+        metavar="DEFENSE.KEY=VALUE",
+        help="a defense parameter over the scenario's preset (repeatable), e.g. "
+        "--defense-param siren.variant=paper (Siren's paper rules), "
+        "--defense-param median.bucket=2",
+    )
+    p.add_argument(
+        "--set",
+        type=parse_kv,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="extra flat config override for every run (repeatable), e.g. --set num_clients=8",
+    )
+    _run_flags(p)
+    return p
+
+
+def _run_flags(p: OneLineParser) -> None:
+    """Where the grid runs (Ray, workers) and whether it records on the ledger."""
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="run the grid on an existing Ray cluster (default: a local Ray)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="runs in parallel on a pool of Ray actors, one CPU and one torch "
+        "thread each (1 = in this process; default: CPU count)",
+    )
+    p.add_argument(
+        "--ledger",
+        action="store_true",
+        help="record every run on FLChain (an embedded devnet per run); audit "
+        "afterwards with `python -m ledger.audit OUT`",
+    )
+    p.add_argument(
+        "--ledger-url",
+        default=None,
+        metavar="URL",
+        help="record on this JSON-RPC node instead (implies --ledger; runs go one "
+        "at a time: they share the aggregator account)",
+    )
+    p.add_argument(
+        "--committee",
+        type=int,
+        default=None,
+        help="edge validators attesting each recorded round with BLS (default 4; 0 = none)",
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The checked command line (one-line errors, exit 2), with ``defense_params`` ({defense:
+    {key: value}} from ``--defense-param``), the scenario's (or quick) rounds, seeds and
+    fractions filled in, and ``out`` a Path."""
+    from attacks import ATTACKS, make_attack
+    from defenses import DEFENSES
+
+    attacks = sorted(set(ATTACKS) - {"none"})
+    p = build_parser(attacks, sorted(DEFENSES))
+    args = p.parse_args(argv)
+    if args.attack not in ATTACKS or args.attack == "none":
+        p.error(f"unknown attack {args.attack!r}; valid: {attacks}")
+    bad = [d for d in args.defenses if d not in DEFENSES]
+    if bad:
+        p.error(f"unknown defense {bad[0]!r}; valid: {sorted(DEFENSES)}")
+    try:
+        make_attack(args.attack, **dict(args.attack_param))
+    except ValueError as e:
+        p.error(f"--attack-param: {e}")
+    args.defense_params = defense_params(p, args.defense_param)
+    args.rounds = args.rounds or (QUICK["rounds"] if args.quick else None)
+    args.seeds = args.seeds or (QUICK["seeds"] if args.quick else 3)
+    full, quick = FRACTIONS.get(args.scenario, DEFAULT_FRACTIONS)
+    args.fractions = args.fractions or (quick if args.quick else full)
+    if (
+        any(not 0 <= f < 1 for f in args.fractions)
+        or args.seeds < 1
+        or args.workers < 1
+        or (args.rounds is not None and args.rounds < 1)
+        or (args.clients_per_round is not None and args.clients_per_round < 1)
+    ):
+        p.error(
+            "--fractions must be in [0, 1); --seeds, --rounds, --workers, --clients-per-round >= 1"
+        )
+    args.fractions = sorted(set(args.fractions))
+    if args.ledger_url is not None:
+        args.ledger, args.workers = True, 1
+    args.out = Path(args.out or f"runs/robustness-{args.attack}")
+    return args
+
+
+def defense_params(
+    p: OneLineParser, pairs: list[tuple[str, object]]
+) -> dict[str, dict[str, object]]:
+    """``--defense-param DEFENSE.KEY=VALUE`` pairs as {defense: {key: value}}, each defense
+    built once with them so that a bad one fails before anything starts."""
+    from defenses import DEFENSES, make_defense
+
+    params: dict[str, dict[str, object]] = {}
+    for key, value in pairs:
+        name, dot, param = key.partition(".")
+        if not dot or not param or name not in DEFENSES:
+            p.error(
+                f"--defense-param {key}={value}: expected DEFENSE.KEY=VALUE with DEFENSE "
+                f"in {sorted(DEFENSES)}"
+            )
+        params.setdefault(name, {})[param] = value
+    for name, given in params.items():
+        try:
+            make_defense(name, **given)
+        except ValueError as e:
+            p.error(f"--defense-param: {e}")
+    return params

@@ -1,0 +1,77 @@
+"""``main`` of ``benchmarks/scheduler.py``: run the parts, print their tables and checks, write
+the outputs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from benchmarks.scheduler_study import live as live_mod
+from benchmarks.scheduler_study import predictor as pred
+from benchmarks.scheduler_study.cli import parse_args
+from benchmarks.scheduler_study.core import instances_part, recorded, run_plan, write_csv
+from benchmarks.scheduler_study.instances import instance_checks
+from benchmarks.scheduler_study.plot import plot
+
+
+def _shown(lines: list[str]) -> list[str]:
+    """Print ``lines`` (check results) and return them."""
+    print("\n".join(lines))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the parts; print their tables and checks; write the outputs. Returns the exit code."""
+    a = parse_args(argv)
+    from simulator.config.fields import ConfigError
+
+    t0 = time.perf_counter()
+    doc: dict[str, Any] = {"instances": [], "predictor": {}, "live": []}
+    notes: list[str] = []
+    lines: list[str] = []
+    points: dict[str, Any] = {}
+    a.out.mkdir(parents=True, exist_ok=True)
+    try:
+        if "instances" in a.parts:
+            doc["instances"], note = instances_part(a)
+            notes.append(note)
+            lines += _shown(instance_checks(doc["instances"]))
+        if "live" in a.parts or "predictor" in a.parts:
+            runs, setups = recorded(a)
+            if "live" in a.parts:
+                doc["live"] = live_mod.summarize(runs, a.live)
+                print(live_mod.table(doc["live"]))
+                lines += _shown(live_mod.checks(doc["live"]))
+            if "predictor" in a.parts:
+                doc["predictor"], points = pred.evaluate(runs, setups, a.ga_params)
+                print(pred.table(doc["predictor"]))
+                lines += _shown(pred.predictor_checks(doc["predictor"]))
+    except (ConfigError, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    text = json.dumps(doc, indent=2)
+    (a.out / "results.json").write_text(text)
+    if a.json is not None:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(text)
+    write_csv(doc["live"], a.out / "live.csv")
+    write_csv(doc["instances"], a.out / "instances.csv")
+    settings = {
+        "mode": a.mode,
+        "parts": a.parts,
+        "tasks": a.tasks,
+        "seed": a.seed,
+        "extra": a.extra,
+        "ga_params": a.ga_params,
+        "plan": run_plan(a),
+        "checks": lines,
+        "notes": notes,
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    (a.out / "settings.json").write_text(json.dumps(settings, indent=2, default=str))
+    if not a.no_plots:
+        plot(doc["live"], points, a.out / "scheduler.png")
+    print(f"done in {time.perf_counter() - t0:.0f} s; results in {a.out}")
+    return 0

@@ -1,0 +1,215 @@
+"""Command line of ``benchmarks/stragglers.py`` (every flag explained in ``--help``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from simulator.cli import OneLineParser, parse_kv
+
+POLICIES = (
+    "wait_for_all",
+    "deadline",
+    "deadline_carryover",
+    "first_k",
+    "overcommit",
+    "fedbuff",
+    "fedasync",
+)
+QUICK = {"population": 20_000, "virtual_hours": 0.25, "seeds": 1, "clients_per_round": 50}
+
+
+def build_parser() -> OneLineParser:
+    """The parser of every flag (checked further by :func:`parse_args`)."""
+    from simulator.policies import policy_names
+
+    p = OneLineParser(
+        description="Straggler study: every round policy on the same device "
+        "population and virtual-time budget; time-to-accuracy, stale "
+        "and wasted work, participation fairness, slow vs fast "
+        "devices."
+    )
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        default=list(POLICIES),
+        metavar="POLICY",
+        help=f"round policies to compare (default: all): {policy_names()}",
+    )
+    p.add_argument(
+        "--population",
+        type=int,
+        default=100_000,
+        help="devices in the population (virtual clients; default 100000)",
+    )
+    p.add_argument(
+        "--clients-per-round",
+        type=int,
+        default=100,
+        help="cohort K of synchronous rounds (overcommit starts ceil(1.3 K)); "
+        "fedbuff keeps K clients in flight and steps every K/10 arrivals, "
+        "fedasync keeps K/5 in flight (default 100)",
+    )
+    p.add_argument("--seeds", type=int, default=2, help="seeds 0..N-1 per policy (default 2)")
+    p.add_argument(
+        "--virtual-hours",
+        type=float,
+        default=0.5,
+        help="virtual-time budget of every run, hours (default 0.5)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=100_000,
+        help="cap on rounds / server steps per run (default: the time budget ends runs first)",
+    )
+    p.add_argument(
+        "--deadline-quantile",
+        type=float,
+        default=0.7,
+        help="deadline policies: the deadline is this quantile of the devices' "
+        "update durations (default 0.7: ~30%% stragglers)",
+    )
+    p.add_argument(
+        "--policy-param",
+        action="append",
+        default=[],
+        type=parse_kv,
+        metavar="POLICY:KEY=VALUE",
+        help="override a policy parameter, e.g. fedbuff:k=20 (repeatable)",
+    )
+    p.add_argument(
+        "--attack", default="none", help="attack among the devices (e.g. labelflip; default none)"
+    )
+    p.add_argument(
+        "--attack-fractions",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="malicious fractions (with --attack; default 0)",
+    )
+    p.add_argument(
+        "--defense",
+        default="fedavg",
+        help="aggregation rule / defense (default fedavg; sageflow handles stale rows)",
+    )
+    p.add_argument(
+        "--availability-trace",
+        default=None,
+        metavar="FILE",
+        help="CSV/JSON of per-device online intervals (default: diurnal model)",
+    )
+    p.add_argument(
+        "--speed-label-skew",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="devices whose data is mostly the lower half of the classes compute "
+        "exp(S) times slower (speed correlated with data; default 0 = "
+        "independent); the slow/fast quartile accuracies then show whether "
+        "slow devices' data is underrepresented",
+    )
+    p.add_argument(
+        "--no-dropout",
+        action="store_true",
+        help="devices going offline keep their update (default: it is lost)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=parse_kv,
+        metavar="FIELD=VALUE",
+        help="any other FedSentry config field for every run (repeatable), e.g. dataset=mnist5k",
+    )
+    p.add_argument(
+        "--scenario",
+        choices=("study", "sageflow", "fedprox", "fedbuff"),
+        default="study",
+        help="study (default), or a fidelity case of a seed paper",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help=f"a small study in under 2 minutes: {QUICK}"
+    )
+    _output_flags(p)
+    return p
+
+
+def _output_flags(p: OneLineParser) -> None:
+    """Where the runs train (backend, Ray cluster, actors) and what the study writes."""
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default=None,
+        help="local (in-process, default) or ray (default when --ray-address)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="run the actors on an existing Ray cluster",
+    )
+    p.add_argument("--num-actors", type=int, default=None, help="Ray actors (default: cores)")
+    p.add_argument(
+        "--inline",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="train small rounds in the driver (auto) or always on the actors (never)",
+    )
+    p.add_argument("--out", default="runs/stragglers", help="output directory")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write results.json here")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The checked command line (one-line errors, exit 2); ``--quick`` fills in :data:`QUICK`
+    for the flags not given; ``policy_params`` and ``extra`` are the parsed ``--policy-param``
+    and ``--set``."""
+    from simulator.policies import policy_names
+
+    p = build_parser()
+    a = p.parse_args(argv)
+    if a.quick:
+        for k, v in QUICK.items():
+            if f"--{k.replace('_', '-')}" not in (argv or sys.argv):
+                setattr(a, k, v)
+    unknown = sorted(set(a.policies) - set(policy_names()))
+    if unknown:
+        p.error(f"--policies: unknown round policy {unknown[0]!r}; valid: {policy_names()}")
+    for name, low in (("population", 1), ("clients_per_round", 1), ("seeds", 1), ("rounds", 1)):
+        if getattr(a, name) < low:
+            p.error(f"--{name.replace('_', '-')}: must be >= {low}, got {getattr(a, name)}")
+    if not a.virtual_hours > 0:
+        p.error(f"--virtual-hours: must be > 0, got {a.virtual_hours}")
+    if not (a.speed_label_skew >= 0 and math.isfinite(a.speed_label_skew)):
+        p.error(f"--speed-label-skew: must be a finite number >= 0, got {a.speed_label_skew}")
+    if not 0 < a.deadline_quantile < 1:
+        p.error(f"--deadline-quantile: must be in (0, 1), got {a.deadline_quantile}")
+    a.policy_params = policy_params(p, a.policy_param, a.clients_per_round)
+    a.extra = dict(a.set)
+    return a
+
+
+def policy_params(
+    p: OneLineParser, pairs: list[tuple[str, Any]], k: int
+) -> dict[str, dict[str, Any]]:
+    """``--policy-param POLICY:KEY=VALUE`` pairs as {policy: {key: value}}, each policy built
+    once with them (with cohort ``k``) so that a bad one fails before anything starts."""
+    params: dict[str, dict[str, Any]] = {}
+    for key, value in pairs:
+        if ":" not in key:
+            p.error(f"--policy-param: expected POLICY:KEY=VALUE, got {key}={value}")
+        pol, name = key.split(":", 1)
+        params.setdefault(pol, {})[name] = value
+    from simulator.policies import make_policy, policy_parameters
+
+    for pol, given in params.items():  # fail before anything starts
+        try:
+            probe = {"deadline_s": 1.0} if "deadline_s" in policy_parameters(pol) else {}
+            make_policy(pol, k, **{**probe, **given})
+        except ValueError as e:
+            p.error(f"--policy-param: {e}")
+    return params

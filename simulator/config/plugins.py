@@ -1,0 +1,97 @@
+"""The plugins a configuration names, built from their sections, with one-line ConfigErrors.
+
+The algorithm (:func:`check_algorithm`), the round policy (:func:`policy_of`), the placement
+(:func:`placement_of`) and the attack (:func:`check_attack`): an unknown name lists the valid
+ones, an unknown parameter the plugin's parameters, and a parameter of the wrong type names the
+parameter, the type it takes and the value given. The plugin packages never import this module
+(an algorithm imports :class:`~simulator.config.learning.AlgorithmConfig`, which does not import
+it back); :func:`simulator.config.sections.validate` runs these checks when a config is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from attacks import ATTACKS, make_attack
+from simulator.algorithms import make_algorithm
+from simulator.config.fields import ConfigError
+from simulator.config.learning import AlgorithmConfig, AttackConfig
+from simulator.config.system import ClockConfig, ExecutionConfig
+from simulator.placement import PLACEMENTS, Placement, make_placement, predictor_of
+from simulator.policies import RoundPolicy, make_policy, policy_parameters
+from simulator.scheduler.chunking import COST_MODELS
+
+#: the types a dataclass plugin's parameters are declared with, by annotation
+_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
+
+
+def check_params(what: str, cls: type, params: Mapping[str, Any]) -> None:
+    """ValueError naming the first of ``params`` whose value does not have the declared type of
+    the field of that name of dataclass ``cls`` (``what`` names the plugin, e.g. ``placement
+    'ga'``). A bool is no number; an int is a float. Unknown names are left to the plugin."""
+    for f in dataclasses.fields(cls):
+        if f.name not in params:
+            continue
+        kind = _TYPES.get(f.type if isinstance(f.type, str) else getattr(f.type, "__name__", ""))
+        value = params[f.name]
+        if kind is None:
+            continue
+        if kind is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        if not ok:
+            raise ValueError(f"{what} parameter {f.name!r} must be {kind.__name__}, got {value!r}")
+
+
+def check_algorithm(alg: AlgorithmConfig) -> None:
+    """ConfigError on an unknown algorithm or parameter (listing the valid ones) or a bad
+    parameter value (naming it and the rule)."""
+    make_algorithm(alg)
+
+
+def check_attack(attack: AttackConfig) -> None:
+    """ConfigError naming ``attack.attack`` (an unknown attack, listing the valid ones) or
+    ``attack.attack_params`` (a parameter the attack refuses)."""
+    if attack.attack not in ATTACKS:
+        raise ConfigError(f"attack.attack: unknown {attack.attack!r}; valid: {sorted(ATTACKS)}")
+    try:
+        make_attack(attack.attack, **attack.attack_params)
+    except ValueError as e:
+        raise ConfigError(f"attack.attack_params: {e}") from None
+
+
+def policy_of(clock: ClockConfig, clients_per_round: int | None = None) -> RoundPolicy:
+    """The configured round policy: the legacy fields (``deadline_s``, ``max_staleness``,
+    ``first_k``) are defaults of the parameters of the same name, ``policy_params`` override
+    them. ConfigError naming ``clock.policy_params`` on a bad parameter."""
+    valid = policy_parameters(clock.round_policy)
+    legacy = {"deadline_s": clock.deadline_s, "max_staleness": clock.max_staleness}
+    params: dict[str, Any] = {k: v for k, v in legacy.items() if k in valid}
+    if clock.round_policy == "first_k":
+        params["k"] = clock.first_k
+    params.update(clock.policy_params)
+    try:
+        return make_policy(clock.round_policy, clients_per_round, **params)
+    except ValueError as e:
+        raise ConfigError(f"clock.policy_params: {e}") from None
+
+
+def placement_of(ex: ExecutionConfig) -> tuple[Placement, str]:
+    """The configured placement and chunk-time predictor name (``placement_params`` less its
+    ``predictor`` key); ConfigError naming ``execution.placement_params`` on a bad one."""
+    params = dict(ex.placement_params)
+    predictor = predictor_of(ex.placement, params)
+    params.pop("predictor", None)
+    if predictor not in COST_MODELS:
+        raise ConfigError(
+            f"execution.placement_params: unknown predictor {predictor!r}; "
+            f"valid: {list(COST_MODELS)}"
+        )
+    try:
+        check_params(f"placement {ex.placement!r}", PLACEMENTS.get(ex.placement), params)
+        return make_placement(ex.placement, **params), predictor
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"execution.placement_params: {e}") from None

@@ -1,0 +1,54 @@
+"""The engine's round-invariant parts built from a config: the client-state store with the
+tables the algorithm declares, and the scheduler that places training tasks on actors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from defenses import Defense
+from simulator.algorithms.base import Algorithm
+from simulator.config.plugins import placement_of
+from simulator.config.sections import Config
+from simulator.placement.runtime import Scheduler
+from simulator.state.store import ClientStore
+from simulator.training.flat import FlatLayout
+from simulator.training.space import ParamSpace
+
+
+def check_cohort(defense: Defense, cohort: int) -> None:
+    """Refuse a rule that every full round of ``cohort`` clients would break (the run would
+    skip every round): one line naming what the rule needs."""
+    if (why := defense.rule_precondition(cohort)) is not None:
+        raise ValueError(f"defense {defense.name!r}: needs {why} with {cohort} clients a round")
+
+
+def make_store(
+    cfg: Config, algorithm: Algorithm, layout: FlatLayout, space: ParamSpace
+) -> ClientStore:
+    """The run's client-state store, with the algorithm's tables (``client_state``: a shape of
+    ``'params'``, ``'model'`` or an int) and the kept-local entries' table ``local``."""
+    store = ClientStore(cfg.execution.state_memory_bytes, Path(cfg.output.out) / "state" / "spill")
+    sizes = {"params": layout.num_params, "model": layout.size}
+    for table, shape in algorithm.client_state.items():
+        if isinstance(shape, str) and shape not in sizes:
+            raise ValueError(
+                f"algorithm {algorithm.name!r}: client_state table {table!r} has "
+                f"shape {shape!r}; valid: 'params', 'model' or an int"
+            )
+        store.declare(table, (sizes[shape] if isinstance(shape, str) else int(shape),))
+    if space.local is not None:
+        store.declare("local", (len(space.local),))
+    return store
+
+
+def make_scheduler(cfg: Config, flops_per_sample: float) -> Scheduler:
+    """The configured placement and its chunk-time predictor."""
+    placement, predictor = placement_of(cfg.execution)
+    return Scheduler(
+        placement,
+        predictor,
+        flops_per_sample,
+        cfg.algorithm.batch_size,
+        cfg.experiment.seed,
+        cfg.execution.min_actor_mflop * 1e6 / flops_per_sample,
+    )
