@@ -51,8 +51,6 @@ from defenses.geomed import check_positive, check_unit
 from defenses.krum import check_count
 from defenses.siren_client import SirenClient
 from defenses.siren_rules import (
-    ALARMER_DROPPED,
-    NON_ALARMER_DROPPED,
     kept_mean,
     kept_weights,
     next_strikes,
@@ -60,24 +58,12 @@ from defenses.siren_rules import (
     population_rule,
 )
 from defenses.siren_screen import (
-    ABNORMAL_ACCURACY,
-    ABNORMAL_COSINE,
     robust_margin,
     screen,
     screen_robust,
 )
 
-__all__ = [
-    "ABNORMAL_ACCURACY",
-    "ABNORMAL_COSINE",
-    "ALARMER_DROPPED",
-    "BANNED",
-    "NON_ALARMER_DROPPED",
-    "ROLLBACK",
-    "SirenDefense",
-    "screen",
-    "screen_robust",
-]
+__all__ = ["BANNED", "ROLLBACK", "SirenDefense"]
 
 #: verdict reason of a banned client's row
 BANNED = "banned"

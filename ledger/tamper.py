@@ -24,7 +24,6 @@ from ledger.tamper_aggregator import (
     admission_rewritten,
     admitted_root_rewritten,
     base_rewritten,
-    commitment_from_another_run,
     commitment_removed,
     contract_code_replaced,
     contract_setup_changed,
@@ -51,17 +50,7 @@ from ledger.tamper_tools import (
     write_entries,
 )
 
-__all__ = [
-    "CASES",
-    "RECEIPT_CASES",
-    "RUN_CASES",
-    "Expected",
-    "NotApplicable",
-    "caught",
-    "commitment_from_another_run",
-    "entries",
-    "write_entries",
-]
+__all__ = ["CASES", "RECEIPT_CASES", "RUN_CASES", "caught"]
 
 Case = Callable[[Path, int], Expected]
 
