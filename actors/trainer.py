@@ -26,7 +26,8 @@ from defenses.base import finite_rows
 from simulator.data.clients import ClientData
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec, TrainOutput, train_clients
+from simulator.training.spec import LocalSpec, TrainOutput
+from simulator.training.stacked import train_clients
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from simulator.population.selection import select_clients
 from simulator.rng import Stream, client_seeds, stream
 from simulator.run.federation import Federation
 from simulator.training.flat import FlatLayout
-from simulator.training.stacked import LocalSpec, train_clients
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
 
 
 def chosen_clients(cfg: Config, fed: Federation, rnd: int) -> np.ndarray:

@@ -23,7 +23,7 @@ from simulator.config.sections import build_config, load_config
 from simulator.data.clients import PartitionData
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec
+from simulator.training.spec import LocalSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 

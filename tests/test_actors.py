@@ -22,7 +22,7 @@ from simulator.placement.legacy import greedy, place, round_robin
 from simulator.run.federation import Federation, build_federation
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec
+from simulator.training.spec import LocalSpec
 
 # ------------------------------------------------------------------------------- placement
 

@@ -15,7 +15,8 @@ from simulator.round.adversary import detection
 from simulator.round.engine import Simulation
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec, train_clients
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
 
 MakeConfig = Callable[..., Config]
 

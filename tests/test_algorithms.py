@@ -18,7 +18,8 @@ from simulator.config.learning import AlgorithmConfig
 from simulator.config.sections import build_config
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec, make_schedule, train_clients
+from simulator.training.spec import LocalSpec, make_schedule
+from simulator.training.stacked import train_clients
 from simulator.training.step import Finish, Step
 
 

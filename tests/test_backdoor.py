@@ -18,7 +18,8 @@ from simulator.config.fields import ConfigError
 from simulator.config.sections import Config, build_config
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec, train_clients
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
 
 
 def ctx(malicious: torch.Tensor, n: int) -> AttackContext:

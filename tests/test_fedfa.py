@@ -21,7 +21,8 @@ from simulator.config.sections import build_config
 from simulator.run.output import read_events
 from simulator.training.flat import FlatLayout
 from simulator.training.models import BATCH_MASK, STEP_NOISE, STEP_SHARED, ModelSpec
-from simulator.training.stacked import LocalSpec, train_clients
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
 
 
 def fedfa(**params: Any) -> Any:

@@ -26,7 +26,8 @@ from simulator.run.experiment import resume_config, run_experiment
 from simulator.run.output import read_events
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec, train_clients
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
 from simulator.training.step import Finish
 
 

@@ -30,7 +30,8 @@ from simulator.config.sections import build_config
 from simulator.state.store import ClientStore
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec, train_clients
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
 
 
 def ufo(**params: Any) -> FedUFO:

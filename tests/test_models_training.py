@@ -17,7 +17,8 @@ from simulator.config.learning import AlgorithmConfig
 from simulator.config.sections import build_config
 from simulator.training.flat import FlatLayout, evaluate
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec, make_schedule, train_clients
+from simulator.training.spec import LocalSpec, make_schedule
+from simulator.training.stacked import train_clients
 
 # ---------------------------------------------------------------------------------- models
 

@@ -19,7 +19,7 @@ from simulator.placement.runtime import Scheduler
 from simulator.run.federation import build_federation
 from simulator.scheduler.chunk_ga import actor_loads, chunk_genetic
 from simulator.scheduler.chunking import ChunkCost, sort_and_chunk, task_steps
-from simulator.training.stacked import LocalSpec
+from simulator.training.spec import LocalSpec
 from tests.conftest import run_records, small_config
 
 

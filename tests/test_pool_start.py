@@ -17,7 +17,7 @@ from actors.startup import wait_for_free
 from simulator.config.fields import ConfigError
 from simulator.data.clients import PartitionData
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec
+from simulator.training.spec import LocalSpec
 
 SPEC = ModelSpec("mlp", (4,), 2, hidden=4)
 X = np.arange(16, dtype=np.float32).reshape(4, 4) / 16

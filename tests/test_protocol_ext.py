@@ -19,7 +19,8 @@ from simulator.config.sections import build_config
 from simulator.training.flat import FlatLayout
 from simulator.training.models import STEP_NOISE, ModelSpec
 from simulator.training.noise import client_noise
-from simulator.training.stacked import LocalSpec, train_clients
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
 from simulator.training.step import Finish, Step
 
 

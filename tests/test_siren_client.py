@@ -13,7 +13,8 @@ from defenses.siren_client import SirenClient, mcnemar_p
 from simulator.data.clients import PartitionData
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec, train_clients
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
 
 
 def test_split_holds_out_ten_percent_and_keeps_one_row() -> None:

@@ -21,7 +21,7 @@ from cluster_helper import helper_run
 from actors.pool import LocalExecutor, RayPool
 from simulator.data.clients import PartitionData
 from simulator.training.models import ModelSpec
-from simulator.training.stacked import LocalSpec
+from simulator.training.spec import LocalSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 HELPER = ROOT / "tests" / "two_node_study.py"

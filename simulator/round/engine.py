@@ -35,28 +35,22 @@ from simulator.algorithms import make_algorithm
 from simulator.config.fields import ConfigError
 from simulator.config.plugins import policy_of
 from simulator.config.sections import Config
-from simulator.policies import RoundPolicy
 from simulator.population.clock import VirtualClock
 from simulator.round.adversary import Adversary
 from simulator.round.aggregate import aggregate_round, server_step
 from simulator.round.collect import gather, settle, train
 from simulator.round.context import RoundContext
 from simulator.round.parts import check_cohort, make_scheduler, make_store
-from simulator.round.plan import RoundPlan, make_plan, plan_tasks
+from simulator.round.plan import make_plan, plan_tasks
 from simulator.round.record import make_record
 from simulator.round.server import ServerSide
 from simulator.round.types import InFlight, RoundCallback, RoundRecord
+from simulator.round.workers import Workers
 from simulator.run.federation import Federation, build_federation, make_executor
 from simulator.state.store import ClientStore
 from simulator.training.evaluation import ClientEval
 
 log = logging.getLogger("fedsentry")
-
-
-def round_policy(cfg: Config) -> RoundPolicy:
-    """The configured round policy with its parameters (see
-    :func:`simulator.config.sections.policy_of`)."""
-    return policy_of(cfg.clock, cfg.experiment.clients_per_round)
 
 
 class Simulation:
@@ -85,7 +79,7 @@ class Simulation:
         self.algorithm = make_algorithm(cfg.algorithm)
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
         check_cohort(self.defense, cfg.experiment.clients_per_round)
-        self.policy = round_policy(cfg)
+        self.policy = policy_of(cfg.clock, cfg.experiment.clients_per_round)
         self.fed = federation or build_federation(cfg)
         side = ServerSide.of(cfg, self.fed, self.algorithm, self.defense)
         self.space, self.server = side.space, side.evaluation
@@ -100,7 +94,6 @@ class Simulation:
         self.train_clients = train_clients
         self._own_executor = executor is None
         self.executor = executor or make_executor(cfg, self.fed, train_clients)
-        self._driver: Any = None
         self.client_eval = ClientEval.of(cfg, self.fed, self.space, self.store, self.algorithm)
         self.adversary = Adversary(
             self.attack, cfg.attack, self.fed.num_clients, cfg.experiment.seed
@@ -111,7 +104,6 @@ class Simulation:
                 data_attack=self.adversary.data_attack,
                 num_classes=self.fed.dataset.num_classes,
             )
-        self._configured: set[int] = set()
         self.clock = VirtualClock()
         self.in_flight: list[InFlight] = []
         self.history: dict[int, torch.Tensor] = {}  # round -> global model it started from
@@ -120,7 +112,15 @@ class Simulation:
         self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
         self.scheduler = make_scheduler(cfg, self.flops_per_sample)
         self.wall_offset = 0.0
-        self._where = ""
+        self.workers = Workers(
+            cfg,
+            self.fed,
+            train_clients,
+            self.executor,
+            self.spec,
+            self.space,
+            self.flops_per_sample,
+        )
 
     # -- helpers the round steps use ---------------------------------------------------------
     def hooks(self, method: str) -> list[Any]:
@@ -167,40 +167,6 @@ class Simulation:
             self.store,
         )
 
-    def executor_for(self, plan: RoundPlan) -> tuple[Any, str]:
-        """The driver's own trainer for a round too small to pay for a Ray call, else the
-        configured executor; configures it with the round-invariant settings once."""
-        ex = self.cfg.execution
-        flops = sum(t.num_samples * t.epochs for t in plan.tasks) * self.flops_per_sample
-        inline = ex.backend == "ray" and (
-            ex.inline == "always" or (ex.inline == "auto" and flops < ex.inline_mflop * 1e6)
-        )
-        if inline and self._driver is None:
-            from actors.pool import LocalExecutor
-
-            self._driver = LocalExecutor(
-                self.fed.model_spec,
-                self.fed.x_train,
-                self.fed.y_train,
-                self.train_clients,
-                self.fed.transform,
-            )
-        target, where = (self._driver, "driver") if inline else (self.executor, "actors")
-        if where != self._where:
-            log.info(
-                "round %d trains in the %s (%.1f MFLOP; --inline %s, threshold %g MFLOP)",
-                plan.round,
-                where,
-                flops / 1e6,
-                ex.inline,
-                ex.inline_mflop,
-            )
-            self._where = where
-        if id(target) not in self._configured:
-            target.configure(self.spec, ex.vectorize, self.space.shared, self.space.local)
-            self._configured.add(id(target))
-        return target, where
-
     def context(self) -> RoundContext:
         """What this round's steps read (:class:`~simulator.round.context.RoundContext`)."""
         return RoundContext(
@@ -242,7 +208,7 @@ class Simulation:
             hook.on_plan(self, plan)
         plan.tasks = plan_tasks(plan, self.adversary.is_data_attack)
         # 2. train
-        executor, where = self.executor_for(plan)
+        executor, where = self.workers.for_plan(plan)
         res = train(ctx, plan, executor, where, self.global_flat, self.server_state)
         # 3. collect
         got = gather(ctx, plan, res)

@@ -22,7 +22,7 @@ from simulator.algorithms.base import Algorithm
 from simulator.training.evaluation import ServerEval
 from simulator.training.flat import FlatLayout
 from simulator.training.space import ParamSpace
-from simulator.training.stacked import LocalSpec
+from simulator.training.spec import LocalSpec
 
 if TYPE_CHECKING:
     from simulator.config.sections import Config

@@ -32,7 +32,7 @@ MAX_CUTS = 32  # candidate cut positions per DP (quantiles of the sorted list be
 
 def task_steps(samples: Sequence[int], epochs: Sequence[int], batch_size: int) -> np.ndarray:
     """Local SGD steps of each task: ``epochs * ceil(samples / batch_size)`` (as the trainer's
-    schedule, :func:`simulator.training.stacked.make_schedule`)."""
+    schedule, :func:`simulator.training.spec.make_schedule`)."""
     n = np.maximum(np.asarray(samples, np.int64), 0)
     return np.asarray(epochs, np.int64) * (-(-n // int(batch_size)))
 

@@ -13,7 +13,8 @@ import torch
 from simulator.rng import client_seeds
 from simulator.run.federation import Federation
 from simulator.training.flat import evaluate, score_models
-from simulator.training.stacked import LocalSpec, train_clients
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
 
 if TYPE_CHECKING:
     from simulator.config.sections import Config

@@ -1,0 +1,232 @@
+"""One call of local training (:func:`simulator.training.stacked.train_clients`): the K clients'
+batches and step, the SGD loop, and its two drivers: all K clients as one stacked computation
+(``torch.func.vmap``) or one client at a time (the sequential reference)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import vmap
+
+from simulator.training.client_step import ClientStep
+from simulator.training.flat import FlatLayout
+from simulator.training.noise import client_noise
+from simulator.training.spec import LocalSpec, make_schedule
+from simulator.training.step import PLAIN
+
+
+class LocalTraining:
+    """One call of :func:`train_clients`: the K clients' batches, their step, the SGD loop that
+    runs it (:meth:`sgd`) and the two ways to drive that loop (:meth:`stacked`,
+    :meth:`one_by_one`)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layout: FlatLayout,
+        global_flat: torch.Tensor,
+        x_all: torch.Tensor,
+        y_all: torch.Tensor,
+        client_idx: Sequence[np.ndarray],
+        epochs: Sequence[int],
+        seeds: Sequence[int],
+        spec: LocalSpec,
+        poisoned: Sequence[bool] | None,
+        shared: dict[str, torch.Tensor],
+    ) -> None:
+        self.layout, self.global_flat = layout, global_flat
+        step_obj = self.step_obj = spec.step if spec.step is not None else PLAIN
+        self.k = k = len(client_idx)
+        sizes = [len(ix) for ix in client_idx]
+        local, mask = make_schedule(sizes, epochs, seeds, spec.batch_size)
+        self.n_steps = mask.shape[1]
+        rows = np.stack(
+            [
+                np.asarray(ix, dtype=np.int64)[local[i]] if len(ix) else local[i]
+                for i, ix in enumerate(client_idx)
+            ]
+        )
+        device = self.device = global_flat.device
+        rows_t = torch.from_numpy(rows).to(device)
+        self.mask_t = mask_t = torch.from_numpy(mask).to(device)
+        xs, ys = x_all[rows_t], y_all[rows_t]  # [K, S, B, ...]: one gather per round
+        if spec.data_attack is not None and poisoned is not None:
+            for i in np.flatnonzero(np.asarray(poisoned, dtype=bool)):
+                xs[i], ys[i] = spec.data_attack.poison(
+                    xs[i], ys[i], num_classes=spec.num_classes, seed=int(seeds[i])
+                )
+        self.xs, self.ys = xs, ys
+        self.active = mask_t.sum(-1) > 0  # [K, S]
+        self.p_num = p_num = layout.num_params
+        self.gflat = gflat = global_flat[:p_num]
+        self.trainable = tuple(getattr(step_obj, "client_trainable", ()))
+        self.aux = {t: p_num for t in self.trainable}  # tables of shape "params"
+        n_noise = (
+            int(step_obj.noise_size(model, spec.batch_size))
+            if hasattr(step_obj, "noise_size")
+            else 0
+        )
+        self.noise = client_noise(seeds, mask.shape[1], n_noise, device)
+        self.cs = ClientStep(model, layout, step_obj, gflat, shared, self.aux, noisy=n_noise > 0)
+        self.randomness = "different" if getattr(step_obj, "random", False) else "error"
+        self.lr, self.wd, self.mom = spec.lr, spec.weight_decay, spec.momentum
+        self.steps = self.active.sum(-1)
+        # each sample once (the first epoch's rows), for what a client computes after training
+        per_epoch = torch.tensor([-(-n // spec.batch_size) for n in sizes], device=device)
+        s1 = max(1, min(mask.shape[1], int(per_epoch.max()) if k else 1))  # one epoch's steps
+        self.first = mask_t[:, :s1] * (
+            torch.arange(s1, device=device)[None, :] < per_epoch[:, None]
+        ).unsqueeze(-1).to(mask_t.dtype)
+        self.xs1, self.ys1 = xs[:, :s1], ys[:, :s1]
+
+    def start_aux(self, name: str, stored: torch.Tensor) -> torch.Tensor:
+        """Where the trained client-state table ``name`` starts (the step's rule)."""
+        return self.step_obj.trainable_start(name, stored, self.gflat)
+
+    def sgd(
+        self, pvec: torch.Tensor, buffers: dict, sl: slice | int, batched: bool, own: dict
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The local SGD steps of the clients ``sl`` (all K stacked when ``batched``, else one)
+        from ``pvec``; buffers are updated in place. Returns the trained vector(s) and the sum
+        of the losses over the steps taken."""
+        cs, p_num, aux, mom = self.cs, self.p_num, self.aux, self.mom
+        lr, wd, randomness = self.lr, self.wd, self.randomness
+        xs, ys, mask_t, noise, active = self.xs, self.ys, self.mask_t, self.noise, self.active
+        lead = (pvec.shape[0],) if batched else ()
+        fwd = cs.forward if cs.contextual else cs.forward_unmasked
+        forward = vmap(fwd, randomness=randomness) if batched else fwd
+        term = vmap(cs.loss, randomness=randomness) if batched else cs.loss
+        loss_sum = torch.zeros(lead, device=self.device)
+        buf = torch.zeros_like(pvec) if mom else None
+        for s in range(self.n_steps):
+            act = active[sl, s]
+            if not bool(act.any()):
+                break
+            params = cs.split(pvec[..., :p_num] if aux else pvec)
+            old = {n: b.clone() for n, b in buffers.items()}
+            x, y, m, nz = xs[sl, s], ys[sl, s], mask_t[sl, s], noise[sl, s]
+            out = (
+                forward(params, buffers, x, m, nz) if cs.contextual else forward(params, buffers, x)
+            )
+            feats, logits = (None, out) if cs.plain else out
+            ce = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none"
+            ).reshape(m.shape)
+            loss = (ce * m).sum(-1) / m.sum(-1).clamp_min(1.0)
+            if not cs.plain:
+                loss = term(pvec, buffers, x, y, m, nz, feats, logits, loss, own)
+            (grad,) = torch.autograd.grad(loss.sum(), pvec)
+            a = act.to(pvec.dtype)
+            am = a.unsqueeze(-1) if batched else a
+            with torch.no_grad():
+                if wd:
+                    grad = grad + wd * pvec
+                if buf is not None:
+                    buf = torch.where(am > 0, mom * buf + grad, buf)
+                    grad = buf
+                pvec.sub_(lr * am * grad)
+                loss_sum += loss.detach() * a
+                for n, b in buffers.items():
+                    bm = a.reshape(-1, *([1] * (b.dim() - 1))) if batched else a
+                    b.copy_(torch.where(bm > 0, b, old[n]))
+        return pvec.detach(), loss_sum
+
+    def stacked(
+        self, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
+        """All K clients as one ``[K, P]`` computation: (updates, losses, outputs)."""
+        k, layout, global_flat, p_num = self.k, self.layout, self.global_flat, self.p_num
+        cs, aux = self.cs, self.aux
+        # one [K, P] copy for the parameters, one for the float buffers (if any): at a thousand
+        # clients per actor these copies are most of a round's fixed cost
+        pflat = self.gflat.expand(k, -1).clone()
+        bflat = global_flat[p_num:].expand(k, -1).clone()
+        for i, start in starts.items():
+            pflat[i], bflat[i] = start[:p_num], start[p_num:]
+        if aux and k:
+            pflat = torch.cat(
+                [pflat]
+                + [vmap(lambda st, t=t: self.start_aux(t, st))(state[t]) for t in self.trainable],
+                dim=1,
+            )
+        pflat.requires_grad_(True)
+        b_numels = layout.numels[len(layout.param_names) :]
+        buffers = {
+            n: t.reshape(k, *sh)
+            for n, t, sh in zip(
+                layout.buffer_names,
+                torch.split(bflat, b_numels, dim=1),
+                layout.shapes[len(layout.param_names) :],
+                strict=True,
+            )
+        }
+        buffers.update({n: b.expand(k, *b.shape).clone() for n, b in layout.int_buffers.items()})
+        new_p, loss_sum = self.sgd(pflat, buffers, slice(None), True, state)
+        losses = (loss_sum / self.steps.clamp_min(1)).cpu().numpy()
+        with torch.no_grad():
+            outputs = (
+                vmap(cs.finish, in_dims=(0, 0, 0, None, 0, 0, 0, 0))(
+                    new_p,
+                    state,
+                    self.steps.to(new_p.dtype),
+                    self.lr,
+                    self.xs1,
+                    self.ys1,
+                    self.first,
+                    buffers,
+                )
+                if k and cs.finishes
+                else {}
+            )
+            outputs = {**{t: v for t, v in cs.split_aux(new_p).items()}, **outputs}
+        new_p = new_p[:, :p_num] if aux else new_p
+        if layout.buffer_names:
+            bufs = [buffers[n].reshape(k, -1) for n in layout.buffer_names]
+            updates = torch.cat([new_p, *bufs], dim=1) - global_flat
+        else:
+            # in place only when nothing the step returned can be a view of the parameters
+            updates = new_p.sub_(global_flat) if not outputs else new_p - global_flat
+        return updates, losses, outputs
+
+    def one_by_one(
+        self, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
+        """The sequential reference, one client at a time: (updates, losses, outputs)."""
+        layout, global_flat, p_num, cs = self.layout, self.global_flat, self.p_num, self.cs
+        out_rows, out_losses, outs = [], [], []
+        for i in range(self.k):
+            init = starts.get(i, global_flat)
+            own = {n: t[i] for n, t in state.items()}
+            pflat = torch.cat([init[:p_num]] + [self.start_aux(t, own[t]) for t in self.trainable])
+            pflat = pflat.clone().requires_grad_(True)
+            own_model = layout.unflatten(init)
+            buffers = {n: own_model[n].clone() for n in layout.buffer_names}
+            buffers.update({n: b.clone() for n, b in layout.int_buffers.items()})
+            new_p, loss_sum = self.sgd(pflat, buffers, i, False, own)
+            bufs = [buffers[n].reshape(-1) for n in layout.buffer_names]
+            out_rows.append(torch.cat([new_p[:p_num], *bufs]) - global_flat)
+            out_losses.append(float(loss_sum) / max(int(self.steps[i]), 1))
+            with torch.no_grad():
+                fin = (
+                    cs.finish(
+                        new_p,
+                        own,
+                        self.steps[i].to(new_p.dtype),
+                        self.lr,
+                        self.xs1[i],
+                        self.ys1[i],
+                        self.first[i],
+                        buffers,
+                    )
+                    if cs.finishes
+                    else {}
+                )
+                outs.append({**cs.split_aux(new_p), **fin})
+        updates = torch.stack(out_rows) if out_rows else torch.zeros(0, layout.size)
+        losses = np.asarray(out_losses, np.float32)
+        outputs = {n: torch.stack([o[n] for o in outs]) for n in outs[0]} if outs else {}
+        return updates, losses, outputs
