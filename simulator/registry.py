@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -105,7 +105,3 @@ class Registry(Generic[T]):
         """Unregister ``name`` (a test that registered a plugin of its own removes it again)."""
         self.get(name)
         del self._items[name]
-
-    def map(self, fn: Callable[[T], Any]) -> dict[str, Any]:
-        """``{name: fn(plugin)}`` over every plugin."""
-        return {n: fn(p) for n, p in self.items()}
