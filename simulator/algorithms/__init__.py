@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.algorithms.base import Algorithm, Optimizer, Param, ServerRound
+from simulator.algorithms.base import Algorithm, Optimizer, Param, ServerRound, WireInfo
 from simulator.config.fields import ConfigError
 from simulator.config.learning import AlgorithmConfig
 from simulator.registry import Registry
@@ -36,6 +36,7 @@ __all__ = [
     "Optimizer",
     "Param",
     "ServerRound",
+    "WireInfo",
     "make_algorithm",
     "register",
 ]

@@ -123,6 +123,28 @@ class ServerRound:
 
 
 @dataclass(frozen=True)
+class WireInfo:
+    """What an algorithm reads to size a round's transfers, before any client trains
+    (:meth:`Algorithm.wire_bytes`; the virtual clock's transfer times use the result).
+
+    Attributes
+    ----------
+    client_ids : ``[K]`` the selected clients, sorted.
+    shared_size : entries of one shared update row (the model's shared parameters).
+    num_classes : classes of the dataset.
+    label_counts : ``() -> [K, C]`` int64 counts of each selected client's training labels
+        (computed only when called).
+    slices : where each named tensor of the flat model lies.
+    """
+
+    client_ids: np.ndarray
+    shared_size: int
+    num_classes: int
+    label_counts: Callable[[], np.ndarray]
+    slices: dict[str, slice] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Optimizer:
     """The client optimizer: SGD with (heavy-ball) momentum and L2 weight decay, as
     ``torch.optim.SGD(lr, momentum, weight_decay)`` with dampening 0; the momentum buffer starts
@@ -258,6 +280,13 @@ class Algorithm:
         """Whether :meth:`choose` may pick clients in this run (the engine then lists the
         eligible population each round). Default: whether the class overrides it."""
         return type(self).choose is not Algorithm.choose
+
+    def wire_bytes(self, w: WireInfo) -> tuple[np.ndarray, np.ndarray]:
+        """``(upload, download)`` bytes of each selected client's transfers this round (float64
+        ``[K]`` each, aligned with ``w.client_ids``), before any compression option. Default: the
+        shared float32 parameters both ways, ``4 * w.shared_size``."""
+        n = np.full(len(w.client_ids), 4.0 * w.shared_size, dtype=np.float64)
+        return n, n.copy()
 
     def init_server(self, global_flat: torch.Tensor, num_params: int) -> dict[str, torch.Tensor]:
         """Initial server state (checkpointed with the run)."""
