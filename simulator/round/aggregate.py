@@ -102,11 +102,21 @@ def server_step(
     verdicts: list[Verdict],
     arrived: Sequence[int],
     extras_of: dict[int, dict[str, np.ndarray]],
+    batch: UpdateBatch | None = None,
 ) -> torch.Tensor:
     """The algorithm's server update from the defended aggregate (shared entries), the
-    verdicts of the ``arrived`` clients and their extras; returns the next global model."""
+    verdicts of the ``arrived`` clients and their extras (and their rows, ``batch``, for an
+    algorithm that reads them); returns the next global model."""
     v = {x.client_id: x for x in verdicts}
     ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
+    rows = None
+    if side.algorithm.reads_rows:
+        if batch is None:
+            raise ValueError(f"algorithm {side.algorithm.name!r} reads the rows: none were kept")
+        at = {int(c): i for i, c in enumerate(batch.client_ids.tolist())}
+        have = np.array([c in at for c in ids.tolist()], bool)
+        ids = ids[have]  # a client rejected before its row existed (dropout, partial work)
+        rows = batch.updates[torch.tensor([at[c] for c in ids.tolist()], dtype=torch.long)]
     keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
     extras = (
         {k: torch.from_numpy(np.stack([extras_of[c][k] for c in ids.tolist()])) for k in keys}
@@ -126,5 +136,6 @@ def server_step(
             side.num_clients,
             side.layout.slices,
             side.store,
+            rows,
         )
     )
