@@ -38,6 +38,12 @@ DEFENSE: dict[str, dict[str, Any]] = {
 WALL = ("wall_time", "slowest_train_seconds", "chunks", "placement")
 
 
+def sends_updates(algorithm: str) -> bool:
+    """Whether the algorithm's rows are model updates (FedAF sends condensed data: rules and
+    model attacks built for updates refuse it, so its runs use fedavg and data attacks)."""
+    return ALGORITHMS.get(algorithm).upload == "update"
+
+
 def config(out: Path, algorithm: str, **kw: Any) -> Any:
     flat = {
         "algorithm": algorithm,
@@ -67,6 +73,12 @@ def test_every_defense_and_attack(algorithm: str, tmp_path: Path) -> None:
             attack=attack,
             attack_fraction=0.25,
         )
+        upload = ALGORITHMS.get(algorithm).upload
+        judged = {"*", upload} & set(DEFENSES.get(defense).uploads)
+        if not sends_updates(algorithm) and (not judged or ATTACKS.get(attack).kind == "model"):
+            with pytest.raises(ValueError, match=f"sends '{upload}', not model updates; "):
+                Simulation(cfg)
+            continue
         sim = Simulation(cfg)
         try:
             rec = sim.run_round(0, 0.0)
@@ -84,7 +96,8 @@ def _strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_resume_is_bitwise(algorithm: str, tmp_path: Path) -> None:
-    kw = {"rounds": 3, "checkpoint_every": 1, "defense": "median", "client_test_fraction": 0.2}
+    defense = "median" if sends_updates(algorithm) else "fedavg"
+    kw = {"rounds": 3, "checkpoint_every": 1, "defense": defense, "client_test_fraction": 0.2}
     crashed = config(tmp_path / "crashed", algorithm, **kw)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(crashed, crash_after=2)
@@ -100,9 +113,18 @@ def test_resume_is_bitwise(algorithm: str, tmp_path: Path) -> None:
     assert torch.equal(ga, gb)
 
 
+#: why the ledger cannot yet replay an algorithm whose server update reads its rows and extras
+REPLAY_GAP = "the ledger's replay passes neither the rows nor the clients' extras to server_step"
+
+
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_ledger_records_the_shared_part(algorithm: str, tmp_path: Path) -> None:
+def test_ledger_records_the_shared_part(
+    algorithm: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     from ledger.audit import audit_run
+
+    if ALGORITHMS.get(algorithm).reads_rows:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=REPLAY_GAP))
 
     cfg = config(
         tmp_path / "run",
@@ -110,8 +132,11 @@ def test_ledger_records_the_shared_part(algorithm: str, tmp_path: Path) -> None:
         rounds=2,
         ledger=True,
         committee=1,
-        defense="trimmedmean",
-        defense_params={"f": 1},
+        **(
+            {"defense": "trimmedmean", "defense_params": {"f": 1}}
+            if sends_updates(algorithm)
+            else {"defense": "fedavg"}
+        ),
     )
     run_experiment(cfg)
     rep = audit_run(Path(cfg.output.out), bls=False)

@@ -212,10 +212,8 @@ def test_vectorized_equals_sequential_every_algorithm(name: str, momentum: float
     idx = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
     gen = torch.Generator().manual_seed(1)
     n = layout.num_params
-    sizes = {"params": n, "model": layout.size}
     state = {
-        t: 0.01 * torch.randn(4, sizes.get(sh, 0) if isinstance(sh, str) else sh, generator=gen)
-        for t, sh in a.client_state.items()
+        t: 0.01 * torch.randn(4, a.state_entries(t, layout), generator=gen) for t in a.client_state
     }
     init = a.init_server(g, n)
     shared = {t: init[t] + 0.01 * torch.randn(init[t].shape, generator=gen) for t in a.sends}

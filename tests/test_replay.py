@@ -144,20 +144,22 @@ def test_every_defense_replays_bit_for_bit(defense: str, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_every_algorithm_replays_bit_for_bit(algorithm: str, tmp_path: Path) -> None:
+def test_every_algorithm_replays_bit_for_bit(
+    algorithm: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if ALGORITHMS.get(algorithm).reads_rows:  # FedAF: the replay passes no rows nor extras
+        request.applymarker(
+            pytest.mark.xfail(strict=True, reason="replay passes no rows nor extras")
+        )
     # FedBN with BatchNorm: its kept-local entries are not in the rows (row_size < model size)
     model = {"norm": "batch"} if algorithm == "fedbn" else {}
-    cfg = small_config(
-        tmp_path,
-        **{
-            **BASE,
-            **PUBLIC,
-            **model,
-            "algorithm": algorithm,
-            "defense": "trimmedmean",
-            "defense_params": {"f": 2},
-        },
+    # FedAF sends condensed data: fedavg and a data attack (robust rules and sign flips refuse)
+    rule: dict[str, Any] = (
+        {"defense": "trimmedmean", "defense_params": {"f": 2}}
+        if ALGORITHMS.get(algorithm).upload == "update"
+        else {"defense": "fedavg", "attack": "labelflip"}
     )
+    cfg = small_config(tmp_path, **{**BASE, **PUBLIC, **model, "algorithm": algorithm, **rule})
     initial, cap = run(cfg)
     if algorithm == "fedbn":
         assert cap.rows[0].updates.shape[1] < initial.numel()

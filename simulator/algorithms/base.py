@@ -42,8 +42,9 @@ import torch
 from simulator.config.fields import ConfigError
 from simulator.config.learning import AlgorithmConfig
 
-#: shapes a client-state table can declare: the trainable parameters, or the whole flat model
-STATE_SHAPES = ("params", "model")
+#: shapes a client-state table can declare: the trainable parameters, the whole flat model, or
+#: the row the client sends (:meth:`Algorithm.row_entries`); an int is that many entries
+STATE_SHAPES = ("params", "model", "row")
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,11 @@ class ServerRound:
     rows : ``[K, R]`` the rows the clients sent, aligned with ``client_ids`` (rejected ones
         included: ``kept`` says which the defense kept), for an algorithm that
         :attr:`~Algorithm.reads_rows`; None otherwise.
+    model_spec : the model's :class:`~simulator.training.models.ModelSpec`, for a server update
+        that builds or trains the model itself (FedAF's training on condensed data, a fresh
+        initialisation); None where not given.
+    seed : the experiment seed, for the server update's own draws (derive them from it and
+        ``round``).
     """
 
     round: int
@@ -126,6 +132,8 @@ class ServerRound:
     slices: dict[str, slice] = field(default_factory=dict)
     store: Any = None
     rows: torch.Tensor | None = None
+    model_spec: Any = None
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,7 +144,8 @@ class WireInfo:
     Attributes
     ----------
     client_ids : ``[K]`` the selected clients, sorted.
-    shared_size : entries of one shared update row (the model's shared parameters).
+    shared_size : entries of one row a client sends: the model's shared parameters for model
+        updates, :meth:`Algorithm.row_entries` for another upload (``ParamSpace.size``).
     num_classes : classes of the dataset.
     label_counts : ``() -> [K, C]`` int64 counts of each selected client's training labels
         (computed only when called).
@@ -168,13 +177,14 @@ class Algorithm:
     #: the algorithm's parameters, ``--algorithm-param KEY=VALUE``
     params: ClassVar[dict[str, Param]] = {}
     #: per-client tensors kept in the client-state store: table -> shape ("params": the
-    #: trainable parameters, "model": the whole flat model, or an int: that many entries);
-    #: absent clients start at zero
+    #: trainable parameters, "model": the whole flat model, "row": the row the client sends,
+    #: or an int: that many entries; :meth:`state_entries`); absent clients start at zero
     client_state: ClassVar[dict[str, str | int]] = {}
     #: server-state tensors sent to every selected client each round
     sends: ClassVar[tuple[str, ...]] = ()
-    #: client-state tables (shape "params") trained beside the model, by the same optimizer
-    #: on the same batches (Ditto's personal model): the step sees them as ``Step.aux``
+    #: client-state tables (of any declared shape) trained beside the model, by the same
+    #: optimizer on the same batches (Ditto's personal model, FedAF's condensed images): the
+    #: step sees them as ``Step.aux``
     client_trainable: ClassVar[tuple[str, ...]] = ()
     #: client-state tables that hold a whole personal model of trainable parameters, used by
     #: the per-client evaluation instead of the global model (:meth:`personal_model`)
@@ -226,6 +236,25 @@ class Algorithm:
             )
         return None
 
+    def state_entries(self, table: str, layout: Any) -> int:
+        """Entries of one row of the client-state table ``table`` (its declared
+        :attr:`client_state` shape resolved for a model of ``layout``); one line naming the
+        valid shapes otherwise."""
+        shape = self.client_state[table]
+        if isinstance(shape, int) and not isinstance(shape, bool) and shape >= 1:
+            return shape
+        if shape in ("params", "model"):
+            return int(layout.num_params if shape == "params" else layout.size)
+        if shape == "row":
+            row = self.row_entries(layout)
+            if row is not None:
+                return int(row)
+        raise ValueError(
+            f"algorithm {self.name!r}: client_state table {table!r} has shape {shape!r}; "
+            f"valid: {list(STATE_SHAPES)} ('row' with an upload other than model updates) "
+            "or an int >= 1"
+        )
+
     # -- the model -------------------------------------------------------------------------
     def extend_model(self, model: Any, spec: Any) -> Any:
         """The model with this algorithm's layers added (MOON's projection head, FedFA's
@@ -243,10 +272,14 @@ class Algorithm:
         return 0
 
     def trainable_start(
-        self, name: str, stored: torch.Tensor, global_flat: torch.Tensor
+        self, name: str, stored: torch.Tensor, global_flat: torch.Tensor, data: Any = None
     ) -> torch.Tensor:
         """Where a trained client-state table (:attr:`client_trainable`) starts this round, for
-        ONE client (vmap-safe). Default: its stored value (zeros before the first round)."""
+        ONE client (vmap-safe). ``data``: the client's batches of one epoch ``(x [S1, B, ...],
+        y [S1, B], mask [S1, B])``, the mask marking each of its samples once (as in
+        :class:`~simulator.training.step.Finish`), for a start drawn from its own samples
+        (FedAF's condensed images); None where none is at hand. Default: its stored value
+        (zeros before the first round)."""
         return stored
 
     def optimizer(self) -> Optimizer:

@@ -44,6 +44,8 @@ Choices and departures:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -89,7 +91,7 @@ class Ditto(Algorithm):
     personal = TABLE
 
     def trainable_start(
-        self, name: str, stored: torch.Tensor, global_flat: torch.Tensor
+        self, name: str, stored: torch.Tensor, global_flat: torch.Tensor, data: Any = None
     ) -> torch.Tensor:
         """The stored personal model, or the round's global model for a client that has never
         trained (an all-zero row)."""

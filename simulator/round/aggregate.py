@@ -137,5 +137,7 @@ def server_step(
             side.layout.slices,
             side.store,
             rows,
+            side.evaluation.fed.model_spec,
+            side.seed,
         )
     )

@@ -22,10 +22,14 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from actors.kinds import parse_actor_kinds
 from simulator.config.fields import ConfigError
 from simulator.config.sections import Config
+
+if TYPE_CHECKING:
+    from simulator.training.flat import FlatLayout
 
 GB = 1e9
 #: resident memory of one Python process with torch imported, and of Ray's own services
@@ -66,17 +70,16 @@ class Estimate:
         )
 
 
-def model_size(cfg: Config) -> tuple[int, int]:
-    """(flat model entries, trainable parameters) of the configured model."""
+def model_layout(cfg: Config) -> FlatLayout:
+    """The flat layout of the configured model."""
     from simulator.run.federation import model_extension
+    from simulator.training.flat import FlatLayout
     from simulator.training.models import ModelSpec
 
     shape, classes, _ = DATASETS.get(cfg.data.dataset, ((1, 28, 28), 10, 60_000))
     m = cfg.model
-    model = ModelSpec(m.model, shape, classes, m.hidden, m.norm, model_extension(cfg)).build(seed=0)
-    params = sum(p.numel() for p in model.parameters())
-    floats = params + sum(b.numel() for b in model.buffers() if b.is_floating_point())
-    return floats, params
+    spec = ModelSpec(m.model, shape, classes, m.hidden, m.norm, model_extension(cfg))
+    return FlatLayout(spec.build(seed=0))
 
 
 def estimate(cfg: Config, workers: int | None = None) -> Estimate:
@@ -87,15 +90,13 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
     n, k = d.num_clients, min(cfg.experiment.clients_per_round, d.num_clients)
     shape, _, rows = DATASETS.get(d.dataset, ((1, 28, 28), 10, 60_000))
     feat = math.prod(shape)
-    p_full, p_train = model_size(cfg)
+    layout = model_layout(cfg)
+    p_full = layout.size
     if workers is None:
         kinds = sum(a.count for a in parse_actor_kinds(ex.actor_kinds)) if ex.actor_kinds else 0
         workers = (ex.num_actors or kinds or (os.cpu_count() or 1)) if ex.backend == "ray" else 1
     algo = make_algorithm(cfg.algorithm)
-    state_row = 4 * sum(
-        s if isinstance(s, int) else p_train if s == "params" else p_full
-        for s in algo.client_state.values()
-    )
+    state_row = 4 * sum(algo.state_entries(t, layout) for t in algo.client_state)
     if cfg.defense.defense == "siren":
         state_row += 4 * p_full
     per_device = 48.0 + (8.0 if cfg.devices.gflops_median > 0 else 0.0)

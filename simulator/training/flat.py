@@ -27,6 +27,10 @@ class FlatLayout:
         self.numels = [int(np.prod(s)) if s else 1 for s in self.shapes]
         self.num_params = sum(self.numels[: len(self.param_names)])
         self.size = sum(self.numels)
+        #: the input shape and classes of the data the model takes (set by
+        #: :meth:`~simulator.training.models.ModelSpec.build`; ``()`` and 0 for other modules)
+        self.input_shape: tuple[int, ...] = tuple(getattr(model, "input_shape", ()))
+        self.num_classes = int(getattr(model, "num_classes", 0))
 
     @property
     def slices(self) -> dict[str, slice]:

@@ -64,7 +64,8 @@ class LocalTraining:
         self.p_num = p_num = layout.num_params
         self.gflat = gflat = global_flat[:p_num]
         self.trainable = tuple(getattr(step_obj, "client_trainable", ()))
-        self.aux = {t: p_num for t in self.trainable}  # tables of shape "params"
+        # the trained tables' entries, by their declared shapes (the model's, the row's, ...)
+        self.aux = {t: step_obj.state_entries(t, layout) for t in self.trainable}
         n_noise = (
             int(step_obj.noise_size(model, spec.batch_size))
             if hasattr(step_obj, "noise_size")
@@ -103,9 +104,10 @@ class LocalTraining:
         ones = [torch.ones(n, dtype=m.dtype, device=m.device) for n in self.aux.values()]
         return torch.cat([m, *ones]) if ones else m
 
-    def start_aux(self, name: str, stored: torch.Tensor) -> torch.Tensor:
-        """Where the trained client-state table ``name`` starts (the step's rule)."""
-        return self.step_obj.trainable_start(name, stored, self.gflat)
+    def start_aux(self, name: str, stored: torch.Tensor, data: tuple) -> torch.Tensor:
+        """Where the trained client-state table ``name`` starts (the step's rule), from its
+        stored row and the client's batches of one epoch ``data`` (x, y, mask)."""
+        return self.step_obj.trainable_start(name, stored, self.gflat, data)
 
     def sgd(
         self, pvec: torch.Tensor, buffers: dict, sl: slice | int, batched: bool, own: dict
@@ -172,7 +174,12 @@ class LocalTraining:
         if aux and k:
             pflat = torch.cat(
                 [pflat]
-                + [vmap(lambda st, t=t: self.start_aux(t, st))(state[t]) for t in self.trainable],
+                + [
+                    vmap(lambda st, x, y, m, t=t: self.start_aux(t, st, (x, y, m)))(
+                        state[t], self.xs1, self.ys1, self.first
+                    )
+                    for t in self.trainable
+                ],
                 dim=1,
             )
         pflat.requires_grad_(True)
@@ -223,7 +230,10 @@ class LocalTraining:
         for i in range(self.k):
             init = starts.get(i, global_flat)
             own = {n: t[i] for n, t in state.items()}
-            pflat = torch.cat([init[:p_num]] + [self.start_aux(t, own[t]) for t in self.trainable])
+            first = (self.xs1[i], self.ys1[i], self.first[i])
+            pflat = torch.cat(
+                [init[:p_num]] + [self.start_aux(t, own[t], first) for t in self.trainable]
+            )
             pflat = pflat.clone().requires_grad_(True)
             own_model = layout.unflatten(init)
             buffers = {n: own_model[n].clone() for n in layout.buffer_names}

@@ -214,4 +214,6 @@ class ModelSpec:
         )
         if self.extension is not None:
             m = self.extension.extend_model(m, self)
+        # the data geometry the model takes, for what a layout of it sizes (condensed images)
+        m.input_shape, m.num_classes = tuple(self.input_shape), int(self.num_classes)
         return m

@@ -1,0 +1,370 @@
+"""FedAF: its terms by hand (DM on 2 classes x 1 image, CDC, LGKM's symmetric KL on 2x2
+probabilities, the real-sample start, the server's union with labels by position), the server's
+training against a plain PyTorch step, the bytes on the wire, the one-line refusals, the two
+trainer paths, and engine runs (virtual clients, resume)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import small_config
+
+from simulator.algorithms import ServerRound, WireInfo, make_algorithm
+from simulator.algorithms.fedaf import FedAF
+from simulator.algorithms.fedaf_losses import (
+    cdc_term,
+    dm_loss,
+    lgkm,
+    real_start,
+    soft_labels,
+    symmetric_kl,
+    union,
+)
+from simulator.config.fields import ConfigError
+from simulator.config.learning import AlgorithmConfig
+from simulator.training.flat import FlatLayout
+from simulator.training.models import ModelSpec
+from simulator.training.spec import LocalSpec
+from simulator.training.stacked import train_clients
+
+
+def fedaf(**params: Any) -> FedAF:
+    a = make_algorithm(AlgorithmConfig(algorithm="fedaf", algorithm_params=params))
+    assert isinstance(a, FedAF)
+    return a
+
+
+# ---------------------------------------------------------------------------- terms by hand
+
+
+def test_dm_loss_two_classes_one_image_each() -> None:
+    """Real embeddings [1, 0], [3, 0] (class 0), [0, 2] (class 1) and a padded row: class
+    means [2, 0] and [0, 2]. Condensed [1, 1] (class 0) and [0, 0] (class 1): squared
+    distances 2 and 4, the loss 6; its gradient on the class-0 image is -2([2, 0] - [1, 1])."""
+    real = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [100.0, 100.0]])
+    y, mask = torch.tensor([0, 0, 1, 1]), torch.tensor([1.0, 1.0, 1.0, 0.0])
+    syn = torch.tensor([[1.0, 1.0], [0.0, 0.0]], requires_grad=True)
+    loss = dm_loss(real, y, mask, syn, ipc=1)
+    assert loss.item() == pytest.approx(6.0)
+    (g,) = torch.autograd.grad(loss, syn)
+    torch.testing.assert_close(g, torch.tensor([[-2.0, 2.0], [0.0, -4.0]]))
+    # a class absent from the batch (here class 1: its row is padding) adds nothing
+    only0 = dm_loss(real, y, torch.tensor([1.0, 1.0, 0.0, 0.0]), syn.detach(), ipc=1)
+    assert only0.item() == pytest.approx(2.0)
+    # two images of a class: their mean is matched ([1, 1] and [3, -1] average to [2, 0])
+    two = torch.tensor([[1.0, 1.0], [3.0, -1.0], [0.0, 2.0], [0.0, 2.0]])
+    assert dm_loss(real, y, mask, two, ipc=2).item() == pytest.approx(0.0)
+
+
+def test_cdc_term_and_its_sliced_wasserstein_reading() -> None:
+    """u = [1, 2] (class 0), [3, 0] (class 1); v = [1, 0], [1, 1]: squared distances 4 and 5,
+    over C = 2: 4.5; a weight of 0 drops class 1: 2. For C = 2 the mean of (theta . d)^2 over
+    the directions 0, 45, 90, 135 degrees is |d|^2 / 2 exactly: the SW_2^2 of point masses."""
+    logits = torch.tensor([[1.0, 2.0], [3.0, 0.0]])
+    v = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    assert cdc_term(logits, v, torch.ones(2)).item() == pytest.approx(4.5)
+    assert cdc_term(logits, v, torch.tensor([1.0, 0.0])).item() == pytest.approx(2.0)
+    d = torch.tensor([2.0, -1.0])  # u_1 - v_1
+    angles = torch.tensor([0.0, 0.25, 0.5, 0.75]) * math.pi
+    theta = torch.stack([angles.cos(), angles.sin()], -1)
+    assert ((theta @ d) ** 2).mean().item() == pytest.approx((d**2).sum().item() / 2)
+    # two images of class 0 with logits [0, 2] and [2, 2]: their mean [1, 2] is u_0
+    four = torch.tensor([[0.0, 2.0], [2.0, 2.0], [3.0, 0.0], [3.0, 0.0]])
+    assert cdc_term(four, v, torch.ones(2)).item() == pytest.approx(4.5)
+
+
+def test_symmetric_kl_on_2x2_probabilities() -> None:
+    """R = (0.5, 0.5), T = (0.25, 0.75): 1/2 sum (r - t)(ln r - ln t) = 1/8 ln 3; identical rows
+    (0.9, 0.1) give 0."""
+    r = torch.tensor([[0.5, 0.5], [0.9, 0.1]]).log()
+    t = torch.tensor([[0.25, 0.75], [0.9, 0.1]]).log()
+    torch.testing.assert_close(symmetric_kl(r, t), torch.tensor([math.log(3) / 8, 0.0]))
+
+
+def test_lgkm_soft_labels_from_mean_logits() -> None:
+    """Class 0's images have logits [0, ln 3] (T_0 = (1/4, 3/4)) against v_0 = [0, 0]
+    (R_0 = (1/2, 1/2)); class 1's equal v_1 = [ln 9, 0]: LGKM = (ln 3 / 8 + 0) / 2. Without
+    soft labels for class 1 (``have``) the mean is over class 0 alone; a padded row is skipped."""
+    logits = torch.tensor([[0.0, math.log(3)], [math.log(9), 0.0], [50.0, 0.0]])
+    y, mask = torch.tensor([0, 1, 0]), torch.tensor([1.0, 1.0, 0.0])
+    log_r = F.log_softmax(torch.tensor([[0.0, 0.0], [math.log(9), 0.0]]), -1)
+    full = lgkm(logits, y, mask, log_r, torch.ones(2), tau=1.0)
+    assert full.item() == pytest.approx(math.log(3) / 16)
+    half = lgkm(logits, y, mask, log_r, torch.tensor([1.0, 0.0]), tau=1.0)
+    assert half.item() == pytest.approx(math.log(3) / 8)
+    # tau = 2 halves the logits: T_0 = softmax([0, ln 3 / 2]) = (t, sqrt(3) t), t = 1 / (1 +
+    # sqrt 3), R_0 still (1/2, 1/2): 1/2 sum (r - t)(ln r - ln t) = 1/2 (1/2 - t) ln sqrt 3
+    t0 = 1 / (1 + math.sqrt(3))
+    want = 0.5 * (0.5 - t0) * math.log(math.sqrt(3))
+    assert lgkm(logits, y, mask, log_r, torch.tensor([1.0, 0.0]), 2.0).item() == pytest.approx(want)
+
+
+def test_soft_labels_are_count_weighted() -> None:
+    """Client 0 holds 2 of class 0, client 1 one of each: v_0 = (2 [1, 0] + [4, 3]) / 3 =
+    [2, 1], v_1 = client 1's [5, 6]; a class nobody holds is a zero row with flag 0."""
+    logits = torch.tensor(
+        [
+            [[1.0, 0.0, 0.0], [9.0, 9.0, 9.0], [0.0] * 3],
+            [[4.0, 3.0, 0.0], [5.0, 6.0, 0.0], [0.0] * 3],
+        ]
+    )
+    counts = torch.tensor([[2.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    v, have = soft_labels(logits, counts)
+    torch.testing.assert_close(v, torch.tensor([[2.0, 1.0, 0.0], [5.0, 6.0, 0.0], [0.0] * 3]))
+    torch.testing.assert_close(have, torch.tensor([1.0, 1.0, 0.0]))
+
+
+def test_real_start_takes_each_class_samples_in_epoch_order() -> None:
+    """Samples 10, 11, 12 (labels 1, 0, 1) and a padded 13; ipc 2, 3 classes: class 0 has one
+    sample (repeated), class 1 two, class 2 none (zeros): [11, 11, 10, 12, 0, 0]. A stored row
+    is kept; an all-zero one takes the start."""
+    x = torch.tensor([10.0, 11.0, 12.0, 13.0]).reshape(2, 2, 1)
+    y, m = torch.tensor([[1, 0], [1, 1]]), torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    want = torch.tensor([11.0, 11.0, 10.0, 12.0, 0.0, 0.0])
+    torch.testing.assert_close(real_start(x, y, m, ipc=2, c=3), want)
+    a = fedaf(ipc=2)
+    torch.testing.assert_close(
+        a.trainable_start("syn", torch.zeros(6), torch.zeros(1), (x, y, m)), want
+    )
+    kept = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    torch.testing.assert_close(a.trainable_start("syn", kept, torch.zeros(1), (x, y, m)), kept)
+
+
+def test_union_labels_by_position() -> None:
+    """Two rows of C = 2 classes x ipc 2 images of one entry; client 0 holds class 0 only:
+    the server trains on client 0's class-0 block and both of client 1's, labels 0 0 0 0 1 1."""
+    rows = torch.tensor([[1.0, 2.0, 0.0, 0.0], [5.0, 6.0, 7.0, 8.0]])
+    held = torch.tensor([[True, False], [True, True]])
+    x, y = union(rows, held, ipc=2, shape=(1,))
+    torch.testing.assert_close(x.reshape(-1), torch.tensor([1.0, 2.0, 5.0, 6.0, 7.0, 8.0]))
+    assert y.tolist() == [0, 0, 0, 0, 1, 1]
+
+
+# ----------------------------------------------------------------------------- the server
+
+SPEC = ModelSpec("mlp", (1, 8, 8), 10, hidden=6)
+
+
+def server_round(a: FedAF, rows: torch.Tensor, extras: dict, kept: list[bool]) -> ServerRound:
+    model = SPEC.build(seed=3)
+    g = FlatLayout(model).flatten(model)
+    return ServerRound(
+        0,
+        g,
+        torch.zeros(rows.shape[1]),
+        np.arange(len(kept)),
+        np.array(kept),
+        np.ones(len(kept)),
+        extras,
+        a.init_server(g, g.numel()),
+        len(kept),
+        rows=rows,
+        model_spec=SPEC,
+        seed=5,
+    )
+
+
+def test_server_step_is_one_sgd_step_of_ce_on_the_union() -> None:
+    """lambda_glob 0, one epoch, one batch holding the whole union: the new global model is
+    one plain SGD step of the mean cross-entropy on the kept rows' held blocks (the rejected
+    row and the unheld block are not trained on); gamma 1: the embedding is the new model."""
+    a = make_algorithm(
+        AlgorithmConfig(
+            algorithm="fedaf",
+            lr=0.5,
+            batch_size=64,
+            algorithm_params={"ipc": 2, "lambda_glob": 0.0, "server_epochs": 1, "gamma": 1.0},
+        )
+    )
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.rand(3, 10 * 2 * 64, generator=gen)
+    counts = torch.zeros(3, 10)
+    counts[0, [1, 4]] = 3.0
+    counts[1, 2] = 1.0
+    counts[2, 7] = 5.0  # rejected below
+    extras = {"counts": counts, "logits": torch.zeros(3, 10, 10)}
+    r = server_round(a, rows, extras, [True, True, False])
+    new = a.server_update(r)
+    x = torch.cat(
+        [rows[0].reshape(10, 2, 64)[[1, 4]].reshape(-1, 64), rows[1].reshape(10, 2, 64)[2]]
+    )
+    y = torch.tensor([1, 1, 4, 4, 2, 2])
+    ref = SPEC.build(seed=3)
+    F.cross_entropy(ref(x.reshape(-1, 1, 8, 8)), y).backward()
+    with torch.no_grad():
+        want = torch.cat([(p - 0.5 * p.grad).reshape(-1) for p in ref.parameters()])
+    torch.testing.assert_close(new, want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(r.server["embed"], new)
+    torch.testing.assert_close(r.server["v_have"], (counts[:2].sum(0) > 0).float())
+
+
+def test_resampling_mixes_a_fresh_init_and_is_seeded() -> None:
+    """gamma 0.9: embed - 0.9 w_{t+1} is 0.1 times a fresh init of the model, the same one for
+    the same (seed, round) and another for the next seed."""
+    a = fedaf(ipc=1, server_epochs=1)
+    rows = torch.rand(1, 640)
+    extras = {"counts": torch.ones(1, 10), "logits": torch.zeros(1, 10, 10)}
+    r1, r2 = server_round(a, rows, extras, [True]), server_round(a, rows, extras, [True])
+    n1, n2 = a.server_update(r1), a.server_update(r2)
+    torch.testing.assert_close(n1, n2, rtol=0, atol=0)
+    fresh = (r1.server["embed"] - 0.9 * n1) / 0.1
+    assert not torch.allclose(fresh, n1, atol=1e-3)
+    r3 = server_round(a, rows, extras, [True])
+    r3.seed = 6
+    a.server_update(r3)
+    assert not torch.allclose(r3.server["embed"], r1.server["embed"])
+    w = r1.model_spec.build(seed=0)
+    assert fresh.shape == FlatLayout(w).flatten(w).shape
+
+
+def test_wire_bytes_by_hand() -> None:
+    """ipc 10, 8x8 inputs, 10 classes: a row of 6400 entries, 640 a class. A client holding
+    3 classes uploads 4 (3 (640 + 10) + 10) = 7840 bytes; one holding 10: 26040. Both download
+    4 (P + 100 + 10)."""
+    a = fedaf()
+    layout = FlatLayout(SPEC.build(seed=0))
+    assert a.row_entries(layout) == 6400
+    counts = np.zeros((2, 10), np.int64)
+    counts[0, [0, 3, 9]] = [5, 1, 2]
+    counts[1] = 4
+    w = WireInfo(np.array([4, 7]), 6400, 10, lambda: counts, layout.slices)
+    up, down = a.wire_bytes(w)
+    np.testing.assert_array_equal(up, [7840.0, 26040.0])
+    np.testing.assert_array_equal(down, [4.0 * (layout.size + 110)] * 2)
+
+
+def test_parameters_and_batch_norm_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"fedaf gamma=1.5 invalid; must be float in \[0, 1\]"):
+        fedaf(gamma=1.5)
+    with pytest.raises(ConfigError, match=r"fedaf has no parameter 'ipcs'; valid: \['gamma',"):
+        fedaf(ipcs=3)
+    with pytest.raises(ConfigError, match="^model.norm: fedaf embeds real batches"):
+        ModelSpec("mlp", (1, 8, 8), 10, hidden=6, norm="batch", extension=fedaf()).build(0)
+
+
+# ---------------------------------------------------------------------------- the trainer
+
+
+def test_vectorized_equals_sequential_from_real_samples() -> None:
+    """Four clients (one without work, one with a stored set), CDC on: the two paths agree to
+    1e-5; the model entries never move (frozen); a fresh client's set starts from its own
+    samples, so its row's held blocks are real-sample-like, its unheld blocks zero."""
+    a = fedaf(ipc=2, lambda_loc=1.0)
+    model = ModelSpec("mlp", (1, 8, 8), 10, hidden=6, extension=None).build(seed=0)
+    layout = FlatLayout(model)
+    g = layout.flatten(model)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(45, 1, 8, 8, generator=gen)
+    y = torch.randint(0, 4, (45,), generator=gen)
+    idx = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
+    state = {"syn": torch.zeros(4, a.state_entries("syn", layout))}
+    state["syn"][2] = torch.rand(1280, generator=gen)
+    shared = a.init_server(g, layout.num_params)
+    shared["v"], shared["v_have"] = torch.randn(10, 10, generator=gen), torch.ones(10)
+    spec = LocalSpec(lr=0.1, batch_size=4, step=a, momentum=0.5)
+    out = [
+        train_clients(
+            model,
+            layout,
+            g,
+            x,
+            y,
+            idx,
+            [2, 1, 1, 0],
+            [1, 2, 3, 4],
+            spec,
+            v,
+            state=state,
+            shared=shared,
+        )
+        for v in (True, False)
+    ]
+    for k in out[0].outputs:
+        torch.testing.assert_close(out[0].outputs[k], out[1].outputs[k], rtol=0, atol=1e-5)
+    assert torch.count_nonzero(out[0].updates) == 0
+    sent = out[0].outputs["condensed"].reshape(4, 10, 2, 64)
+    held = out[0].outputs["counts"] > 0
+    assert bool((sent.abs().sum((2, 3)) > 0).eq(held).all())
+    assert bool(held[:, 4:].logical_not().all()) and int(held[1].sum()) >= 2
+    torch.testing.assert_close(out[0].outputs["syn"][3], state["syn"][3])  # no work: kept
+
+
+# ------------------------------------------------------------------------------ the engine
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"defense": "median"}, "defense 'median': algorithm 'fedaf' sends 'condensed', not"),
+        (
+            {"attack": "signflip", "attack_fraction": 0.25},
+            "attack 'signflip': algorithm 'fedaf' sends 'condensed', not model updates; a model",
+        ),
+        (
+            {"round_policy": "fedbuff", "policy_params": {"k": 2}},
+            "round policy 'fedbuff': algorithm 'fedaf' sends 'condensed', not model updates",
+        ),
+    ],
+)
+def test_update_only_parts_refuse_fedaf(tmp_path: Path, kw: dict[str, Any], message: str) -> None:
+    from simulator.round.engine import Simulation
+
+    with pytest.raises(ValueError, match="^" + message):
+        Simulation(small_config(tmp_path, algorithm="fedaf", **kw))
+
+
+def test_engine_round_with_a_data_attack(tmp_path: Path) -> None:
+    """Two rounds with label flipping: the recorded rows are the condensed sets (C * ipc * 64
+    entries), the server's v and flags cover the 10 classes, the model moved."""
+    from simulator.round.engine import Simulation
+
+    cfg = small_config(
+        tmp_path,
+        algorithm="fedaf",
+        algorithm_params={"ipc": 2, "server_epochs": 1},
+        attack="labelflip",
+        attack_fraction=0.25,
+        partition="dirichlet",
+        dirichlet_alpha=0.5,
+    )
+    sim = Simulation(cfg)
+    try:
+        g0 = sim.global_flat.clone()
+        for rnd in range(2):
+            rec = sim.run_round(rnd, 0.0)
+            assert rec.rows.updates.shape == (4, 10 * 2 * 64)
+        assert sim.server_state["v"].shape == (10, 10)
+        assert not torch.equal(sim.global_flat, g0)
+        assert np.isfinite(sim.server.test(sim.global_flat)[0])
+    finally:
+        sim.close()
+
+
+def test_virtual_population_of_100000(tmp_path: Path) -> None:
+    """10^5 virtual clients, 8 a round, 2 rounds: only the trained clients hold a set in the
+    store (6400 float32 entries each)."""
+    from simulator.round.engine import Simulation
+
+    cfg = small_config(
+        tmp_path,
+        algorithm="fedaf",
+        algorithm_params={"server_epochs": 1},
+        num_clients=100_000,
+        partition="virtual",
+        clients_per_round=8,
+        rounds=2,
+    )
+    sim = Simulation(cfg)
+    try:
+        ids = [c for rnd in range(2) for c in sim.run_round(rnd, 0.0).rows.client_ids.tolist()]
+        assert sim.store.count("syn") == len(set(ids))
+        assert sim.store.row_bytes("syn") == 4 * 6400
+        assert bool(sim.store.has("syn", np.array(sorted(set(ids)))).all())
+    finally:
+        sim.close()
