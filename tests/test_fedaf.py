@@ -32,6 +32,7 @@ from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec
 from simulator.training.stacked import train_clients
+from simulator.training.step import Step
 
 
 def fedaf(**params: Any) -> FedAF:
@@ -54,8 +55,10 @@ def test_dm_loss_two_classes_one_image_each() -> None:
     assert loss.item() == pytest.approx(6.0)
     (g,) = torch.autograd.grad(loss, syn)
     torch.testing.assert_close(g, torch.tensor([[-2.0, 2.0], [0.0, -4.0]]))
-    # a class absent from the batch (here class 1: its row is padding) adds nothing
-    only0 = dm_loss(real, y, torch.tensor([1.0, 1.0, 0.0, 0.0]), syn.detach(), ipc=1)
+    # a class absent from the batch (here class 1: its row is padding) adds nothing, whatever
+    # its condensed image ([5, 5] would add 50)
+    far = torch.tensor([[1.0, 1.0], [5.0, 5.0]])
+    only0 = dm_loss(real, y, torch.tensor([1.0, 1.0, 0.0, 0.0]), far, ipc=1)
     assert only0.item() == pytest.approx(2.0)
     # two images of a class: their mean is matched ([1, 1] and [3, -1] average to [2, 0])
     two = torch.tensor([[1.0, 1.0], [3.0, -1.0], [0.0, 2.0], [0.0, 2.0]])
@@ -144,6 +147,51 @@ def test_union_labels_by_position() -> None:
     x, y = union(rows, held, ipc=2, shape=(1,))
     torch.testing.assert_close(x.reshape(-1), torch.tensor([1.0, 2.0, 5.0, 6.0, 7.0, 8.0]))
     assert y.tolist() == [0, 0, 0, 0, 1, 1]
+
+
+def scaled_forward(
+    p: dict[str, torch.Tensor], x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stand-in model: features = logits = each input scaled entry-wise by ``w``."""
+    h = x.reshape(len(x), -1) * p["w"]
+    return h, h
+
+
+def test_client_objective_composes_dm_and_cdc() -> None:
+    """C = 2, ipc 1, 2-entry inputs. The embedding network (sent, w = [2, 2]) maps the real
+    rows [1, 0] (class 0), [0, 1] (class 1) to [2, 0], [0, 2] and S = [1, 1], [0, 0] to
+    [2, 2], [0, 0]: DM = 4 + 4 = 8. Under the global model (w = [1, 1]) S's class-0 logits are
+    [1, 1] against v_0 = [1, 0]: 1 / C = 0.5; class 1's block is all zero (not held): no term
+    (held, its [0, 0] against v_1 = [0, 2] would add 2).
+    lambda_loc 1: 8.5; round 0 (no v yet): 8."""
+    a = fedaf(ipc=1, lambda_loc=1.0, gamma=0.5)
+    g = torch.ones(2)
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1])
+
+    def objective(v: torch.Tensor, have: torch.Tensor) -> float:
+        syn = torch.tensor([1.0, 1.0, 0.0, 0.0])
+        shared = {"embed": torch.full((2,), 2.0), "v": v, "v_have": have}
+        feats, logits = scaled_forward({"w": g}, x)
+        s = Step(
+            {"w": g},
+            g,
+            x,
+            y,
+            torch.ones(2),
+            feats,
+            logits,
+            torch.zeros(()),
+            g,
+            {"w": g},
+            {},
+            shared,
+            scaled_forward,
+            {"syn": syn},
+        )
+        return a.client_loss(s).item()
+
+    assert objective(torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.ones(2)) == pytest.approx(8.5)
+    assert objective(torch.zeros(0, 0), torch.zeros(0)) == pytest.approx(8.0)
 
 
 # ----------------------------------------------------------------------------- the server
