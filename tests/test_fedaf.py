@@ -46,20 +46,23 @@ def fedaf(**params: Any) -> FedAF:
 
 def test_dm_loss_two_classes_one_image_each() -> None:
     """Real embeddings [1, 0], [3, 0] (class 0), [0, 2] (class 1) and a padded row: class
-    means [2, 0] and [0, 2]. Condensed [1, 1] (class 0) and [0, 0] (class 1): squared
-    distances 2 and 4, the loss 6; its gradient on the class-0 image is -2([2, 0] - [1, 1])."""
+    means [2, 0] and [0, 2], mean squared norm (1 + 9 + 4) / 3 = 14/3. Condensed [1, 1]
+    (class 0) and [0, 0] (class 1): squared distances 2 and 4, the loss 6 / (14/3) = 9/7; its
+    gradient on the class-0 image is -2([2, 0] - [1, 1]) * 3/14 = [-3/7, 3/7]."""
     real = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [100.0, 100.0]])
     y, mask = torch.tensor([0, 0, 1, 1]), torch.tensor([1.0, 1.0, 1.0, 0.0])
     syn = torch.tensor([[1.0, 1.0], [0.0, 0.0]], requires_grad=True)
     loss = dm_loss(real, y, mask, syn, ipc=1)
-    assert loss.item() == pytest.approx(6.0)
+    assert loss.item() == pytest.approx(9 / 7)
     (g,) = torch.autograd.grad(loss, syn)
-    torch.testing.assert_close(g, torch.tensor([[-2.0, 2.0], [0.0, -4.0]]))
+    torch.testing.assert_close(g, torch.tensor([[-3.0, 3.0], [0.0, -6.0]]) / 7)
+    # a rescaled embedding (x 10, both sides) gives the same loss
+    assert dm_loss(10 * real, y, mask, 10 * syn, ipc=1).item() == pytest.approx(9 / 7)
     # a class absent from the batch (here class 1: its row is padding) adds nothing, whatever
-    # its condensed image ([5, 5] would add 50)
+    # its condensed image ([5, 5] would add 50); the scale is (1 + 9) / 2 = 5: 2 / 5
     far = torch.tensor([[1.0, 1.0], [5.0, 5.0]])
     only0 = dm_loss(real, y, torch.tensor([1.0, 1.0, 0.0, 0.0]), far, ipc=1)
-    assert only0.item() == pytest.approx(2.0)
+    assert only0.item() == pytest.approx(0.4)
     # two images of a class: their mean is matched ([1, 1] and [3, -1] average to [2, 0])
     two = torch.tensor([[1.0, 1.0], [3.0, -1.0], [0.0, 2.0], [0.0, 2.0]])
     assert dm_loss(real, y, mask, two, ipc=2).item() == pytest.approx(0.0)
@@ -159,18 +162,18 @@ def scaled_forward(
 
 def test_client_objective_composes_dm_and_cdc() -> None:
     """C = 2, ipc 1, 2-entry inputs. The embedding network (sent, w = [2, 2]) maps the real
-    rows [1, 0] (class 0), [0, 1] (class 1) to [2, 0], [0, 2] and S = [1, 1], [0, 0] to
-    [2, 2], [0, 0]: DM = 4 + 4 = 8. Under the global model (w = [1, 1]) S's class-0 logits are
-    [1, 1] against v_0 = [1, 0]: 1 / C = 0.5; class 1's block is all zero (not held): no term
-    (held, its [0, 0] against v_1 = [0, 2] would add 2).
-    lambda_loc 1: 8.5; round 0 (no v yet): 8."""
+    rows [1, 0] (class 0), [0, 1] (class 1) to [2, 0], [0, 2] (mean squared norm 4) and
+    S = [1, 1], [0, 0] to [2, 2], [0, 0]: DM = (4 + 4) / 4 = 2. Under v's model (sent,
+    w = [1, 1]; the client's own global model is [3, 3], unused) S's class-0 logits are [1, 1]
+    against v_0 = [1, 0]: 1 / C = 0.5; class 1's block is all zero (not held): no term (held,
+    its [0, 0] against v_1 = [0, 2] would add 2). lambda_loc 1: 2.5; round 0 (no v yet): 2."""
     a = fedaf(ipc=1, lambda_loc=1.0, gamma=0.5)
-    g = torch.ones(2)
+    g = torch.full((2,), 3.0)
     x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1])
 
     def objective(v: torch.Tensor, have: torch.Tensor) -> float:
         syn = torch.tensor([1.0, 1.0, 0.0, 0.0])
-        shared = {"embed": torch.full((2,), 2.0), "v": v, "v_have": have}
+        shared = {"embed": torch.full((2,), 2.0), "v": v, "v_have": have, "v_model": torch.ones(2)}
         feats, logits = scaled_forward({"w": g}, x)
         s = Step(
             {"w": g},
@@ -190,8 +193,8 @@ def test_client_objective_composes_dm_and_cdc() -> None:
         )
         return a.client_loss(s).item()
 
-    assert objective(torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.ones(2)) == pytest.approx(8.5)
-    assert objective(torch.zeros(0, 0), torch.zeros(0)) == pytest.approx(8.0)
+    assert objective(torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.ones(2)) == pytest.approx(2.5)
+    assert objective(torch.zeros(0, 0), torch.zeros(0)) == pytest.approx(2.0)
 
 
 # ----------------------------------------------------------------------------- the server
@@ -250,6 +253,7 @@ def test_server_step_is_one_sgd_step_of_ce_on_the_union() -> None:
     torch.testing.assert_close(new, want, rtol=0, atol=1e-6)
     torch.testing.assert_close(r.server["embed"], new)
     torch.testing.assert_close(r.server["v_have"], (counts[:2].sum(0) > 0).float())
+    torch.testing.assert_close(r.server["v_model"], r.global_flat)  # the model v came from
 
 
 def test_resampling_mixes_a_fresh_init_and_is_seeded() -> None:
@@ -274,7 +278,7 @@ def test_resampling_mixes_a_fresh_init_and_is_seeded() -> None:
 def test_wire_bytes_by_hand() -> None:
     """ipc 10, 8x8 inputs, 10 classes: a row of 6400 entries, 640 a class. A client holding
     3 classes uploads 4 (3 (640 + 10) + 10) = 7840 bytes; one holding 10: 26040. Both download
-    4 (P + 100 + 10)."""
+    4 (2 P + 100 + 10) (the global model and v's), 4 (P + 110) without CDC."""
     a = fedaf()
     layout = FlatLayout(SPEC.build(seed=0))
     assert a.row_entries(layout) == 6400
@@ -284,7 +288,9 @@ def test_wire_bytes_by_hand() -> None:
     w = WireInfo(np.array([4, 7]), 6400, 10, lambda: counts, layout.slices)
     up, down = a.wire_bytes(w)
     np.testing.assert_array_equal(up, [7840.0, 26040.0])
-    np.testing.assert_array_equal(down, [4.0 * (layout.size + 110)] * 2)
+    np.testing.assert_array_equal(down, [4.0 * (2 * layout.size + 110)] * 2)
+    _, alone = fedaf(lambda_loc=0.0).wire_bytes(w)
+    np.testing.assert_array_equal(alone, [4.0 * (layout.size + 110)] * 2)
 
 
 def test_parameters_and_batch_norm_are_refused() -> None:

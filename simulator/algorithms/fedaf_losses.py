@@ -29,13 +29,16 @@ def dm_loss(
     real: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, syn: torch.Tensor, ipc: int
 ) -> torch.Tensor:
     """Distribution matching (Zhao & Bilen, WACV 2023, Eq. 4): ``sum_c ||mean_c(real) -
-    mean_c(syn)||^2`` over the classes with a real row in the batch; ``real`` ``[B, H]`` are the
-    batch's embeddings, ``syn`` ``[C * ipc, H]`` the condensed set's (class-major)."""
+    mean_c(syn)||^2`` over the classes with a real row in the batch, divided by the mean
+    ``||real||^2`` of the batch's real rows (detached: the loss, and so the step on the images,
+    does not change when the embedding is rescaled); ``real`` ``[B, H]`` are the batch's
+    embeddings, ``syn`` ``[C * ipc, H]`` the condensed set's (class-major)."""
     c = syn.shape[0] // ipc
     mean_real, counts = class_sums(real, y, mask, c)
     mean_syn = syn.reshape(c, ipc, -1).mean(1)
     present = (counts > 0).to(real.dtype)
-    return (present * ((mean_real - mean_syn) ** 2).sum(-1)).sum()
+    scale = ((real.detach() ** 2).sum(-1) * mask).sum() / mask.sum().clamp_min(1.0)
+    return (present * ((mean_real - mean_syn) ** 2).sum(-1)).sum() / scale.clamp_min(1e-12)
 
 
 def cdc_term(syn_logits: torch.Tensor, v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

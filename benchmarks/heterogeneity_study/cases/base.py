@@ -43,9 +43,11 @@ METRICS: dict[str, str] = {
     "baseline's final accuracy of the same seed (rounds + 1 if never)",
     "feature_silhouette": "silhouette score (test labels as clusters, euclidean) of the final "
     "global model's test-set features (a case's ``scores`` computes it)",
+    "upload_bytes_per_round": "bytes the participants upload in a round, mean over the rounds "
+    "(the algorithm's wire_bytes, uncompressed; a case's ``scores`` computes it)",
 }
 #: metrics no run summary has: a case comparing on one computes it with its ``scores``
-SCORED_METRICS = ("feature_silhouette",)
+SCORED_METRICS = ("feature_silhouette", "upload_bytes_per_round")
 
 DIRECTIONS = ("higher", "lower")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")

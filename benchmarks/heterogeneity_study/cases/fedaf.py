@@ -1,0 +1,107 @@
+"""FedAF (Wang et al., CVPR 2024; seed deck ``fedaf-aggregation-free.txt``) against FedAvg under
+Dirichlet label skew, with the deck's communication comparison beside the accuracy.
+
+The notes' reproduction case 1.3 (``notes/methods-fedaf-fedufo.md``): scikit-learn's 8x8 digits
+(80/20 split), 10 clients, all of them every round, Dirichlet(alpha) label mixes, an MLP
+(64-64-64-10 here, FedSentry's MLP with two hidden layers), the same number of rounds for both
+arms, FedAvg with one local epoch; FedAF with IPC 10 (the notes' choice for digits; the paper's
+CIFAR default is 50) and its defaults (:mod:`simulator.algorithms.fedaf`: lambda_loc =
+lambda_glob = 0.5, gamma 0.9, 10 server epochs a round, the images' step = the model's). The
+issue asks for alpha 0.1 and 0.5 (the notes suggest 0.05 and 0.5). Batch 10, plain SGD lr 0.1
+(FedSentry's defaults) for FedAvg's clients and FedAF's server; FedAF's clients condense for the
+same one epoch of batches. Quick runs take 10 rounds, full runs 20 (the notes' "10-20").
+Nothing was tuned on a result.
+
+The seed's claims checked here: FedAF's final test accuracy above FedAvg's at both alphas, the
+gap larger at 0.1 (deck Table A, FMNIST: +5.7 at alpha 0.1; the notes expect +10 to +30 points
+when FedAvg is round-limited under strong skew, a shrinking gap as alpha grows), and fewer bytes
+uploaded a round (deck Table G: 0.14 MB against 1.46 MB for the CNN on FMNIST at alpha 0.1).
+``upload_bytes_per_round`` is computed from each run's participants by the algorithm's own
+accounting (:meth:`~simulator.algorithms.base.Algorithm.wire_bytes`: FedAvg 4 x the model's
+8,970 entries a client; FedAF the held classes' condensed images and mean logits and the class
+counts), so it grows with alpha for FedAF as the deck's Table G does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.heterogeneity_study.cases.base import CASES, Case, Comparison
+
+ALPHAS = (0.1, 0.5)
+ARMS: dict[str, dict[str, Any]] = {
+    "fedavg": {"algorithm": "fedavg"},
+    "fedaf": {"algorithm": "fedaf", "algorithm_params": {"ipc": 10}},
+}
+
+
+def _arms() -> dict[str, dict[str, Any]]:
+    return {
+        f"{name}-a{alpha}": {**arm, "dirichlet_alpha": alpha}
+        for alpha in ALPHAS
+        for name, arm in ARMS.items()
+    }
+
+
+def upload_bytes_per_round(run_dir: Path) -> float:
+    """Mean over the run's rounds of the bytes its participants uploaded (the algorithm's
+    ``wire_bytes`` on their label counts, before any compression)."""
+    import numpy as np
+
+    from simulator.algorithms import WireInfo, make_algorithm
+    from simulator.config.sections import load_config
+    from simulator.run.federation import build_federation
+    from simulator.training.space import ParamSpace
+
+    cfg = load_config(run_dir / "config.yaml")
+    fed = build_federation(cfg)
+    alg = make_algorithm(cfg.algorithm)
+    size = ParamSpace.of(fed.layout, alg).size
+    c, totals = fed.dataset.num_classes, []
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        ids = np.array(sorted(json.loads(line)["participants"]), np.int64)
+        rows = fed.clients.rows(ids)
+        y = rows.y if rows.y is not None else fed.y_train
+        counts = np.stack([np.bincount(y[ix], minlength=c)[:c] for ix in rows.index])
+        up, _ = alg.wire_bytes(WireInfo(ids, size, c, lambda n=counts: n, fed.layout.slices))
+        totals.append(float(np.sum(up)))
+    return float(np.mean(totals))
+
+
+def _comparisons() -> tuple[Comparison, ...]:
+    out: list[Comparison] = []
+    for alpha in ALPHAS:
+        out.append(Comparison(f"fedaf-a{alpha}", f"fedavg-a{alpha}"))
+        out.append(
+            Comparison(f"fedaf-a{alpha}", f"fedavg-a{alpha}", "upload_bytes_per_round", "lower")
+        )
+    return tuple(out)
+
+
+CASE = CASES.register(
+    Case(
+        name="fedaf",
+        claim="FedAF (condensed data, CDC + LGKM) beats FedAvg at Dirichlet(0.1) and (0.5) "
+        "on digits, more at 0.1, uploading fewer bytes a round",
+        base={
+            "dataset": "digits",
+            "partition": "dirichlet",
+            "num_clients": 10,
+            "clients_per_round": 10,
+            "model": "mlp",
+            "hidden": 64,
+            "local_epochs": 1,
+            "batch_size": 10,
+            "lr": 0.1,
+            "momentum": 0.0,
+            "weight_decay": 0.0,
+        },
+        arms=_arms(),
+        comparisons=_comparisons(),
+        quick={"rounds": 10},
+        full={"rounds": 20},
+        scores={"upload_bytes_per_round": upload_bytes_per_round},
+    )
+)
