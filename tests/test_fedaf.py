@@ -222,15 +222,22 @@ def server_round(a: FedAF, rows: torch.Tensor, extras: dict, kept: list[bool]) -
 
 
 def test_server_step_is_one_sgd_step_of_ce_on_the_union() -> None:
-    """lambda_glob 0, one epoch, one batch holding the whole union: the new global model is
-    one plain SGD step of the mean cross-entropy on the kept rows' held blocks (the rejected
-    row and the unheld block are not trained on); gamma 1: the embedding is the new model."""
+    """lambda_glob 0, one epoch, one batch (server_batch 6) holding the whole union of 6
+    images: the new global model is one plain SGD step of the mean cross-entropy on the kept
+    rows' held blocks (the rejected row and the unheld blocks are not trained on); gamma 1:
+    the embedding is the new model; v's model is the one the round started from."""
     a = make_algorithm(
         AlgorithmConfig(
             algorithm="fedaf",
             lr=0.5,
-            batch_size=64,
-            algorithm_params={"ipc": 2, "lambda_glob": 0.0, "server_epochs": 1, "gamma": 1.0},
+            batch_size=2,  # the clients' batch: the server's is server_batch
+            algorithm_params={
+                "ipc": 2,
+                "lambda_glob": 0.0,
+                "server_epochs": 1,
+                "server_batch": 6,
+                "gamma": 1.0,
+            },
         )
     )
     gen = torch.Generator().manual_seed(0)
@@ -241,6 +248,7 @@ def test_server_step_is_one_sgd_step_of_ce_on_the_union() -> None:
     counts[2, 7] = 5.0  # rejected below
     extras = {"counts": counts, "logits": torch.zeros(3, 10, 10)}
     r = server_round(a, rows, extras, [True, True, False])
+    r.server["v_model"] = torch.zeros_like(r.global_flat)
     new = a.server_update(r)
     x = torch.cat(
         [rows[0].reshape(10, 2, 64)[[1, 4]].reshape(-1, 64), rows[1].reshape(10, 2, 64)[2]]
