@@ -30,6 +30,9 @@ BLOB_CHECK = {
     "admitted": "admission-blob",
 }
 
+#: entry kinds the replay reads (rows, records; the verdict document's bans)
+REPLAY_INPUTS = ("update", "record", "verdicts")
+
 
 @dataclass
 class Commitment:
@@ -60,7 +63,9 @@ class PackFacts:
     submissions: int = 0
     pack: Any = None  # the pack itself when checked in the same process (not sent back)
     admitted_known: bool = False  # the admission list is intact and readable
-    inputs_ok: bool = True  # every update and record entry is intact (a replay means something)
+    # every update and record entry and the verdict document (its bans) are intact: a replay
+    # means something
+    inputs_ok: bool = True
 
 
 def _entry_ok(pack: Pack, name: str, rnd: int, facts: PackFacts) -> bool:
@@ -68,7 +73,7 @@ def _entry_ok(pack: Pack, name: str, rnd: int, facts: PackFacts) -> bool:
         kind = name.split("/")[0]
         c = int(name.split("/")[1]) if "/" in name else None
         facts.findings.append((rnd, c, BLOB_CHECK[kind], f"entry {name}", "missing"))
-        facts.inputs_ok = facts.inputs_ok and kind not in ("update", "record")
+        facts.inputs_ok = facts.inputs_ok and kind not in REPLAY_INPUTS
         return False
     if pack.ok(name):
         return True
@@ -77,7 +82,7 @@ def _entry_ok(pack: Pack, name: str, rnd: int, facts: PackFacts) -> bool:
     facts.findings.append(
         (rnd, c, BLOB_CHECK.get(kind, "pack"), hx(pack.digest(name)), "bytes that hash differently")
     )
-    if kind in ("update", "record"):
+    if kind in REPLAY_INPUTS:
         facts.inputs_ok = False
     return False
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from defenses.siren_reputation import BANNED
 from ledger.merkle import admission_leaf, merkle_root, submission_leaf
 from ledger.pack import Entry
 from ledger.records import (
@@ -179,16 +180,34 @@ def rows_of_pack(pack: Any, size: int) -> tuple[np.ndarray, list[int]]:
     return rows, ids
 
 
+def banned_rows(client_ids: np.ndarray, doc: dict[str, Any]) -> np.ndarray:
+    """The batch signal ``"banned"`` of a recorded round, from its verdict document ``doc``: a
+    row is banned when the document gives its client the verdict ``"banned"``.
+
+    Which clients are banned is per-client state of the run (Siren's strikes, in the
+    client-state store, which the replay does not have); the server's rule takes it as an input
+    and rejects their rows unjudged (Siren's paper rule), and the verdict document records
+    exactly that decision. Raises ``ValueError`` on a malformed document."""
+    try:
+        out = {int(v["client"]) for v in doc["verdicts"] if v["reason"] == BANNED}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"verdict document without readable verdicts: {exc!r}") from None
+    return np.array([c in out for c in np.asarray(client_ids).tolist()], bool)
+
+
 def batch_of_pack(pack: Any, size: int) -> tuple[np.ndarray, dict[str, Any]]:
     """A recorded round's rows and the other fields of its update batch, in the order the
     engine aggregated them (the committee's catch-up and the audit's replay): ``UpdateBatch(
-    torch.from_numpy(rows), **fields)``. Raises ``ValueError``/``KeyError`` on a bad entry."""
+    torch.from_numpy(rows), **fields)``. The signals are the records' (loss, alarm) and the
+    verdict document's bans (:func:`banned_rows`). Raises ``ValueError``/``KeyError`` on a bad
+    entry."""
     import json
 
     rows, ids = rows_of_pack(pack, size)
     recs = [json.loads(bytes(pack.raw(f"record/{c}")))["record"] for c in ids]
+    client_ids = np.array(ids, np.int64)
     return rows, {
-        "client_ids": np.array(ids, np.int64),
+        "client_ids": client_ids,
         "num_samples": np.array([r["samples"] for r in recs], np.int64),
         "base_rounds": np.array([r["base_round"] for r in recs], np.int64),
         "signals": {
@@ -196,5 +215,6 @@ def batch_of_pack(pack: Any, size: int) -> tuple[np.ndarray, dict[str, Any]]:
                 [np.nan if r["loss"] is None else r["loss"] for r in recs], np.float32
             ),
             "alarm": np.array([bool(r["alarm"]) for r in recs], bool),
+            "banned": banned_rows(client_ids, json.loads(bytes(pack.raw("verdicts")))),
         },
     }

@@ -38,7 +38,7 @@ from ledger.errors import LedgerError, LedgerRoundError
 from ledger.pack import Entry, Pack, PackError, write_pack
 from ledger.pyevm import genesis_spec
 from ledger.records import ClientKeys, hx, model_blob, sha256, unhx
-from ledger.round_build import Channel, RoundRows, batch_of_pack, build_round
+from ledger.round_build import Channel, RoundRows, banned_rows, batch_of_pack, build_round
 from ledger.session_start import (
     COMMIT_GAS,
     channel_id,
@@ -237,7 +237,11 @@ class Session:
                 data.client_ids,
                 data.num_samples,
                 data.base_rounds,
-                {"loss": data.loss, "alarm": data.alarm},
+                {
+                    "loss": data.loss,
+                    "alarm": data.alarm,
+                    "banned": banned_rows(data.client_ids, data.verdicts),
+                },
             )
             new, _ = self.replayer.step(rnd, batch, self.history)
             approve = sha256(model_blob(new)) == ghash
