@@ -5,7 +5,8 @@ parallel over rounds with ``--jobs``).
 the pack id and every entry against its hash, parses the signed records, checks each one's fields
 and recovers its signer's key, rebuilds the submission leaves and both Merkle roots and compares
 them with the commitment. What needs other rounds (was a client admitted earlier, which global
-model a base round had) goes back as :class:`PackFacts` for :mod:`ledger.audit_checks` to finish.
+model a base round had) goes back as :class:`PackFacts` for :mod:`ledger.audit_checks` to finish;
+:func:`check_packs` checks every round's pack, on several processes.
 """
 
 from __future__ import annotations
@@ -130,6 +131,45 @@ def check_pack(
     root = merkle_root([leaves[c] for c in sorted(leaves)])
     if hx(root) != com.submissions_root:
         out.append((rnd, None, "merkle-root", com.submissions_root, hx(root)))
+    return facts
+
+
+def check_packs(
+    ledger: Path,
+    coms: list[Commitment],
+    where: tuple[str, str, int, str],
+    jobs: int = 1,
+    progress: bool = False,
+) -> list[PackFacts]:
+    """:func:`check_pack` of every round of ``coms``, on ``jobs`` processes (``where``: the
+    channel, contract, chain id and account seed)."""
+    from tqdm import tqdm
+
+    args = [(ledger, c, *where) for c in coms]
+    bar = tqdm(total=len(args), desc="audit", unit="round", disable=not progress, leave=False)
+    try:
+        if jobs <= 1 or len(args) < 2:
+            out = []
+            for a in args:
+                out.append(check_pack(*a))
+                bar.update()
+            return out
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+            out = []
+            for f in pool.map(_check_pack_star, args, chunksize=max(1, len(args) // 64)):
+                out.append(f)
+                bar.update()
+            return out
+    finally:
+        bar.close()
+
+
+def _check_pack_star(args: tuple[Any, ...]) -> PackFacts:
+    facts = check_pack(*args)
+    facts.pack = None  # the main process reads it again if it replays (page cache)
     return facts
 
 

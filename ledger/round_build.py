@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
+from defenses.base import UpdateBatch
 from defenses.siren_reputation import BANNED
 from ledger.merkle import admission_leaf, merkle_root, submission_leaf
 from ledger.pack import Entry
@@ -61,6 +63,21 @@ class RoundRows:
     def __len__(self) -> int:
         return len(self.client_ids)
 
+    def batch(self) -> UpdateBatch:
+        """The update batch the engine aggregated (what the committee re-derives the round
+        from): the rows, their signals and the verdict document's bans (:func:`banned_rows`)."""
+        return UpdateBatch(
+            torch.from_numpy(self.rows),
+            self.client_ids,
+            self.num_samples,
+            self.base_rounds,
+            {
+                "loss": self.loss,
+                "alarm": self.alarm,
+                "banned": banned_rows(self.client_ids, self.verdicts),
+            },
+        )
+
 
 @dataclass
 class BuiltRound:
@@ -84,6 +101,31 @@ def hash_rows(rows: np.ndarray) -> list[bytes]:
         h.update(np.ascontiguousarray(row, dtype="<f4"))
         out.append(h.digest())
     return out
+
+
+def signed_record(
+    data: RoundRows, i: int, where: Channel, key: Any, update_hash: bytes, base_hash: bytes
+) -> tuple[Entry, bytes]:
+    """Row ``i``'s update record signed with its client's ``key`` (the pack entry
+    ``record/<client>``) and the client's submission leaf."""
+    c = int(data.client_ids[i])
+    rec = make_record(
+        where.channel,
+        where.contract,
+        where.chain_id,
+        data.round,
+        c,
+        update_hash,
+        int(data.num_samples[i]),
+        int(data.base_rounds[i]),
+        base_hash,
+        float(data.loss[i]) if len(data.loss) else None,
+        bool(data.alarm[i]) if len(data.alarm) else False,
+    )
+    signed = sign_record(rec, key)
+    rhash = sha256(signed)
+    leaf = submission_leaf(c, update_hash, int(data.num_samples[i]), base_hash, rhash)
+    return Entry(f"record/{c}", rhash, (signed,)), leaf
 
 
 def build_round(
@@ -123,27 +165,9 @@ def build_round(
         key, pub = keys.get(c)
         if not admitted_before(c) and c not in admitted:
             admitted[c] = pub
-        b = int(data.base_rounds[i])
-        bh = base_hash(b)
-        loss = float(data.loss[i]) if len(data.loss) else None
-        rec = make_record(
-            where.channel,
-            where.contract,
-            where.chain_id,
-            data.round,
-            c,
-            hashes[i],
-            int(data.num_samples[i]),
-            b,
-            bh,
-            loss,
-            bool(data.alarm[i]) if len(data.alarm) else False,
-        )
-        signed = sign_record(rec, key)
-        rhash = sha256(signed)
-        entries.append(Entry(f"update/{c}", hashes[i], (prefix, rows[i])))
-        entries.append(Entry(f"record/{c}", rhash, (signed,)))
-        leaves[c] = submission_leaf(c, hashes[i], int(data.num_samples[i]), bh, rhash)
+        bh = base_hash(int(data.base_rounds[i]))
+        record, leaves[c] = signed_record(data, i, where, key, hashes[i], bh)
+        entries += [Entry(f"update/{c}", hashes[i], (prefix, rows[i])), record]
     gblob = model_blob(data.global_flat)
     glob = Entry.of("global", gblob)
     verdicts = Entry.of("verdicts", canonical_json(data.verdicts))
