@@ -3,9 +3,12 @@
 The edge committee (while a run records) and the audit (afterwards) both rebuild the run's
 server side from its saved config (:meth:`simulator.round.server.ServerSide.of`): the same
 federation (server public/root set, test set, model layout), the same defense with its state
-(Siren credits, Sageflow's gamma schedule, centered clipping's momentum) and the same algorithm
-with its server state, and feed it the recorded update batches round after round. Nothing
-client-side is built (no client-state store, executor, client evaluation or scheduler). The
+(Siren's roll-back episode, centered clipping's momentum) and the same algorithm with its server
+state, and feed it the recorded update batches round after round. Nothing client-side is built
+(no client-state store, executor, client evaluation or scheduler): per-client state a rule
+reads comes with the recorded batch, as signals (the clients' alarms from their signed records;
+Siren's bans, which the run keeps in its client-state store, from the verdict document:
+:func:`ledger.round_build.banned_rows`). The
 aggregation is the engine's own code (:func:`simulator.round.aggregate.aggregate` and
 :func:`simulator.round.aggregate.server_step`), so on the same platform and torch version the result
 is bit-identical to the run's global model. Across platforms float reductions may differ in the

@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
+from defenses.base import UpdateBatch
+from defenses.siren_reputation import BANNED
 from ledger.merkle import admission_leaf, merkle_root, submission_leaf
 from ledger.pack import Entry
 from ledger.records import (
@@ -60,6 +63,21 @@ class RoundRows:
     def __len__(self) -> int:
         return len(self.client_ids)
 
+    def batch(self) -> UpdateBatch:
+        """The update batch the engine aggregated (what the committee re-derives the round
+        from): the rows, their signals and the verdict document's bans (:func:`banned_rows`)."""
+        return UpdateBatch(
+            torch.from_numpy(self.rows),
+            self.client_ids,
+            self.num_samples,
+            self.base_rounds,
+            {
+                "loss": self.loss,
+                "alarm": self.alarm,
+                "banned": banned_rows(self.client_ids, self.verdicts),
+            },
+        )
+
 
 @dataclass
 class BuiltRound:
@@ -83,6 +101,31 @@ def hash_rows(rows: np.ndarray) -> list[bytes]:
         h.update(np.ascontiguousarray(row, dtype="<f4"))
         out.append(h.digest())
     return out
+
+
+def signed_record(
+    data: RoundRows, i: int, where: Channel, key: Any, update_hash: bytes, base_hash: bytes
+) -> tuple[Entry, bytes]:
+    """Row ``i``'s update record signed with its client's ``key`` (the pack entry
+    ``record/<client>``) and the client's submission leaf."""
+    c = int(data.client_ids[i])
+    rec = make_record(
+        where.channel,
+        where.contract,
+        where.chain_id,
+        data.round,
+        c,
+        update_hash,
+        int(data.num_samples[i]),
+        int(data.base_rounds[i]),
+        base_hash,
+        float(data.loss[i]) if len(data.loss) else None,
+        bool(data.alarm[i]) if len(data.alarm) else False,
+    )
+    signed = sign_record(rec, key)
+    rhash = sha256(signed)
+    leaf = submission_leaf(c, update_hash, int(data.num_samples[i]), base_hash, rhash)
+    return Entry(f"record/{c}", rhash, (signed,)), leaf
 
 
 def build_round(
@@ -122,27 +165,9 @@ def build_round(
         key, pub = keys.get(c)
         if not admitted_before(c) and c not in admitted:
             admitted[c] = pub
-        b = int(data.base_rounds[i])
-        bh = base_hash(b)
-        loss = float(data.loss[i]) if len(data.loss) else None
-        rec = make_record(
-            where.channel,
-            where.contract,
-            where.chain_id,
-            data.round,
-            c,
-            hashes[i],
-            int(data.num_samples[i]),
-            b,
-            bh,
-            loss,
-            bool(data.alarm[i]) if len(data.alarm) else False,
-        )
-        signed = sign_record(rec, key)
-        rhash = sha256(signed)
-        entries.append(Entry(f"update/{c}", hashes[i], (prefix, rows[i])))
-        entries.append(Entry(f"record/{c}", rhash, (signed,)))
-        leaves[c] = submission_leaf(c, hashes[i], int(data.num_samples[i]), bh, rhash)
+        bh = base_hash(int(data.base_rounds[i]))
+        record, leaves[c] = signed_record(data, i, where, key, hashes[i], bh)
+        entries += [Entry(f"update/{c}", hashes[i], (prefix, rows[i])), record]
     gblob = model_blob(data.global_flat)
     glob = Entry.of("global", gblob)
     verdicts = Entry.of("verdicts", canonical_json(data.verdicts))
@@ -179,16 +204,34 @@ def rows_of_pack(pack: Any, size: int) -> tuple[np.ndarray, list[int]]:
     return rows, ids
 
 
+def banned_rows(client_ids: np.ndarray, doc: dict[str, Any]) -> np.ndarray:
+    """The batch signal ``"banned"`` of a recorded round, from its verdict document ``doc``: a
+    row is banned when the document gives its client the verdict ``"banned"``.
+
+    Which clients are banned is per-client state of the run (Siren's strikes, in the
+    client-state store, which the replay does not have); the server's rule takes it as an input
+    and rejects their rows unjudged (Siren's paper rule), and the verdict document records
+    exactly that decision. Raises ``ValueError`` on a malformed document."""
+    try:
+        out = {int(v["client"]) for v in doc["verdicts"] if v["reason"] == BANNED}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"verdict document without readable verdicts: {exc!r}") from None
+    return np.array([c in out for c in np.asarray(client_ids).tolist()], bool)
+
+
 def batch_of_pack(pack: Any, size: int) -> tuple[np.ndarray, dict[str, Any]]:
     """A recorded round's rows and the other fields of its update batch, in the order the
     engine aggregated them (the committee's catch-up and the audit's replay): ``UpdateBatch(
-    torch.from_numpy(rows), **fields)``. Raises ``ValueError``/``KeyError`` on a bad entry."""
+    torch.from_numpy(rows), **fields)``. The signals are the records' (loss, alarm) and the
+    verdict document's bans (:func:`banned_rows`). Raises ``ValueError``/``KeyError`` on a bad
+    entry."""
     import json
 
     rows, ids = rows_of_pack(pack, size)
     recs = [json.loads(bytes(pack.raw(f"record/{c}")))["record"] for c in ids]
+    client_ids = np.array(ids, np.int64)
     return rows, {
-        "client_ids": np.array(ids, np.int64),
+        "client_ids": client_ids,
         "num_samples": np.array([r["samples"] for r in recs], np.int64),
         "base_rounds": np.array([r["base_round"] for r in recs], np.int64),
         "signals": {
@@ -196,5 +239,6 @@ def batch_of_pack(pack: Any, size: int) -> tuple[np.ndarray, dict[str, Any]]:
                 [np.nan if r["loss"] is None else r["loss"] for r in recs], np.float32
             ),
             "alarm": np.array([bool(r["alarm"]) for r in recs], bool),
+            "banned": banned_rows(client_ids, json.loads(bytes(pack.raw("verdicts")))),
         },
     }
