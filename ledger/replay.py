@@ -58,7 +58,11 @@ class Replayer:
         return int(self.side.space.size)
 
     def step(
-        self, rnd: int, batch: UpdateBatch, history: dict[int, torch.Tensor]
+        self,
+        rnd: int,
+        batch: UpdateBatch,
+        history: dict[int, torch.Tensor],
+        extras_of: dict[int, dict[str, Any]] | None = None,
     ) -> tuple[torch.Tensor, list[Any]]:
         """Aggregate round ``rnd``'s batch on top of ``history[rnd]``.
 
@@ -70,6 +74,8 @@ class Replayer:
             The round's update rows, in the order the engine aggregated them.
         history : dict of int to Tensor
             Global model each recent round started from (stale updates need their base).
+        extras_of : dict, optional
+            Client id -> the named extras it sent beside its row (recorded with the row).
 
         Returns
         -------
@@ -82,9 +88,7 @@ class Replayer:
         s.history = dict(history)
         s.global_flat = history[rnd]
         delta, verdicts = aggregate(s, rnd, batch)
-        # recorded rounds carry no extras (e.g. SCAFFOLD's Delta c): the algorithms' model
-        # step does not depend on them
-        new = server_step(s, rnd, delta, verdicts, batch.client_ids, {})
+        new = server_step(s, rnd, delta, verdicts, batch.client_ids, extras_of or {}, batch)
         s.global_flat = new
         return new, verdicts
 

@@ -177,12 +177,14 @@ class Session:
                 g = decode(bytes(pack.raw("global")))["global"]
                 adm = json.loads(bytes(pack.raw("admitted")))["admitted"]
                 rows = meta = None
+                extras: dict[int, dict[str, np.ndarray]] = {}
                 if self.replayer is not None:
-                    rows, meta = batch_of_pack(pack, self.replayer.row_size)
+                    rows, meta = batch_of_pack(pack, self.replayer.row_size, extras)
             except (PackError, KeyError, ValueError) as exc:
                 raise LedgerError(f"cannot resume: round {rnd}'s pack is unusable: {exc}") from None
             if self.replayer is not None and rows is not None:
-                self.replayer.step(rnd, UpdateBatch(torch.from_numpy(rows), **meta), self.history)
+                batch = UpdateBatch(torch.from_numpy(rows), **meta)
+                self.replayer.step(rnd, batch, self.history, extras)
             self.admitted |= {int(c) for c, _ in adm}
             self.hashes[rnd + 1] = unhx(e["global_hash"])
             self.history[rnd + 1] = torch.from_numpy(g)
@@ -259,7 +261,7 @@ class Session:
         model (hash ``ghash``); True without a committee."""
         if self.replayer is None:
             return True
-        new, _ = self.replayer.step(data.round, data.batch(), self.history)
+        new, _ = self.replayer.step(data.round, data.batch(), self.history, data.extras_of())
         return sha256(model_blob(new)) == ghash
 
     def _base_hash(self, rnd: int) -> bytes:
