@@ -80,8 +80,8 @@ class Replayer:
         s.global_flat = history[rnd]
         delta, verdicts = aggregate(s, rnd, batch)
         # recorded rounds carry no extras (e.g. SCAFFOLD's Delta c): the algorithms' model
-        # step does not depend on them
-        new = server_step(s, rnd, delta, verdicts, batch.client_ids, {})
+        # step does not depend on them; it may read the recorded rows (FedVB's branches)
+        new = server_step(s, rnd, delta, verdicts, batch.client_ids, {}, batch)
         s.global_flat = new
         return new, verdicts
 

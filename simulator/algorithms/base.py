@@ -107,6 +107,10 @@ class ServerRound:
     store : the run's client-state store (:class:`~simulator.state.store.ClientStore`): per-client
         rows the server update keeps beside the clients' own (FedUFO's scores; declare the table
         on first use); None where no run holds one (a replay of recorded rounds).
+    rows : ``[K, P]`` the update rows the defense saw, in the full layout (zero at the entries
+        kept on clients), aligned with ``client_ids`` (a zero row for a client with a verdict but
+        no row), read-only; only for an algorithm with :attr:`Algorithm.needs_rows` (the
+        ledger's replay has them too: they are what is recorded), else None.
     """
 
     round: int
@@ -120,6 +124,7 @@ class ServerRound:
     num_clients: int
     slices: dict[str, slice] = field(default_factory=dict)
     store: Any = None
+    rows: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -170,9 +175,13 @@ class Algorithm:
     #: client-state tables (shape "params") trained beside the model, by the same optimizer
     #: on the same batches (Ditto's personal model): the step sees them as ``Step.aux``
     client_trainable: ClassVar[tuple[str, ...]] = ()
-    #: client-state tables that hold a whole personal model of trainable parameters, used by
-    #: the per-client evaluation instead of the global model (:meth:`personal_model`)
+    #: the client-state table from which :meth:`personal_model` builds the model the per-client
+    #: evaluation uses instead of the global one (Ditto: a whole personal model of trainable
+    #: parameters; FedVB: the branches the client holds)
     personal: ClassVar[str | None] = None
+    #: the server update reads the round's update rows (:attr:`ServerRound.rows`, e.g. which
+    #: blocks each client sent); the engine then never pre-aggregates rows on the actors
+    needs_rows: ClassVar[bool] = False
     #: whether the client step draws random numbers with torch (vmap then uses
     #: randomness="different"; the two paths then differ). Prefer :meth:`noise_size`.
     random: ClassVar[bool] = False

@@ -102,9 +102,12 @@ def server_step(
     verdicts: list[Verdict],
     arrived: Sequence[int],
     extras_of: dict[int, dict[str, np.ndarray]],
+    batch: UpdateBatch | None = None,
 ) -> torch.Tensor:
     """The algorithm's server update from the defended aggregate (shared entries), the
-    verdicts of the ``arrived`` clients and their extras; returns the next global model."""
+    verdicts of the ``arrived`` clients and their extras; returns the next global model.
+    ``batch`` holds the rows the defense saw (None when the actors pre-aggregated them); an
+    algorithm that reads them (``needs_rows``) gets them aligned with its client ids."""
     v = {x.client_id: x for x in verdicts}
     ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
     keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
@@ -126,5 +129,25 @@ def server_step(
             side.num_clients,
             side.layout.slices,
             side.store,
+            aligned_rows(side, batch, ids) if side.algorithm.needs_rows else None,
         )
     )
+
+
+def aligned_rows(
+    side: ServerSide, batch: UpdateBatch | None, ids: np.ndarray
+) -> torch.Tensor | None:
+    """``[K, P]`` the rows of ``batch`` for the clients ``ids`` in the full layout (a zero row
+    for a client without one); None without a batch."""
+    if batch is None:
+        return None
+    at = {int(c): i for i, c in enumerate(batch.client_ids.tolist())}
+    pos = np.array([at.get(c, -1) for c in ids.tolist()], dtype=np.int64)
+    has = pos >= 0
+    if np.array_equal(pos, np.arange(len(pos))):  # the batch's rows in order: no copy
+        return side.space.full_delta(batch.updates[: len(pos)])
+    if has.all():
+        return side.space.full_delta(batch.updates[torch.from_numpy(pos)])
+    out = torch.zeros(len(ids), side.space.size, dtype=torch.float32)
+    out[torch.from_numpy(has)] = batch.updates[torch.from_numpy(pos[has])]
+    return side.space.full_delta(out)

@@ -132,12 +132,13 @@ class Simulation:
 
     def linear_round(self) -> bool:
         """Whether the actors may pre-aggregate the fresh rows (a linear rule whose rows neither
-        a model attack nor a hook needs)."""
+        a model attack, a hook nor the algorithm's server update needs)."""
         return (
             self.defense.linear
             and self.cfg.execution.preaggregate
             and not self.adversary.is_model_attack
             and not self.policy.adjusts_rows
+            and not self.algorithm.needs_rows
             and not any(getattr(h, "needs_rows", False) for h in self.hooks("on_round_end"))
         )
 
@@ -223,7 +224,13 @@ class Simulation:
         batch, verdicts, delta = aggregate_round(self.server_side, self.policy, plan, col)
         carried = {f.arrival.client_id: f.extras for f in col.carried}
         self.global_flat = server_step(
-            self.server_side, rnd, delta, verdicts, [*plan.now, *carried], carried | col.extras
+            self.server_side,
+            rnd,
+            delta,
+            verdicts,
+            [*plan.now, *carried],
+            carried | col.extras,
+            batch,
         )
         self.clock.advance_to(max(plan.outcome.round_end, plan.start))
         # 5. record

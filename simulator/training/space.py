@@ -76,9 +76,10 @@ class ParamSpace:
         return out
 
     def full_delta(self, delta: torch.Tensor) -> torch.Tensor:
-        """A shared-space update as a full one (zero at the local entries)."""
+        """A shared-space update ``[..., size]`` as a full one ``[..., P]`` (zero at the local
+        entries)."""
         if self.shared is None:
             return delta
-        out = torch.zeros(self.full, dtype=delta.dtype)
-        out[torch.from_numpy(self.shared)] = delta
+        out = torch.zeros(*delta.shape[:-1], self.full, dtype=delta.dtype)
+        out[..., torch.from_numpy(self.shared)] = delta
         return out
