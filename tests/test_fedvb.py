@@ -6,6 +6,7 @@ virtual population of 10^5)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,9 @@ def test_branch_aggregate_two_clients_three_classes_by_hand() -> None:
     delta = torch.from_numpy(w).float() @ rows
     store = ClientStore(1 << 20)
     ids = np.array([4, 9])
-    r = ServerRound(0, g, delta, ids, np.array([True, True]), w, {}, {}, 10, SLICES, store, rows)
+    extras = {"classes": torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])}
+    ok = np.array([True, True])
+    r = ServerRound(0, g, delta, ids, ok, w, extras, {}, 10, SLICES, store, rows)
     nxt = a.server_update(r)
     want = [2.5, 5.0, 8.0, 9.0, 1.0, -2.5, 4.0, 0.0, 1.0, 1.0, 1.0]
     torch.testing.assert_close(nxt, torch.tensor(want), rtol=0, atol=0)
@@ -80,12 +83,19 @@ def test_branch_aggregate_two_clients_three_classes_by_hand() -> None:
 
 
 def test_sent_branches_reads_nonzero_blocks() -> None:
-    rows = torch.zeros(3, 11)
-    rows[0, 3] = 1e-30  # branch 1's weight
-    rows[1, 7] = -2.0  # branch 2's bias
+    """Branches of 2 weights and a bias: a branch is sent when any of its 3 entries moved."""
+    slices = {
+        "body.1.weight": slice(0, 2),
+        "head.weight": slice(2, 8),
+        "head.bias": slice(8, 11),
+        "head.active": slice(11, 14),
+    }
+    rows = torch.zeros(3, 14)
+    rows[0, 3] = 1e-30  # branch 0's second weight
+    rows[1, 10] = -2.0  # branch 2's bias
     rows[2, 0] = 5.0  # the body only: no branch
-    assert sent_branches(rows, SLICES).tolist() == [
-        [False, True, False],
+    assert sent_branches(rows, slices).tolist() == [
+        [True, False, False],
         [False, False, True],
         [False, False, False],
     ]
@@ -180,7 +190,7 @@ def test_extend_model_keeps_the_plain_head_and_validates() -> None:
     assert layout.size == 592 + 10 * (3 * 8 + 3 + 3 + 1) + 10
     with pytest.raises(ConfigError, match="branch_hidden=-1 invalid; must be int >= 0"):
         fedvb(branch_hidden=-1)
-    with pytest.raises(ConfigError, match="valid: \\['branch_hidden'\\]"):
+    with pytest.raises(ConfigError, match="valid: \\['branch_hidden', 'loss'\\]"):
         fedvb(width=2)
 
 
@@ -217,8 +227,31 @@ def test_untrained_branches_stay_exactly_zero_and_paths_agree(
         held[k, y[rows].unique()] = True
     for out in (vec, seq):
         assert torch.equal(sent_branches(out.updates, layout.slices), held)
+        assert torch.equal(out.outputs["classes"], held.float())  # the extra: its classes
         assert torch.equal(out.updates[4], torch.zeros(layout.size))  # the empty client
         assert bool((out.updates[0, :592] != 0).any())  # the body moves
+
+
+def test_softmax_ablation_is_fedavg_on_the_same_model() -> None:
+    """loss=softmax trains exactly as the plain step (FedAvg) on the same model, every branch
+    moves and is sent, and the client still reports its classes."""
+    a = fedvb(loss="softmax")
+    model, layout = digits_model(a)
+    g = layout.flatten(model)
+    x, y, idx = local_data()
+    seeds, epochs = [1, 2, 3, 4, 5], [2, 1, 2, 1, 1]
+    spec = LocalSpec(lr=0.1, batch_size=4, weight_decay=0.0, step=a, momentum=0.9)
+    out = train_clients(model, layout, g, x, y, idx, epochs, seeds, spec)
+    plain = dataclasses.replace(spec, step=None)
+    ref = train_clients(model, layout, g, x, y, idx, epochs, seeds, plain)
+    torch.testing.assert_close(out.updates, ref.updates, rtol=0, atol=1e-7)
+    assert sent_branches(out.updates[:4], layout.slices).all()
+    assert out.outputs["classes"][1].tolist() == [0.0, 0.0, 1.0] + [0.0] * 7
+    w = WireInfo(np.array([3, 7]), 692, 10, lambda: np.eye(2, 10, dtype=np.int64), layout.slices)
+    up, down = a.wire_bytes(w)
+    assert up.tolist() == [4.0 * 682] * 2 and down.tolist() == [4.0 * 692] * 2
+    with pytest.raises(ConfigError, match="loss='hinge' invalid; must be str one of"):
+        fedvb(loss="hinge")
 
 
 def flat(**kw: Any) -> dict[str, Any]:

@@ -39,12 +39,19 @@ every choice below is ours, with its reason.
   nobody (kept) sent stays as it was.
 * **Prediction**: argmax over the branch scores (sigmoid is monotone, so over the branch
   probabilities too). The global model (the server's test accuracy) ranges over all branches; a
-  client predicts with the branches it holds (the seed's multi-branch column sits at the
-  two-way chance level 0.5000 for 2 classes a client: each client chooses among its own
-  branches). The server update records the branches each client sent in the store table
-  ``fedvb_branches``; the per-client evaluation (:attr:`personal`) sets the head's ``active``
-  mask to them, and a client that never sent any uses the global model. The test loss the
-  runs report is the softmax cross-entropy over the scores, not the training objective.
+  client predicts with the branches of its own classes (the seed's multi-branch column sits at
+  the two-way chance level 0.5000 for 2 classes a client: each client chooses among its own
+  branches). Each client returns its classes (the extra ``classes``, ``[C]``, from its labels
+  after training); the server update records them in the store table ``fedvb_branches``; the
+  per-client evaluation (:attr:`personal`) sets the head's ``active`` mask to them, and a
+  client that never trained uses the global model. The test loss the runs report is the
+  softmax cross-entropy over the scores, not the training objective.
+* **Ablation** ``loss=softmax``: the plain classifier's softmax cross-entropy over every class,
+  so every branch is trained and sent (FedAvg on the same model, from the same initial values),
+  while each client still predicts with its own classes' branches: the multi-branch classifier
+  against the plain one under the same inference rule. In the heterogeneity case
+  ``multibranch`` the restriction of the argmax to a client's classes alone accounts for nearly
+  all of the multi-branch classifier's gain over the plain FedAvg model.
 
 What a robust defense sees: rows whose blocks of the classes a client lacks are exactly zero.
 For a weighted mean (fedavg, normclip, geomed's Weiszfeld weights) and for a selection of rows
@@ -79,10 +86,14 @@ from simulator.algorithms.fedvb_head import (
     sent_branches,
 )
 from simulator.config.fields import ConfigError
-from simulator.training.step import Step
+from simulator.training.step import Finish, Step
 
-#: the store table of the branches each client holds
+#: the store table of the branches each client predicts with (its classes)
 BRANCHES = "fedvb_branches"
+#: the extra of each client's classes
+CLASSES = "classes"
+#: the values of the ``loss`` parameter
+LOSSES = ("ovr", "softmax")
 
 
 def branch_loss(scores: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -127,11 +138,21 @@ class FedVB(Algorithm):
             ">= 0",
             int,
         ),
+        "loss": Param(
+            "ovr",
+            "ovr: each client trains (and sends) its classes' branches one-vs-rest; softmax: "
+            "the plain classifier's cross-entropy over every class (every branch trained and "
+            "sent: FedAvg), each client still predicting with its own classes' branches",
+            lambda v: v in LOSSES,
+            f"one of {list(LOSSES)}",
+            str,
+        ),
     }
     needs_rows = True
 
-    #: the branches each client holds ([C] 0/1), written by the server update from the rows
-    #: it receives; a client is evaluated with the global model masked to them
+    #: the branches each client predicts with ([C] 0/1: its classes), written by the server
+    #: update from the clients' extras; a client is evaluated with the global model masked to
+    #: them
     personal = BRANCHES
 
     def personal_model(self, global_flat: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
@@ -163,6 +184,8 @@ class FedVB(Algorithm):
 
     # -- the client side ---------------------------------------------------------------------
     def client_loss(self, s: Step) -> torch.Tensor:
+        if self.p["loss"] == "softmax":
+            return s.ce
         loss, trained = branch_loss(s.logits, s.y, s.mask)
         wd = self.optimizer().weight_decay
         if wd:
@@ -177,6 +200,14 @@ class FedVB(Algorithm):
             loss = loss + frozen * (-0.5 * wd)
         return loss
 
+    def client_finish(self, f: Finish) -> dict[str, torch.Tensor]:
+        """The extra ``classes``: ``[C]`` 1 for each class among the client's samples (the
+        branches it predicts with)."""
+        c = f.split(f.flat)[HEAD + "bias"].shape[-1]
+        classes = torch.arange(c, device=f.y.device)
+        hit = (f.y[..., None] == classes) & (f.mask[..., None] > 0)
+        return {CLASSES: hit.reshape(-1, c).any(0).to(f.flat.dtype)}
+
     # -- the server side ---------------------------------------------------------------------
     def server_update(self, r: ServerRound) -> torch.Tensor:
         """FedAvg's step for the body; each branch's aggregate divided by its coverage (a branch
@@ -190,11 +221,11 @@ class FedVB(Algorithm):
             r.store.declare(BRANCHES, (c,), np.float32)
         if not len(r.client_ids):
             return nxt
-        sent = sent_branches(r.rows, r.slices)
-        if r.store is not None:
-            carries = sent.any(1).numpy()
-            r.store.put(BRANCHES, r.client_ids[carries], sent[carries].numpy().astype(np.float32))
-        cov = branch_coverage(sent, r.weights)
+        if r.store is not None and CLASSES in r.extras:
+            held = r.extras[CLASSES].numpy().astype(np.float32)
+            some = held.any(1)
+            r.store.put(BRANCHES, r.client_ids[some], held[some])
+        cov = branch_coverage(sent_branches(r.rows, r.slices), r.weights)
         scale = torch.where(cov > 0, 1.0 / cov.clamp_min(1e-300), torch.zeros_like(cov))
         for sl, e in branch_blocks(r.slices, c):
             d = (r.delta[sl].reshape(c, e).double() * scale[:, None]).float()
@@ -205,6 +236,9 @@ class FedVB(Algorithm):
         """Upload: the body and the branches of the client's classes; download: the model."""
         c = num_branches(w.slices)
         per = sum(e for _, e in branch_blocks(w.slices, c))
+        if self.p["loss"] == "softmax":  # every branch
+            n = np.full(len(w.client_ids), 4.0 * (w.shared_size - c), dtype=np.float64)
+            return n, np.full(len(w.client_ids), 4.0 * w.shared_size, dtype=np.float64)
         local = (np.asarray(w.label_counts()) > 0).sum(axis=1).astype(np.float64)
         body = float(w.shared_size - c * per - c)  # nor the head's active mask (c entries)
         down = np.full(len(w.client_ids), 4.0 * w.shared_size, dtype=np.float64)

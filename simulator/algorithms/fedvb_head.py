@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -99,7 +100,8 @@ def sent_branches(rows: torch.Tensor, slices: dict[str, slice]) -> torch.Tensor:
     """``[K, P] -> [K, C]`` bool: which branches each update row carries (any entry non-zero;
     a client leaves the branches it does not train exactly unchanged)."""
     c = num_branches(slices)
-    out = torch.zeros(rows.shape[0], c, dtype=torch.bool)
+    x = rows.numpy()  # a few small blocks: numpy is ~10x faster than torch's dispatch here
+    out = np.zeros((rows.shape[0], c), dtype=bool)
     for sl, e in branch_blocks(slices, c):
-        out |= (rows[:, sl] != 0).reshape(-1, c, e).any(-1)
-    return out
+        out |= (x[:, sl] != 0).reshape(-1, c, e).any(-1)
+    return torch.from_numpy(out)
