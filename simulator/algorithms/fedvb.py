@@ -30,7 +30,7 @@ every choice below is ours, with its reason.
   samples makes the client train, and send, the branches of the labels it now holds.)
 * **Aggregation**: the body as FedAvg (the defended aggregate). Branch ``c``: the clients that
   sent it are the rows whose block of branch ``c`` is non-zero (read from the rows themselves,
-  :attr:`needs_rows`, so the ledger's replay of the recorded rows derives the same model), and
+  :attr:`reads_rows`, so the ledger's replay of the recorded rows derives the same model), and
   the aggregate's block is divided by their coverage ``cov_c = sum of their verdict weights``.
   With FedAvg's weights ``n_k / sum n`` the branch becomes the sample-weighted mean over its
   senders, ``sum_{k sent c} n_k u_k,c / sum_{k sent c} n_k`` (weights by the client's sample
@@ -148,7 +148,7 @@ class FedVB(Algorithm):
             str,
         ),
     }
-    needs_rows = True
+    reads_rows = True
 
     #: the branches each client predicts with ([C] 0/1: its classes), written by the server
     #: update from the clients' extras; a client is evaluated with the global model masked to
@@ -214,7 +214,7 @@ class FedVB(Algorithm):
         nobody kept sent stays as it was)."""
         lr = self.cfg.server_lr
         nxt = r.global_flat + lr * r.delta
-        if r.rows is None:
+        if r.rows is None or r.rows.shape[-1] != r.global_flat.numel():
             raise ValueError("algorithm fedvb: the server update needs the round's rows")
         c = num_branches(r.slices)
         if r.store is not None:

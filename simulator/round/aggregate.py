@@ -105,11 +105,18 @@ def server_step(
     batch: UpdateBatch | None = None,
 ) -> torch.Tensor:
     """The algorithm's server update from the defended aggregate (shared entries), the
-    verdicts of the ``arrived`` clients and their extras; returns the next global model.
-    ``batch`` holds the rows the defense saw (None when the actors pre-aggregated them); an
-    algorithm that reads them (``needs_rows``) gets them aligned with its client ids."""
+    verdicts of the ``arrived`` clients and their extras (and their rows, ``batch``, for an
+    algorithm that reads them); returns the next global model."""
     v = {x.client_id: x for x in verdicts}
     ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
+    rows = None
+    if side.algorithm.reads_rows:
+        if batch is None:
+            raise ValueError(f"algorithm {side.algorithm.name!r} reads the rows: none were kept")
+        at = {int(c): i for i, c in enumerate(batch.client_ids.tolist())}
+        have = np.array([c in at for c in ids.tolist()], bool)
+        ids = ids[have]  # a client rejected before its row existed (dropout, partial work)
+        rows = batch.updates[torch.tensor([at[c] for c in ids.tolist()], dtype=torch.long)]
     keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
     extras = (
         {k: torch.from_numpy(np.stack([extras_of[c][k] for c in ids.tolist()])) for k in keys}
@@ -129,25 +136,6 @@ def server_step(
             side.num_clients,
             side.layout.slices,
             side.store,
-            aligned_rows(side, batch, ids) if side.algorithm.needs_rows else None,
+            rows,
         )
     )
-
-
-def aligned_rows(
-    side: ServerSide, batch: UpdateBatch | None, ids: np.ndarray
-) -> torch.Tensor | None:
-    """``[K, P]`` the rows of ``batch`` for the clients ``ids`` in the full layout (a zero row
-    for a client without one); None without a batch."""
-    if batch is None:
-        return None
-    at = {int(c): i for i, c in enumerate(batch.client_ids.tolist())}
-    pos = np.array([at.get(c, -1) for c in ids.tolist()], dtype=np.int64)
-    has = pos >= 0
-    if np.array_equal(pos, np.arange(len(pos))):  # the batch's rows in order: no copy
-        return side.space.full_delta(batch.updates[: len(pos)])
-    if has.all():
-        return side.space.full_delta(batch.updates[torch.from_numpy(pos)])
-    out = torch.zeros(len(ids), side.space.size, dtype=torch.float32)
-    out[torch.from_numpy(has)] = batch.updates[torch.from_numpy(pos[has])]
-    return side.space.full_delta(out)

@@ -40,7 +40,7 @@ from simulator.round.adversary import Adversary
 from simulator.round.aggregate import aggregate_round, server_step
 from simulator.round.collect import gather, settle, train
 from simulator.round.context import RoundContext
-from simulator.round.parts import check_cohort, make_scheduler, make_store
+from simulator.round.parts import check_cohort, check_upload, make_scheduler, make_store
 from simulator.round.plan import make_plan, plan_tasks
 from simulator.round.record import make_record
 from simulator.round.server import ServerSide
@@ -80,6 +80,7 @@ class Simulation:
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
         check_cohort(self.defense, cfg.experiment.clients_per_round)
         self.policy = policy_of(cfg.clock, cfg.experiment.clients_per_round)
+        check_upload(self.algorithm, self.defense, self.attack, self.policy)
         self.fed = federation or build_federation(cfg)
         side = ServerSide.of(cfg, self.fed, self.algorithm, self.defense)
         self.space, self.server = side.space, side.evaluation
@@ -132,13 +133,13 @@ class Simulation:
 
     def linear_round(self) -> bool:
         """Whether the actors may pre-aggregate the fresh rows (a linear rule whose rows neither
-        a model attack, a hook nor the algorithm's server update needs)."""
+        a model attack nor a hook needs)."""
         return (
             self.defense.linear
+            and not self.algorithm.reads_rows
             and self.cfg.execution.preaggregate
             and not self.adversary.is_model_attack
             and not self.policy.adjusts_rows
-            and not self.algorithm.needs_rows
             and not any(getattr(h, "needs_rows", False) for h in self.hooks("on_round_end"))
         )
 
