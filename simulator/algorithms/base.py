@@ -111,7 +111,8 @@ class ServerRound:
         on first use); None where no run holds one (a replay of recorded rounds).
     rows : ``[K, R]`` the rows the clients sent, aligned with ``client_ids`` (rejected ones
         included: ``kept`` says which the defense kept), for an algorithm that
-        :attr:`~Algorithm.reads_rows`; None otherwise.
+        :attr:`~Algorithm.reads_rows` (the ledger's replay passes the recorded rows); None
+        otherwise.
     """
 
     round: int
@@ -176,8 +177,9 @@ class Algorithm:
     #: client-state tables (shape "params") trained beside the model, by the same optimizer
     #: on the same batches (Ditto's personal model): the step sees them as ``Step.aux``
     client_trainable: ClassVar[tuple[str, ...]] = ()
-    #: client-state tables that hold a whole personal model of trainable parameters, used by
-    #: the per-client evaluation instead of the global model (:meth:`personal_model`)
+    #: the client-state table from which :meth:`personal_model` builds the model the per-client
+    #: evaluation uses instead of the global one (Ditto: a whole personal model of trainable
+    #: parameters; FedVB: the branches the client holds)
     personal: ClassVar[str | None] = None
     #: whether the client step draws random numbers with torch (vmap then uses
     #: randomness="different"; the two paths then differ). Prefer :meth:`noise_size`.
