@@ -77,12 +77,12 @@ def test_one_weight_step_by_hand() -> None:
     a = fedala(s=50, eta=1.5)
     flat = torch.tensor([0.5, -0.5, 1.0, 0.0, -1.0])
     local = torch.tensor([9.0, 9.0, 3.0, 1.0, 0.0])
-    w = torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0])
+    w = torch.ones(3)
     x = torch.tensor([[[1.0, 1.0, 1.0], [5.0, -3.0, 2.0]]])
     y, mask = torch.tensor([[0, 1]]), torch.ones(1, 2)
     start, rows = a.client_start(start_of(flat, local, w, 2.0, x, y, mask, 1))
     torch.testing.assert_close(start, torch.tensor([0.5, -0.5, 3.0, 0.75, -0.25]))
-    torch.testing.assert_close(rows[WEIGHTS], torch.tensor([0.0, 0.0, 0.0, 0.25, 0.25]))
+    torch.testing.assert_close(rows[WEIGHTS], torch.tensor([0.0, 0.25, 0.25]))
     # the gradient itself, before the step
     step = a.w_step(
         start_of(flat, local, w, 2.0, x, y, mask, 1),
@@ -104,14 +104,14 @@ def test_never_trained_and_first_round_clients() -> None:
     a = fedala(s=100, eta=1.5)
     flat = torch.tensor([0.5, -0.5, 1.0, 0.0, -1.0])
     local = torch.tensor([9.0, 9.0, 3.0, 1.0, 0.0])
-    stored = torch.tensor([0.0, 0.0, 0.3, 0.3, 0.3])
+    stored = torch.tensor([0.3, 0.3, 0.3])
     x, y, mask = torch.tensor([[[1.0, 1.0, 1.0]]]), torch.tensor([[0]]), torch.ones(1, 1)
     start, rows = a.client_start(start_of(flat, local, stored, 0.0, x, y, mask, 1))
     torch.testing.assert_close(start, flat)
-    torch.testing.assert_close(rows[WEIGHTS], torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0]))
+    torch.testing.assert_close(rows[WEIGHTS], torch.ones(3))
     # phase 1 with one epoch allowed: the same step as by hand, from W = 1 (not 0.3)
     _, rows = a.client_start(start_of(flat, local, stored, 1.0, x, y, mask, 1))
-    torch.testing.assert_close(rows[WEIGHTS], torch.tensor([0.0, 0.0, 0.0, 0.25, 0.25]))
+    torch.testing.assert_close(rows[WEIGHTS], torch.tensor([0.0, 0.25, 0.25]))
 
 
 def test_ala_sample_is_the_first_share_of_the_epoch_order() -> None:
@@ -151,8 +151,8 @@ def test_first_round_trains_until_the_stop_rule() -> None:
 
     def w_after(phase: float, iterations: int, cap: int = 20) -> torch.Tensor:
         b = fedala(s=100, eta=0.25, cap=cap)
-        s = start_of(flat, local, torch.ones(5), phase, x, y, mask, iterations, offset=30.0)
-        return b.client_start(s)[1][WEIGHTS][2:]
+        s = start_of(flat, local, torch.ones(3), phase, x, y, mask, iterations, offset=30.0)
+        return b.client_start(s)[1][WEIGHTS]
 
     torch.testing.assert_close(w_after(1.0, 20), torch.tensor([0.0, 1 - 13 * 0.00025, 1.0]))
     torch.testing.assert_close(w_after(1.0, 12, cap=12), torch.tensor([0.0, 0.997, 1.0]))
@@ -204,6 +204,12 @@ def test_layers_and_parameters() -> None:
     assert layers(names + ["head.bias"]) == ["body.1", "body.4", "head"]
     assert fedala().p == {"s": 80, "p": 1, "eta": 1.0, "cap": 20}
     assert fedala().local_parameters(names + ["head.bias"]) == []
+    # W's table: the top layers' entries (8x8 MLP, hidden 16: head 16 x 10 + 10 = 170, with
+    # body.4 another 16 x 16 + 16 = 272)
+    layout = FlatLayout(ModelSpec("mlp", (1, 8, 8), 10, hidden=16).build(seed=0))
+    assert fedala().weighted_size(layout) == 170
+    assert fedala(p=2).weighted_size(layout) == 442
+    assert fedala(p=2).client_state[WEIGHTS](layout) == 442
     with pytest.raises(ConfigError, match=r"fedala p=4 invalid; the model has 3 layers"):
         fedala(p=4).local_parameters(names + ["head.bias"])
     with pytest.raises(ConfigError, match=r"fedala s=0 invalid; must be int in \[1, 100\]"):
@@ -229,7 +235,7 @@ def test_vectorized_equals_sequential_over_mixed_phases(p: int) -> None:
     idx = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
     state = {
         LOCAL: g[:n] + 0.2 * torch.randn(4, n, generator=gen),
-        WEIGHTS: torch.rand(4, n, generator=gen),
+        WEIGHTS: torch.rand(4, fedala(p=p).weighted_size(layout), generator=gen),
         PHASE: torch.tensor([[0.0], [1.0], [2.0], [2.0]]),
     }
     spec = LocalSpec(lr=0.1, batch_size=10, step=fedala(p=p, cap=12))
@@ -270,6 +276,7 @@ def test_client_accuracy_comes_from_the_local_models(tmp_path: Path) -> None:
     try:
         for r in range(3):
             rec = sim.run_round(r, 0.0)
+        assert sim.store.tables[WEIGHTS][0] == (170,)  # hidden 16: the head's entries
         ev, f = sim.client_eval, sim.fed
         rows, present = sim.store.get(LOCAL, ev.clients)
         phase, _ = sim.store.get(PHASE, ev.clients)
@@ -341,7 +348,7 @@ def test_runs_at_1e5_virtual_devices(tmp_path: Path) -> None:
         num_clients=100_000,
         clients_per_round=50,
         rounds=3,
-        state_memory="1MB",
+        state_memory="300KB",
         eval_clients=20,
     )
     s = run_experiment(cfg)
@@ -349,4 +356,4 @@ def test_runs_at_1e5_virtual_devices(tmp_path: Path) -> None:
     trained = {c for e in read_events(Path(cfg.output.out) / "events.jsonl") for c in e["selected"]}
     assert len(trained) > 100
     assert s["state_store"]["clients"] == 3 * len(trained)  # rows in the 3 tables
-    assert s["state_store"]["disk_bytes"] > 0  # 1 MB holds ~85 clients' rows: it spilled
+    assert s["state_store"]["disk_bytes"] > 0  # 300 KB holds ~45 clients' rows: it spilled

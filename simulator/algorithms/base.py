@@ -170,9 +170,11 @@ class Algorithm:
     #: the algorithm's parameters, ``--algorithm-param KEY=VALUE``
     params: ClassVar[dict[str, Param]] = {}
     #: per-client tensors kept in the client-state store: table -> shape ("params": the
-    #: trainable parameters, "model": the whole flat model, or an int: that many entries);
-    #: absent clients start at zero
-    client_state: ClassVar[dict[str, str | int]] = {}
+    #: trainable parameters, "model": the whole flat model, an int: that many entries, or a
+    #: callable ``(FlatLayout) -> int``: a size that depends on the model, e.g. FedALA's weights
+    #: on its top layers; an algorithm whose sizes depend on its parameters declares the dict
+    #: as a property); absent clients start at zero
+    client_state: ClassVar[dict[str, str | int | Callable[[Any], int]]] = {}
     #: server-state tensors sent to every selected client each round
     sends: ClassVar[tuple[str, ...]] = ()
     #: client-state tables (shape "params") trained beside the model, by the same optimizer

@@ -55,8 +55,8 @@ Choices and departures:
   statistics or noise); when the weighted layers are exactly the head (``p = 1``) the
   representation is computed once per round (the lower layers are the global ones, which W
   does not move) and each W step runs the head alone.
-* **Storage.** W is kept in a table the size of the trainable parameters (entries below the
-  top ``p`` layers unused), a second copy of the model per client beside Theta_i.
+* **Storage.** W is a table of the top ``p`` layers' entries (its size a callable of the layout,
+  :attr:`Algorithm.client_state`), beside Theta_i (the trainable parameters) and the phase.
 * **Evaluation.** The paper evaluates Theta_hat_i (ALA of the newest global model, before the
   next round's training); here the stored Theta_i after its latest local training.
 * **Received model.** ALA mixes in the start the trainer would use (``Start.flat``): the round's
@@ -66,6 +66,7 @@ Choices and departures:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -124,18 +125,33 @@ class FedALA(Algorithm):
         "cap": Param(20, "ALA epochs at most in a client's first ALA round (the rule needs 11)",
                      lambda v: v >= 1, ">= 1", int),
     }  # fmt: skip
-    client_state = {LOCAL: "params", WEIGHTS: "params", PHASE: 1}
     personal = LOCAL
+
+    @property
+    def client_state(self) -> dict[str, Any]:  # type: ignore[override]
+        """The local model (trainable parameters), W (the top layers' entries), the phase."""
+        return {LOCAL: "params", WEIGHTS: self.weighted_size, PHASE: 1}
+
+    def weighted(self, names: list[str]) -> list[str]:
+        """The names of the top ``p`` layers' tensors (a tail of ``names``, the trainable
+        parameters in layout order)."""
+        found = layers(names)
+        if self.p["p"] > len(found):
+            raise ConfigError(
+                f"algorithm.algorithm_params: fedala p={self.p['p']} invalid; the model has "
+                f"{len(found)} layers: {found}"
+            )
+        return [n for n in names if n.rpartition(".")[0] in found[-self.p["p"] :]]
+
+    def weighted_size(self, layout: Any) -> int:
+        """Entries of W: those of the top ``p`` layers of ``layout`` (a FlatLayout)."""
+        sizes = dict(zip(layout.param_names, layout.numels, strict=False))
+        return sum(sizes[n] for n in self.weighted(list(layout.param_names)))
 
     def local_parameters(self, names: list[str]) -> list[str]:
         """None (every entry is shared). Checks ``p`` against the model's layers (called with
         the layout's names when a run is set up)."""
-        n = len(layers(names))
-        if self.p["p"] > n:
-            raise ConfigError(
-                f"algorithm.algorithm_params: fedala p={self.p['p']} invalid; the model has "
-                f"{n} layers: {layers(names)}"
-            )
+        self.weighted(names)
         return []
 
     def start_iterations(self, state: dict[str, torch.Tensor]) -> int:
@@ -149,23 +165,19 @@ class FedALA(Algorithm):
     def client_start(self, s: Start) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Theta_hat_i and the learned W_i (see the module docstring); for ONE client."""
         parts = s.split(s.flat)
-        found = layers(list(parts))
-        if self.p["p"] > len(found):
-            raise ValueError(f"fedala p={self.p['p']}: the model has {len(found)} layers")
-        top = [n for n in parts if n.rpartition(".")[0] in found[-self.p["p"] :]]
+        top = self.weighted(list(parts))
         cut = s.flat.shape[-1] - sum(parts[n].numel() for n in top)
-        phase = s.state[PHASE][0]
+        phase, stored = s.state[PHASE][0], s.state[WEIGHTS]
         g_top = s.flat[cut:]
         l_top = torch.where(phase >= 1, s.state[LOCAL][cut:], g_top)
         diff = g_top - l_top
-        w = torch.where(phase >= 2, s.state[WEIGHTS][cut:], torch.ones_like(diff))
+        w = torch.where(phase >= 2, stored, torch.ones_like(diff))
         if s.iterations > 0:
             w = self.learn(s, parts, top, l_top, diff, w, phase)
         # a client without local work (no samples or no epochs) keeps its start and its rows
         work = s.mask.sum() > 0
         start = torch.cat([s.flat[:cut], torch.where(work, l_top + diff * w, g_top)])
-        stored = s.state[WEIGHTS]  # its entries below the top layers are unused (zeros)
-        return start, {WEIGHTS: torch.cat([stored[:cut], torch.where(work, w, stored[cut:])])}
+        return start, {WEIGHTS: torch.where(work, w, stored)}
 
     def learn(
         self,

@@ -166,7 +166,9 @@ class LocalTraining:
         cs, aux = self.cs, self.aux
         # one [K, P] copy for the parameters, one for the float buffers (if any): at a thousand
         # clients per actor these copies are most of a round's fixed cost
-        pflat = self.gflat.expand(k, -1).clone()
+        # (no copy of the parameters where the step's start builds them from the global model)
+        shared_start = bool(cs.starts and k and not starts)
+        pflat = self.gflat.expand(k, -1) if shared_start else self.gflat.expand(k, -1).clone()
         bflat = global_flat[p_num:].expand(k, -1).clone()
         for i, start in starts.items():
             pflat[i], bflat[i] = start[:p_num], start[p_num:]
@@ -181,7 +183,7 @@ class LocalTraining:
             )
         }
         buffers.update({n: b.expand(k, *b.shape).clone() for n, b in layout.int_buffers.items()})
-        pflat, begun = self.begin(pflat, state, buffers, None, own=bool(starts))
+        pflat, begun = self.begin(pflat, state, buffers, None, own=not shared_start)
         if aux and k:
             pflat = torch.cat(
                 [pflat]
@@ -212,8 +214,10 @@ class LocalTraining:
             bufs = [buffers[n].reshape(k, -1) for n in layout.buffer_names]
             updates = torch.cat([new_p, *bufs], dim=1) - global_flat
         else:
-            # in place only when nothing the step returned can be a view of the parameters
-            updates = new_p.sub_(global_flat) if not outputs else new_p - global_flat
+            # in place only when nothing the step returned shares the parameters' memory
+            base = new_p.untyped_storage().data_ptr()
+            shared = any(v.untyped_storage().data_ptr() == base for v in outputs.values())
+            updates = new_p - global_flat if shared else new_p.sub_(global_flat)
         return updates, losses, outputs
 
     def one_by_one(
