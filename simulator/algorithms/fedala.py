@@ -54,7 +54,11 @@ Choices and departures:
 * **Forward.** ALA's losses use the model in evaluation mode with the global buffers (no batch
   statistics or noise); when the weighted layers are exactly the head (``p = 1``) the
   representation is computed once per round (the lower layers are the global ones, which W
-  does not move) and each W step runs the head alone.
+  does not move) and each W step runs the head alone, its gradient in closed form: a round
+  past the first ALA round adds one forward of the lower layers over an epoch of the client's
+  data and a head step per batch of the sample (about 0.7 of FedAvg's client-updates/s on the
+  digits MLP, ``benchmarks/algorithm_throughput.py --algorithm fedala``). Other ``p`` go
+  through autograd and the whole forward per batch.
 * **Storage.** W is a table of the top ``p`` layers' entries (its size a callable of the layout,
   :attr:`Algorithm.client_state`), beside Theta_i (the trainable parameters) and the phase.
 * **Evaluation.** The paper evaluates Theta_hat_i (ALA of the newest global model, before the
