@@ -200,16 +200,18 @@ class FedALA(Algorithm):
         nb = sample.shape[0]
         track = s.iterations > WINDOW  # the stop rule can fire only after WINDOW epochs
         step = self.w_step(s, parts, top, l_top, diff, sample, track)
-        last = (torch.arange(nb, device=sample.device) * (sample.sum(-1) > 0)).max()
+        if track:  # the sample's last batch, whose loss the stop rule reads
+            last = (torch.arange(nb, device=sample.device) * (sample.sum(-1) > 0)).max()
         on, first = phase >= 1, phase == 1
         done = torch.zeros((), dtype=torch.bool, device=w.device)
         losses: list[torch.Tensor] = []
         for e in range(s.iterations):
-            active = on if e == 0 else on & first & ~done
+            # a frozen client's step is 0: W stays put exactly (it is in [0, 1] already)
+            rate = (on if e == 0 else on & first & ~done).to(w.dtype) * self.p["eta"]
             final = torch.zeros((), device=w.device)
             for b in range(nb):
                 g, value = step(w, b)
-                w = torch.where(active, (w - self.p["eta"] * g).clamp(0.0, 1.0), w)
+                w = w.sub(g.mul_(rate)).clamp(0.0, 1.0)
                 if track:
                     final = torch.where(last == b, value, final)
             losses.append(final)
@@ -238,15 +240,16 @@ class FedALA(Algorithm):
             h = h.reshape(nb, -1, h.shape[-1])
             share = (sample / sample.sum(-1, keepdim=True).clamp_min(1.0)).unsqueeze(-1)
             target = (s.y.unsqueeze(-1) == torch.arange(c, device=h.device)) * share
+            minus = target.neg()
             zero = torch.zeros((), device=h.device)
 
             def head_step(wv: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-                vec = l_top + diff * wv
-                logits = h[b] @ vec[:-c].reshape(c, -1).T + vec[-c:]
+                vec = torch.addcmul(l_top, diff, wv)
+                logits = torch.addmm(vec[-c:], h[b], vec[:-c].reshape(c, -1).T)
                 logp = logits.log_softmax(-1) if track else None
                 prob = logp.exp() if logp is not None else logits.softmax(-1)
-                d = prob * share[b] - target[b]
-                grad = torch.cat([(d.T @ h[b]).reshape(-1), d.sum(0)]) * diff
+                d = torch.addcmul(minus[b], prob, share[b])  # dL/dlogits
+                grad = torch.cat([(d.T @ h[b]).reshape(-1), d.sum(0)]).mul_(diff)
                 return grad, -(logp * target[b]).sum() if logp is not None else zero
 
             return head_step
