@@ -53,16 +53,20 @@ def make_store(
     cfg: Config, algorithm: Algorithm, layout: FlatLayout, space: ParamSpace
 ) -> ClientStore:
     """The run's client-state store, with the algorithm's tables (``client_state``: a shape of
-    ``'params'``, ``'model'`` or an int) and the kept-local entries' table ``local``."""
+    ``'params'``, ``'model'``, an int or a callable of the layout) and the kept-local entries'
+    table ``local``."""
     store = ClientStore(cfg.execution.state_memory_bytes, Path(cfg.output.out) / "state" / "spill")
     sizes = {"params": layout.num_params, "model": layout.size}
     for table, shape in algorithm.client_state.items():
         if isinstance(shape, str) and shape not in sizes:
             raise ValueError(
                 f"algorithm {algorithm.name!r}: client_state table {table!r} has "
-                f"shape {shape!r}; valid: 'params', 'model' or an int"
+                f"shape {shape!r}; valid: 'params', 'model', an int or a callable"
             )
-        store.declare(table, (sizes[shape] if isinstance(shape, str) else int(shape),))
+        size = (
+            sizes[shape] if isinstance(shape, str) else shape(layout) if callable(shape) else shape
+        )
+        store.declare(table, (int(size),))
     if space.local is not None:
         store.declare("local", (len(space.local),))
     return store
