@@ -240,6 +240,40 @@ def test_case_declarations_are_checked() -> None:
         Case("x", "claim", {}, arms, versus("a", ["b"], "feature_silhouette"))
 
 
+def test_arm_sizes_override_the_case_sizes() -> None:
+    """An arm's own quick/full overrides come after the case's and the arm's; other arms keep
+    the case's sizes; unknown arms and harness keys are refused. The moon case's CNN arms run
+    their own rounds with E = 10, its MLP arms the shared 20/30 rounds with E = 5."""
+    arms = {"a": {"lr": 0.1}, "b": {"algorithm": "fedprox", "rounds": 7}}
+    c = Case(
+        "x",
+        "claim",
+        {"rounds": 1, "lr": 0.5},
+        arms,
+        versus("a", ["b"]),
+        quick={"rounds": 2},
+        full={"rounds": 9},
+        arm_quick={"b": {"rounds": 3}},
+        arm_full={"b": {"rounds": 4, "lr": 0.2}},
+    )
+    assert [c.flat(a, True)["rounds"] for a in "ab"] == [2, 3]
+    assert [c.flat(a, False)["rounds"] for a in "ab"] == [9, 4]
+    assert [c.flat(a, False)["lr"] for a in "ab"] == [0.1, 0.2]
+    with pytest.raises(CaseError, match=r"arm sizes name unknown arm 'z'; arms: \['a', 'b'\]"):
+        Case("x", "claim", {}, arms, versus("a", ["b"]), arm_full={"z": {}})
+    with pytest.raises(CaseError, match="'out' is set by the harness"):
+        Case("x", "claim", {}, arms, versus("a", ["b"]), arm_quick={"a": {"out": "d"}})
+    moon = CASES["moon"]
+    cnn, mlp = moon.flat("cnn-moon-b0.5", False), moon.flat("moon-b0.5", False)
+    assert (cnn["model"], cnn["local_epochs"], cnn["algorithm_params"]) == ("cnn", 10, {"mu": 5.0})
+    assert cnn["rounds"] == moon.arm_full["cnn-moon-b0.5"]["rounds"] != mlp["rounds"] == 30
+    head = moon.flat("cnn-fedavg-head-b0.5", False)
+    assert head["algorithm_params"] == {"mu": 0.0} and head["model"] == "cnn"
+    assert {k: v for k, v in head.items() if k != "algorithm_params"} == {
+        k: v for k, v in cnn.items() if k != "algorithm_params"
+    }
+
+
 def test_shared_runs_run_once(tmp_path: Path) -> None:
     """scaffold and feddyn declare the same FedAvg arm: 2 seeds x (fedavg, scaffold, feddyn)
     = 6 distinct runs, not 8."""
@@ -250,13 +284,14 @@ def test_shared_runs_run_once(tmp_path: Path) -> None:
 
 
 def test_shared_runs_carry_every_cases_scores(tmp_path: Path) -> None:
-    """moon (6 arms) and fedfm (9 arms) share the Dirichlet(0.5) fedavg and moon runs: 13
-    distinct runs per seed; the shared ones carry fedfm's silhouette score even though moon,
-    which has no scores, declared them first; moon's own fedavg-head runs carry none."""
+    """moon (8 arms: 2 CNN + 6 MLP) and fedfm (9 arms) share the Dirichlet(0.5) MLP fedavg
+    and moon runs: 15 distinct runs per seed; the shared ones carry fedfm's silhouette score
+    even though moon, which has no scores, declared them first; moon's own fedavg-head runs
+    carry none."""
     from benchmarks.heterogeneity_study.cases.fedfm import silhouette
 
     jobs, index = core.make_jobs([CASES["moon"], CASES["fedfm"]], True, 1, tmp_path)
-    assert len(jobs) == 13
+    assert len(jobs) == 15
     by_key = {j["key"]: j for j in jobs}
     shared = by_key[index[("moon", "fedavg-b0.5", 0)]]
     assert index[("fedfm", "fedavg-b0.5", 0)] == shared["key"]
