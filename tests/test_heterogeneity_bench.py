@@ -410,7 +410,10 @@ def test_json_schema_of_a_tiny_run(
         ]
     )
     assert rc == 0
-    assert "runs:" not in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "runs:" not in printed.err
+    assert "note: with 1 seed(s) the smallest possible p is 1/2 = 0.500 > 0.05" in printed.out
+    assert "paired diff" in printed.out and "1-std" in printed.out
     data = json.loads(js.read_text())
     assert list(data) == ["cases"] and len(data["cases"]) == 3
     required = {
