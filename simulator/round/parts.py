@@ -53,8 +53,8 @@ def make_store(
     cfg: Config, algorithm: Algorithm, layout: FlatLayout, space: ParamSpace
 ) -> ClientStore:
     """The run's client-state store, with the algorithm's tables (``client_state``: a shape of
-    ``'params'``, ``'model'``, ``'row'`` or an int) and the kept-local entries' table
-    ``local``."""
+    ``'params'``, ``'model'``, ``'row'``, an int or a callable of the layout) and the kept-local
+    entries' table ``local``."""
     store = ClientStore(cfg.execution.state_memory_bytes, Path(cfg.output.out) / "state" / "spill")
     for table in algorithm.client_state:
         store.declare(table, (algorithm.state_entries(table, layout),))

@@ -11,11 +11,14 @@ A case declares
   (:data:`METRICS`) and in which direction the seed predicts (``higher`` / ``lower``);
   :func:`versus` builds the usual "every method against one baseline" list;
 * ``quick`` and ``full``: the overrides of the two run sizes (rounds, clients, epochs);
+* ``arm_quick`` and ``arm_full`` (optional): arm name -> that arm's own overrides of the run
+  size, for a case whose arms run at different sizes (the ``moon`` case's CNN arms);
 * ``scores`` (optional): metric name (one of :data:`SCORED_METRICS`) -> a module-level function
   of a finished run's directory returning a number, for a metric no run summary has (FedFM's
   feature silhouette). The harness calls it in the worker right after the run.
 
-A run's flat config is ``RUN_DEFAULTS | base | quick-or-full | arm | {seed, out}``.
+A run's flat config is ``RUN_DEFAULTS | base | quick-or-full | arm | arm_quick-or-arm_full[arm]
+| {seed, out}``.
 """
 
 from __future__ import annotations
@@ -99,6 +102,8 @@ class Case:
     quick: dict[str, Any] = field(default_factory=dict)
     full: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, Callable[[Path], float]] = field(default_factory=dict)
+    arm_quick: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arm_full: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -112,6 +117,11 @@ class Case:
                         f"case {self.name}: comparison names unknown arm {arm!r}; "
                         f"arms: {list(self.arms)}"
                     )
+        for arm in [*self.arm_quick, *self.arm_full]:
+            if arm not in self.arms:
+                raise CaseError(
+                    f"case {self.name}: arm sizes name unknown arm {arm!r}; arms: {list(self.arms)}"
+                )
         for m in self.scores:
             if m not in SCORED_METRICS:
                 raise CaseError(
@@ -130,6 +140,7 @@ class Case:
                 | set(self.quick)
                 | set(self.full)
                 | {k for a in self.arms.values() for k in a}
+                | {k for a in [*self.arm_quick.values(), *self.arm_full.values()] for k in a}
             )
         )
         if bad:
@@ -142,6 +153,7 @@ class Case:
             **self.base,
             **(self.quick if quick else self.full),
             **self.arms[arm],
+            **(self.arm_quick if quick else self.arm_full).get(arm, {}),
         }
 
 
