@@ -113,18 +113,9 @@ def test_resume_is_bitwise(algorithm: str, tmp_path: Path) -> None:
     assert torch.equal(ga, gb)
 
 
-#: why the ledger cannot yet replay an algorithm whose server update reads its rows and extras
-REPLAY_GAP = "the ledger's replay passes neither the rows nor the clients' extras to server_step"
-
-
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_ledger_records_the_shared_part(
-    algorithm: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def test_ledger_records_the_shared_part(algorithm: str, tmp_path: Path) -> None:
     from ledger.audit import audit_run
-
-    if ALGORITHMS.get(algorithm).reads_rows:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=REPLAY_GAP))
 
     cfg = config(
         tmp_path / "run",

@@ -152,13 +152,7 @@ def test_every_defense_replays_bit_for_bit(defense: str, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_every_algorithm_replays_bit_for_bit(
-    algorithm: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    if ALGORITHMS.get(algorithm).reads_rows:  # FedAF: the replay passes no rows nor extras
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="replay passes no rows nor extras")
-        )
+def test_every_algorithm_replays_bit_for_bit(algorithm: str, tmp_path: Path) -> None:
     # FedBN with BatchNorm: its kept-local entries are not in the rows (row_size < model size)
     model = {"norm": "batch"} if algorithm == "fedbn" else {}
     # FedAF sends condensed data: fedavg and a data attack (robust rules and sign flips refuse)
