@@ -22,6 +22,7 @@ from simulator.rng import Stream, stream
 from simulator.round.collect import Collected, combine_linear, make_batch
 from simulator.round.plan import RoundPlan
 from simulator.round.server import ServerSide
+from simulator.round.wire import downlink
 
 
 def aggregate_round(
@@ -104,7 +105,8 @@ def server_step(
     extras_of: dict[int, dict[str, np.ndarray]],
 ) -> torch.Tensor:
     """The algorithm's server update from the defended aggregate (shared entries), the
-    verdicts of the ``arrived`` clients and their extras; returns the next global model."""
+    verdicts of the ``arrived`` clients and their extras; returns the next global model (of
+    which a compressed download keeps only the change it sends)."""
     v = {x.client_id: x for x in verdicts}
     ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
     keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
@@ -113,7 +115,7 @@ def server_step(
         if len(ids)
         else {}
     )
-    return side.algorithm.server_update(
+    new = side.algorithm.server_update(
         ServerRound(
             rnd,
             side.global_flat,
@@ -128,3 +130,4 @@ def server_step(
             side.store,
         )
     )
+    return downlink(side.compression, side.space, side.global_flat, new)

@@ -23,6 +23,7 @@ from simulator.population.selection import next_online_time, select_clients
 from simulator.rng import Stream, client_seeds, stream
 from simulator.round.context import RoundContext
 from simulator.round.types import InFlight
+from simulator.round.wire import WireBytes, plan_wire
 
 
 @dataclass
@@ -49,6 +50,9 @@ class RoundPlan:
     starts : client -> ``[P]`` start model for clients that do not start from the global one.
     alarms : client -> whether it raised an alarm (Siren's client side).
     tasks : the training tasks (``now`` and ``hold`` clients, in selection order).
+    wire : each selected client's download and upload bytes (:mod:`simulator.round.wire`).
+    writes : client-state rows the plan implies (table, ids, rows; the collect step hands
+        them to the engine with the clients' new state): who holds which global model.
     """
 
     round: int
@@ -71,6 +75,8 @@ class RoundPlan:
     starts: dict[int, np.ndarray] = field(default_factory=dict)
     alarms: dict[int, bool] = field(default_factory=dict)
     tasks: list[TrainTask] = field(default_factory=list)
+    wire: WireBytes | None = None
+    writes: list[tuple[str, np.ndarray, np.ndarray]] = field(default_factory=list)
 
     @property
     def trained(self) -> np.ndarray:
@@ -118,8 +124,10 @@ def arrivals(
     epochs: np.ndarray,
     sizes: np.ndarray,
     start: float,
+    wire: WireBytes,
 ) -> list[Arrival]:
-    """When each selected client's update reaches the server (compute + transfer)."""
+    """When each selected client's update reaches the server: compute, plus its download and
+    upload (``wire``: the compressed sizes when transfers are compressed)."""
     pop, c = ctx.fed.population, ctx.cfg.clock
     # the population's arrays were validated when it was built; sizes and epochs are counts
     # ms/sample, or the model's training FLOPs over the device's GFLOP/s where it declares one
@@ -131,10 +139,11 @@ def arrivals(
         ctx.flops_per_sample,
     )
     dur = comp + transfer_seconds_unchecked(
-        np.float64(ctx.model_bytes),
-        pop.up_kbps[selected],
-        pop.down_kbps[selected],
-        pop.latency_ms[selected],
+        wire.download,
+        wire.upload,
+        up_kbps=pop.up_kbps[selected],
+        down_kbps=pop.down_kbps[selected],
+        latency_ms=pop.latency_ms[selected],
     )
     return [
         Arrival(int(k), rnd, start + float(d), float(s))
@@ -158,7 +167,8 @@ def make_plan(
     mal = ctx.adversary.malicious(selected, stream(seed, rnd, Stream.ATTACK))
     epochs = ctx.algorithm.client_epochs(len(selected), stream(seed, rnd, Stream.EPOCHS))
     sizes = ctx.train_clients.sizes(selected)
-    new = arrivals(ctx, rnd, selected, epochs, sizes, start)
+    wire, writes = plan_wire(ctx, rnd, selected)
+    new = arrivals(ctx, rnd, selected, epochs, sizes, start, wire)
     dropout, lost_s = dropouts(ctx, start, new) if cfg.clock.dropout else ([], 0.0)
     if dropout:
         gone = set(dropout)
@@ -191,8 +201,11 @@ def make_plan(
         now,
         hold,
         verdicts,
-        linear,
+        # rows the driver still has to compress cannot be pre-aggregated on the actors
+        linear and not ctx.compression.upload,
         dropout,
+        wire=wire,
+        writes=writes,
     )
     dropped_s = sum(a.compute_s for a in outcome.dropped)
     plan.wasted_seconds = dropped_s + partial_s + lost_s

@@ -19,6 +19,7 @@ import torch
 from defenses import Defense, make_defense
 from simulator.algorithms import make_algorithm
 from simulator.algorithms.base import Algorithm
+from simulator.compression import Compressor, make_compressor
 from simulator.training.evaluation import ServerEval
 from simulator.training.flat import FlatLayout
 from simulator.training.space import ParamSpace
@@ -74,6 +75,9 @@ class ServerSide:
     store : ClientStore or None
         The run's client-state store, handed to the algorithm's server update
         (``ServerRound.store``); None where no run holds one (the ledger's replay).
+    compression : Compressor
+        What the transfers carry; a compressed download is part of the server step (the
+        ledger's replay re-applies it).
     """
 
     defense: Defense
@@ -89,6 +93,7 @@ class ServerSide:
     server_state: dict[str, torch.Tensor]
     history: dict[int, torch.Tensor] = field(default_factory=dict)
     store: ClientStore | None = None
+    compression: Compressor = field(default_factory=Compressor)
 
     @classmethod
     def of(
@@ -128,6 +133,9 @@ class ServerSide:
             seed,
             g,
             alg.init_server(g, fed.layout.num_params),
+            compression=make_compressor(
+                cfg.compression.compression, **cfg.compression.compression_params
+            ),
         )
 
     @property
