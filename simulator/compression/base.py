@@ -35,7 +35,7 @@ VALUE_BYTES = 4
 
 def kept_entries(rate: float, n: np.ndarray | int) -> np.ndarray:
     """``ceil(rate * n)`` for each ``n`` (int64), computed on ``rate * n`` rounded to 6 decimals
-    so that float noise cannot add an entry (``0.1 * 30`` is ``3.0000000000000004``)."""
+    so that float noise cannot add an entry (``0.07 * 100`` is ``7.000000000000001``)."""
     return np.ceil(np.round(rate * np.asarray(n, np.float64), 6)).astype(np.int64)
 
 
