@@ -1,7 +1,8 @@
 """Step 1 of a round, the plan: who trains, when their updates arrive, how they are aggregated.
 
 Everything here is decided before any training runs: the clients (among devices online and idle
-now), the malicious ones, each client's local work, the virtual clock's arrival times and the
+now), the malicious ones, each client's local work, its bytes on the wire (what it downloads and
+uploads, compressed or not: :mod:`simulator.round.wire`), the virtual clock's arrival times and the
 round policy's verdict on them (arrive now, later, or never), and, for a linear rule whose rows
 nobody needs, each client's aggregation weight, computed once here and used both by the actors'
 partial sums and by the verdicts.

@@ -18,7 +18,6 @@ starts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -154,7 +153,9 @@ def compress_returned(
         returned[c].row = sent[i]
 
 
-def downlink(comp: Compressor, space: ParamSpace, old: torch.Tensor, new: Any) -> torch.Tensor:
+def downlink(
+    comp: Compressor, space: ParamSpace, old: torch.Tensor, new: torch.Tensor
+) -> torch.Tensor:
     """The global model the server keeps and sends after its update ``new`` of ``old``: the
     compressor's choice of the shared entries' change (kept-local entries never travel)."""
     if not comp.download:
