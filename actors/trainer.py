@@ -268,7 +268,12 @@ class ClientTrainer:
         out = outs[0][0] if len(outs) == 1 else _concat([o[0] for o in outs])
         sample_counts = np.concatenate([o[1] for o in outs]) if outs else np.zeros(0, np.int64)
         upd = out.updates
-        rows = upd if self.shared_index is None else upd[:, self.shared_index]
+        upload = getattr(self.spec.step, "upload", "update")
+        if upload != "update":  # the algorithm sends one of its outputs instead of its update
+            sent = out.outputs.pop(upload)
+            rows = sent.reshape(len(tasks), -1).to(torch.float32)
+        else:
+            rows = upd if self.shared_index is None else upd[:, self.shared_index]
         finite = finite_rows(rows)
         summed = (
             torch.zeros(len(tasks), dtype=torch.bool, device=self.device)

@@ -190,12 +190,14 @@ def interleaved(
             run(r)
     acc = {k: [0.0, 0, 0, warmup] for k in runners}  # seconds, updates, samples, next round
 
-    def pending() -> bool:
-        return any(a[3] - warmup < rounds or a[0] < min_seconds for a in acc.values())
+    def short(a: list) -> bool:
+        return a[3] - warmup < rounds or a[0] < min_seconds
 
-    while pending():
+    while any(short(a) for a in acc.values()):
         for k, run in runners.items():
             a = acc[k]
+            if not short(a):  # done: a slower runner's turns must not add rounds to it
+                continue
             start = time.perf_counter()
             while True:
                 t0 = time.perf_counter()

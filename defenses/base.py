@@ -124,6 +124,10 @@ class Defense:
     #: e.g. Siren's alarm), built by the engine with ``client_side()``; None: the rule is
     #: server-only
     client_side: type | None = None
+    #: what the rule can judge: rows that are model updates (``"update"``), rows of another
+    #: upload (an algorithm's :attr:`~simulator.algorithms.base.Algorithm.upload` name), or
+    #: ``"*"`` for any row (a plain weighted mean)
+    uploads: tuple[str, ...] = ("update",)
 
     def row_weights(self, num_samples: np.ndarray) -> np.ndarray:
         """Unnormalized weights of a linear rule; only called when ``linear`` is True."""
@@ -158,7 +162,7 @@ class Defense:
 
     def __call__(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if len(batch) == 0:
-            return AggregateResult(torch.zeros_like(ctx.global_flat), ())
+            return AggregateResult(torch.zeros(batch.updates.shape[1], dtype=torch.float32), ())
         return self.aggregate(batch, ctx)
 
     def state_dict(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ class FedAvgDefense(Defense):
 
     name = "fedavg"
     linear = True
+    uploads = ("*",)  # a weighted mean of any rows (predictions, condensed data too)
 
     def __init__(self, weighting: str = "samples") -> None:
         self.weighting = check_weighting(self.name, weighting)

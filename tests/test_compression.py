@@ -305,3 +305,46 @@ def test_label_counts_of_virtual_clients_cost_the_cohort(make_config: MakeConfig
         assert counts.shape == (3, 10) and counts.sum(1).tolist() == sizes.tolist()
     finally:
         sim.close()
+
+
+class Counts(Algorithm):
+    """Each client sends its 10 class counts instead of an update (not a thing to mask)."""
+
+    name = "counts_wire_test"
+    upload = "counts"
+    reads_rows = True
+
+    def row_entries(self, layout: Any) -> int:
+        return 10
+
+    def client_finish(self, f: Any) -> dict[str, torch.Tensor]:
+        onehot = torch.nn.functional.one_hot(f.y, 10).to(f.mask.dtype)
+        return {"counts": (onehot * f.mask.unsqueeze(-1)).sum((0, 1))}
+
+    def server_update(self, r: Any) -> torch.Tensor:
+        return r.global_flat
+
+
+@pytest.fixture
+def counts() -> Iterator[None]:
+    register(Counts)
+    yield None
+    del ALGORITHMS["counts_wire_test"]
+
+
+def test_uploads_that_are_not_updates_are_not_masked(make_config: MakeConfig, counts: None) -> None:
+    up = make_config(algorithm="counts_wire_test", partition="iid", **MASK)
+    with pytest.raises(ValueError, match="masks model updates, but algorithm 'counts_wire_te"):
+        Simulation(up)
+    down = {"rate": 0.25, "direction": "down"}
+    cfg = make_config(
+        "down",
+        algorithm="counts_wire_test",
+        partition="iid",
+        clients_per_round=10,
+        rounds=2,
+        compression="mask",
+        compression_params=down,
+    )
+    recs, sim = run(cfg)
+    assert [r.to_event()["dense_downloads"] for r in recs] == [10, 0]

@@ -96,7 +96,9 @@ class ServerRound:
     ----------
     round : the round index.
     global_flat : ``[P]`` the global model the round started from.
-    delta : ``[P]`` the defended aggregate update (zero at the entries kept on clients).
+    delta : ``[P]`` the defended aggregate update (zero at the entries kept on clients); for an
+        algorithm whose :attr:`Algorithm.upload` is not ``"update"``, the defended aggregate of
+        its rows (``[R]``, the rows' space).
     client_ids : ``[K]`` the clients whose updates arrived, in row order.
     kept : ``[K]`` the defense's verdict per row (True = aggregated).
     weights : ``[K]`` each row's share of the aggregate (0 for rejected rows).
@@ -107,6 +109,10 @@ class ServerRound:
     store : the run's client-state store (:class:`~simulator.state.store.ClientStore`): per-client
         rows the server update keeps beside the clients' own (FedUFO's scores; declare the table
         on first use); None where no run holds one (a replay of recorded rounds).
+    rows : ``[K, R]`` the rows the clients sent, aligned with ``client_ids`` (rejected ones
+        included: ``kept`` says which the defense kept), for an algorithm that
+        :attr:`~Algorithm.reads_rows` (the ledger's replay passes the recorded rows); None
+        otherwise.
     """
 
     round: int
@@ -120,6 +126,7 @@ class ServerRound:
     num_clients: int
     slices: dict[str, slice] = field(default_factory=dict)
     store: Any = None
+    rows: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -170,12 +177,26 @@ class Algorithm:
     #: client-state tables (shape "params") trained beside the model, by the same optimizer
     #: on the same batches (Ditto's personal model): the step sees them as ``Step.aux``
     client_trainable: ClassVar[tuple[str, ...]] = ()
-    #: client-state tables that hold a whole personal model of trainable parameters, used by
-    #: the per-client evaluation instead of the global model (:meth:`personal_model`)
+    #: the client-state table from which :meth:`personal_model` builds the model the per-client
+    #: evaluation uses instead of the global one (Ditto: a whole personal model of trainable
+    #: parameters; FedVB: the branches the client holds)
     personal: ClassVar[str | None] = None
     #: whether the client step draws random numbers with torch (vmap then uses
     #: randomness="different"; the two paths then differ). Prefer :meth:`noise_size`.
     random: ClassVar[bool] = False
+    #: what a client sends as its row: ``"update"`` (its trained shared parameters minus the
+    #: global ones, the default), or the name of a :meth:`client_finish` output sent instead
+    #: (predictions on a public set, condensed data, ...), flattened to :meth:`row_entries`
+    #: entries. The row is what defenses see, attacks rewrite and the ledger records; a rule
+    #: or a model attack that only makes sense on model updates refuses any other upload.
+    upload: ClassVar[str] = "update"
+    #: the server update reads the round's rows themselves (:attr:`ServerRound.rows`), not only
+    #: the defended aggregate: the actors then never pre-aggregate them
+    reads_rows: ClassVar[bool] = False
+    #: the name of a server-sent tensor (one of :attr:`sends`, ``[P]`` over the trainable
+    #: parameters) that multiplies each client's gradient: 1 trains an entry, 0 freezes it
+    #: (and its momentum and weight decay); None trains every entry
+    train_mask: ClassVar[str | None] = None
 
     def __init__(self, cfg: AlgorithmConfig, **params: Any) -> None:
         self.cfg = cfg
@@ -195,6 +216,17 @@ class Algorithm:
         """Names (of the flat layout) that stay on each client: never averaged, defended or
         recorded. Default: none."""
         return []
+
+    def row_entries(self, layout: Any) -> int | None:
+        """Entries of the row a client sends when :attr:`upload` is not ``"update"`` (``layout``:
+        the model's :class:`~simulator.training.flat.FlatLayout`); None for model updates,
+        whose rows hold the shared parameters."""
+        if self.upload != "update":
+            raise NotImplementedError(
+                f"algorithm {self.name!r} uploads {self.upload!r}: it must say how many "
+                "entries a row has (row_entries)"
+            )
+        return None
 
     # -- the model -------------------------------------------------------------------------
     def extend_model(self, model: Any, spec: Any) -> Any:

@@ -31,11 +31,11 @@ def aggregate_round(
     """The defended aggregate (shared entries) and every client's verdict."""
     size = side.space.size
     if plan.linear:
-        cb = make_batch(col.carried, size)
+        cb = make_batch(col.carried, size, plan.banned)
         ok, bad = screen_malformed(cb, size) if col.carried else (np.zeros(0, np.int64), [])
         delta, vs = combine_linear(side.defense, plan, col, ok, cb, size)
         return None, plan.verdicts + vs + bad, delta
-    batch = make_batch(col.fresh + col.carried, size)
+    batch = make_batch(col.fresh + col.carried, size, plan.banned)
     if policy.adjusts_rows and len(batch.client_ids):
         batch = adjusted(policy, side, plan.round, batch)
     delta, vs = aggregate(side, plan.round, batch)
@@ -103,12 +103,22 @@ def server_step(
     verdicts: list[Verdict],
     arrived: Sequence[int],
     extras_of: dict[int, dict[str, np.ndarray]],
+    batch: UpdateBatch | None = None,
 ) -> torch.Tensor:
     """The algorithm's server update from the defended aggregate (shared entries), the
-    verdicts of the ``arrived`` clients and their extras; returns the next global model (of
-    which a compressed download keeps only the change it sends)."""
+    verdicts of the ``arrived`` clients and their extras (and their rows, ``batch``, for an
+    algorithm that reads them); returns the next global model (of which a compressed download
+    keeps only the change it sends)."""
     v = {x.client_id: x for x in verdicts}
     ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
+    rows = None
+    if side.algorithm.reads_rows:
+        if batch is None:
+            raise ValueError(f"algorithm {side.algorithm.name!r} reads the rows: none were kept")
+        at = {int(c): i for i, c in enumerate(batch.client_ids.tolist())}
+        have = np.array([c in at for c in ids.tolist()], bool)
+        ids = ids[have]  # a client rejected before its row existed (dropout, partial work)
+        rows = batch.updates[torch.tensor([at[c] for c in ids.tolist()], dtype=torch.long)]
     keys = sorted({k for c in ids.tolist() for k in extras_of.get(c, {})})
     extras = (
         {k: torch.from_numpy(np.stack([extras_of[c][k] for c in ids.tolist()])) for k in keys}
@@ -128,6 +138,7 @@ def server_step(
             side.num_clients,
             side.layout.slices,
             side.store,
+            rows,
         )
     )
     return downlink(side.compression, side.space, side.global_flat, new)

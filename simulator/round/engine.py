@@ -40,7 +40,7 @@ from simulator.round.adversary import Adversary
 from simulator.round.aggregate import aggregate_round, server_step
 from simulator.round.collect import gather, settle, train
 from simulator.round.context import RoundContext
-from simulator.round.parts import check_cohort, make_scheduler, make_store
+from simulator.round.parts import check_cohort, check_upload, make_scheduler, make_store
 from simulator.round.plan import make_plan, plan_tasks
 from simulator.round.record import make_record
 from simulator.round.server import ServerSide
@@ -80,6 +80,7 @@ class Simulation:
         self.defense = make_defense(cfg.defense.defense, **cfg.defense.defense_params)
         check_cohort(self.defense, cfg.experiment.clients_per_round)
         self.policy = policy_of(cfg.clock, cfg.experiment.clients_per_round)
+        check_upload(self.algorithm, self.defense, self.attack, self.policy)
         self.fed = federation or build_federation(cfg)
         side = ServerSide.of(cfg, self.fed, self.algorithm, self.defense)
         self.space, self.server = side.space, side.evaluation
@@ -135,6 +136,7 @@ class Simulation:
         a model attack nor a hook needs)."""
         return (
             self.defense.linear
+            and not self.algorithm.reads_rows
             and self.cfg.execution.preaggregate
             and not self.adversary.is_model_attack
             and not self.policy.adjusts_rows
@@ -223,12 +225,13 @@ class Simulation:
         # 4. aggregate
         batch, verdicts, delta = aggregate_round(self.server_side, self.policy, plan, col)
         carried = {f.arrival.client_id: f.extras for f in col.carried}
+        extras = carried | col.extras
         self.global_flat = server_step(
-            self.server_side, rnd, delta, verdicts, [*plan.now, *carried], carried | col.extras
+            self.server_side, rnd, delta, verdicts, [*plan.now, *carried], extras, batch
         )
         self.clock.advance_to(max(plan.outcome.round_end, plan.start))
         # 5. record
-        return make_record(
+        record = make_record(
             ctx,
             plan,
             col,
@@ -238,6 +241,8 @@ class Simulation:
             self.clock.now,
             lambda: self.wall_offset + time.perf_counter() - wall_start,
         )
+        record.extras = extras
+        return record
 
     # -- whole run -----------------------------------------------------------------------------
     def run(self, progress: bool = False, on_record: Any = None) -> list[RoundRecord]:

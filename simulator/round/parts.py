@@ -22,6 +22,33 @@ def check_cohort(defense: Defense, cohort: int) -> None:
         raise ValueError(f"defense {defense.name!r}: needs {why} with {cohort} clients a round")
 
 
+def check_upload(algorithm: Algorithm, defense: Defense, attack: object, policy: object) -> None:
+    """Refuse a defense, a model attack or a row-adjusting round policy that only makes sense
+    on model updates when the algorithm's clients send something else (predictions, condensed
+    data): one line naming why."""
+    upload = algorithm.upload
+    if upload == "update":
+        return
+    what = f"algorithm {algorithm.name!r} sends {upload!r}, not model updates"
+    if getattr(policy, "adjusts_rows", False):
+        name = getattr(policy, "name", "?")
+        raise ValueError(
+            f"round policy {name!r}: {what}; this policy rescales and mixes update rows "
+            "(use a synchronous policy, e.g. 'wait_for_all' or 'deadline')"
+        )
+    if "*" not in defense.uploads and upload not in defense.uploads:
+        raise ValueError(
+            f"defense {defense.name!r}: {what}; this rule judges model updates "
+            f"(use a defense that accepts {upload!r}, e.g. 'fedavg')"
+        )
+    if getattr(attack, "kind", None) == "model":
+        name = getattr(attack, "name", "?")
+        raise ValueError(
+            f"attack {name!r}: {what}; a model attack rewrites update rows (use a data "
+            "attack, e.g. 'labelflip')"
+        )
+
+
 def make_store(
     cfg: Config, algorithm: Algorithm, layout: FlatLayout, space: ParamSpace
 ) -> ClientStore:

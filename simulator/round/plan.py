@@ -50,6 +50,9 @@ class RoundPlan:
     weights : client -> aggregation weight of a linear rule (fresh rows arriving now).
     starts : client -> ``[P]`` start model for clients that do not start from the global one.
     alarms : client -> whether it raised an alarm (Siren's client side).
+    banned : clients whose rows aggregated this round (fresh or carried) the rule is to refuse
+        unjudged (Siren's paper rule; its client side sets them from the store); the batch
+        carries them as the signal ``"banned"``.
     tasks : the training tasks (``now`` and ``hold`` clients, in selection order).
     wire : each selected client's download and upload bytes (:mod:`simulator.round.wire`).
     writes : client-state rows the plan implies (table, ids, rows; the collect step hands
@@ -75,6 +78,7 @@ class RoundPlan:
     weights: dict[int, float] = field(default_factory=dict)
     starts: dict[int, np.ndarray] = field(default_factory=dict)
     alarms: dict[int, bool] = field(default_factory=dict)
+    banned: set[int] = field(default_factory=set)
     tasks: list[TrainTask] = field(default_factory=list)
     wire: WireBytes | None = None
     writes: list[tuple[str, np.ndarray, np.ndarray]] = field(default_factory=list)

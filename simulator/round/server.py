@@ -20,6 +20,7 @@ from defenses import Defense, make_defense
 from simulator.algorithms import make_algorithm
 from simulator.algorithms.base import Algorithm
 from simulator.compression import Compressor, make_compressor
+from simulator.round.wire import check_compression
 from simulator.training.evaluation import ServerEval
 from simulator.training.flat import FlatLayout
 from simulator.training.space import ParamSpace
@@ -48,8 +49,9 @@ class ServerSide:
     Attributes
     ----------
     defense : Defense
-        The aggregation rule, with its own state across rounds (Siren's strikes and bans,
-        centered clipping's momentum).
+        The aggregation rule, with its own state across rounds (Siren's roll-back episode,
+        centered clipping's momentum); per-client state it reads (Siren's bans) comes as batch
+        signals.
     algorithm : Algorithm
         The FL algorithm (its ``server_update``).
     space : ParamSpace
@@ -121,6 +123,8 @@ class ServerSide:
         seed = cfg.experiment.seed
         evaluation = ServerEval(fed, seed, cfg.algorithm.local_epochs, local_spec(cfg, alg))
         g = fed.initial.clone()  # not the template: a shared federation
+        comp = make_compressor(cfg.compression.compression, **cfg.compression.compression_params)
+        check_compression(alg, comp)
         return cls(
             rule,
             alg,
@@ -133,9 +137,7 @@ class ServerSide:
             seed,
             g,
             alg.init_server(g, fed.layout.num_params),
-            compression=make_compressor(
-                cfg.compression.compression, **cfg.compression.compression_params
-            ),
+            compression=comp,
         )
 
     @property

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from simulator.algorithms.base import WireInfo
+from simulator.algorithms.base import Algorithm, WireInfo
 from simulator.compression import Compressor
 from simulator.round.context import RoundContext
 from simulator.round.types import InFlight
@@ -74,7 +74,7 @@ def dense_bytes(ctx: RoundContext, ids: np.ndarray) -> tuple[np.ndarray, np.ndar
     """The algorithm's ``(upload, download)`` bytes of clients ``ids`` (sorted), checked."""
     w = WireInfo(
         ids,
-        ctx.space.size,
+        ctx.space.shared_size,
         ctx.fed.dataset.num_classes,
         lambda: label_counts(ctx, ids),
         dict(ctx.fed.layout.slices),
@@ -102,7 +102,7 @@ def plan_wire(
 ) -> tuple[WireBytes, list[tuple[str, np.ndarray, np.ndarray]]]:
     """The round's transfers, and the client-state writes they imply (who now holds round
     ``rnd``'s model, when downloads are compressed)."""
-    comp, size = ctx.compression, ctx.space.size
+    comp, row, model = ctx.compression, ctx.space.size, ctx.space.shared_size
     up, down = dense_bytes(ctx, selected)
     writes: list[tuple[str, np.ndarray, np.ndarray]] = []
     holds = np.zeros(len(selected), bool)
@@ -110,11 +110,11 @@ def plan_wire(
         holds = held_previous(ctx.store, selected, rnd)
         writes.append((HELD, selected, np.full(len(selected), rnd, np.int64)))
     wire = WireBytes(
-        comp.upload_bytes(up, size),
-        comp.download_bytes(down, size, holds),
+        comp.upload_bytes(up, row),
+        comp.download_bytes(down, model, holds),
         up,
         down,
-        comp.upload_entries(up, size),
+        comp.upload_entries(up, row),
         ~holds if comp.download else np.ones(len(selected), bool),
     )
     return wire, writes
@@ -151,6 +151,16 @@ def compress_returned(
     sent = comp.compress_rows(rows, global_shared, keep).numpy()
     for i, c in enumerate(ids):
         returned[c].row = sent[i]
+
+
+def check_compression(algorithm: Algorithm, comp: Compressor) -> None:
+    """Refuse to mask uploads that are not model updates (predictions, condensed data: the
+    importances rank the entries of an update), in one line."""
+    if comp.upload and algorithm.upload != "update":
+        raise ValueError(
+            f"compression {comp.name!r}: masks model updates, but algorithm {algorithm.name!r} "
+            f"sends {algorithm.upload!r} (compress only the downloads: direction=down)"
+        )
 
 
 def downlink(

@@ -73,6 +73,7 @@ class LocalTraining:
         self.noise = client_noise(seeds, mask.shape[1], n_noise, device)
         self.cs = ClientStep(model, layout, step_obj, gflat, shared, self.aux, noisy=n_noise > 0)
         self.randomness = "different" if getattr(step_obj, "random", False) else "error"
+        self.grad_mask = self.make_grad_mask(step_obj, shared)
         self.lr, self.wd, self.mom = spec.lr, spec.weight_decay, spec.momentum
         self.steps = self.active.sum(-1)
         # each sample once (the first epoch's rows), for what a client computes after training
@@ -82,6 +83,25 @@ class LocalTraining:
             torch.arange(s1, device=device)[None, :] < per_epoch[:, None]
         ).unsqueeze(-1).to(mask_t.dtype)
         self.xs1, self.ys1 = xs[:, :s1], ys[:, :s1]
+
+    def make_grad_mask(
+        self, step_obj: object, shared: dict[str, torch.Tensor]
+    ) -> torch.Tensor | None:
+        """The step's :attr:`~simulator.algorithms.base.Algorithm.train_mask` (a sent ``[P]``
+        tensor over the trainable parameters) extended by ones over the trained client-state
+        tables; None when every entry trains."""
+        name = getattr(step_obj, "train_mask", None)
+        if name is None:
+            return None
+        if name not in shared:
+            raise ValueError(f"train_mask {name!r} is not among the tensors the server sends")
+        m = shared[name].to(self.gflat.dtype).reshape(-1)
+        if m.numel() != self.p_num:
+            raise ValueError(
+                f"train_mask {name!r}: {m.numel()} entries for {self.p_num} trainable parameters"
+            )
+        ones = [torch.ones(n, dtype=m.dtype, device=m.device) for n in self.aux.values()]
+        return torch.cat([m, *ones]) if ones else m
 
     def start_aux(self, name: str, stored: torch.Tensor) -> torch.Tensor:
         """Where the trained client-state table ``name`` starts (the step's rule)."""
@@ -125,6 +145,8 @@ class LocalTraining:
             with torch.no_grad():
                 if wd:
                     grad = grad + wd * pvec
+                if self.grad_mask is not None:  # frozen entries: no step, decay or momentum
+                    grad = grad * self.grad_mask
                 if buf is not None:
                     buf = torch.where(am > 0, mom * buf + grad, buf)
                     grad = buf

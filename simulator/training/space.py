@@ -26,14 +26,28 @@ class ParamSpace:
     full : P, entries of the flat model.
     shared, local : index arrays of the shared / local entries, or None when every entry is
         shared (then ``local`` is None too).
+    upload : what a row is: ``"update"`` (the shared entries of a model update) or the name of
+        what the algorithm sends instead (:attr:`~simulator.algorithms.base.Algorithm.upload`).
+    row : entries of a row that is not an update (None for updates).
     """
 
     full: int
     shared: np.ndarray | None = None
     local: np.ndarray | None = None
+    upload: str = "update"
+    row: int | None = None
 
     @classmethod
     def of(cls, layout: FlatLayout, algorithm: Any) -> ParamSpace:
+        upload = getattr(algorithm, "upload", "update")
+        row = algorithm.row_entries(layout) if upload != "update" else None
+        if row is not None and (not isinstance(row, int) or row < 1):
+            raise ValueError(f"algorithm {algorithm.name!r}: row_entries must be >= 1, got {row!r}")
+        base = cls._model(layout, algorithm)
+        return cls(base.full, base.shared, base.local, upload, row)
+
+    @classmethod
+    def _model(cls, layout: FlatLayout, algorithm: Any) -> ParamSpace:
         names = set(algorithm.local_parameters(list(layout.names)))
         unknown = sorted(names - set(layout.names))
         if unknown:
@@ -52,8 +66,18 @@ class ParamSpace:
 
     @property
     def size(self) -> int:
-        """Entries of an update row."""
+        """Entries of a row: the shared parameters of an update, or :attr:`row`."""
+        return self.row if self.row is not None else self.shared_size
+
+    @property
+    def shared_size(self) -> int:
+        """Entries of the model that are shared (aggregated, not kept on clients)."""
         return self.full if self.shared is None else len(self.shared)
+
+    @property
+    def updates(self) -> bool:
+        """Whether rows are model updates (the usual case)."""
+        return self.upload == "update"
 
     def shared_of(self, flat: torch.Tensor) -> torch.Tensor:
         """``[P] -> [size]``."""
@@ -76,8 +100,9 @@ class ParamSpace:
         return out
 
     def full_delta(self, delta: torch.Tensor) -> torch.Tensor:
-        """A shared-space update as a full one (zero at the local entries)."""
-        if self.shared is None:
+        """A shared-space update as a full one (zero at the local entries); the aggregate
+        itself when rows are not updates (it lives in the rows' space)."""
+        if self.shared is None or not self.updates:
             return delta
         out = torch.zeros(self.full, dtype=delta.dtype)
         out[torch.from_numpy(self.shared)] = delta
