@@ -37,6 +37,7 @@ from simulator.config.system import (
     LedgerConfig,
     OutputConfig,
 )
+from simulator.config.wire import CompressionConfig, compressor_of
 
 SECTIONS: dict[str, type] = {
     "experiment": ExperimentConfig,
@@ -47,6 +48,7 @@ SECTIONS: dict[str, type] = {
     "algorithm": AlgorithmConfig,
     "defense": DefenseConfig,
     "attack": AttackConfig,
+    "compression": CompressionConfig,
     "execution": ExecutionConfig,
     "output": OutputConfig,
     "ledger": LedgerConfig,
@@ -65,6 +67,7 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     defense: DefenseConfig = field(default_factory=DefenseConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
@@ -130,7 +133,8 @@ def build_config(
 
 def validate(cfg: Config) -> None:
     """The checks no section can make alone: the plugins' names and parameters (round policy,
-    algorithm, attack, placement; :mod:`.plugins`), and a cohort no larger than the population.
+    algorithm, attack, placement: :mod:`.plugins`; the compressor: :mod:`.wire`), and a cohort
+    no larger than the population.
 
     Raises
     ------
@@ -146,6 +150,7 @@ def validate(cfg: Config) -> None:
             "experiment.client_finetune_epochs: fine-tunes for the per-client evaluation; "
             "give --client-test-fraction > 0"
         )
+    compressor_of(cfg.compression)
     k, n = cfg.experiment.clients_per_round, cfg.data.num_clients
     if k > n:  # selection would quietly take every device each round
         raise ConfigError(

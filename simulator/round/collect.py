@@ -24,6 +24,7 @@ from simulator.rng import Stream, stream
 from simulator.round.context import RoundContext
 from simulator.round.plan import RoundPlan
 from simulator.round.types import InFlight
+from simulator.round.wire import compress_returned
 
 
 @dataclass
@@ -126,7 +127,7 @@ def gather(ctx: RoundContext, plan: RoundPlan, res: dict[str, Any]) -> Gathered:
     """The clients' new state (to write), their rows with named extras, per-client info."""
     ids = res["client_ids"]
     tables = set(ctx.algorithm.client_state)
-    writes = [(t, ids, res["outputs"][t]) for t in ctx.algorithm.client_state]
+    writes = list(plan.writes) + [(t, ids, res["outputs"][t]) for t in ctx.algorithm.client_state]
     if res["local"] is not None and len(ids):
         writes.append(("local", ids, res["local"]))
     extra_keys = [k for k in res["outputs"] if k not in tables]
@@ -168,9 +169,10 @@ def settle(
     global_shared: torch.Tensor,
     where: str,
 ) -> tuple[Collected, list[InFlight]]:
-    """Apply the model attack to the malicious rows, then split the updates into what is
-    aggregated now (fresh and carried) and what stays in flight; returns the round's
-    :class:`Collected` (its ``placement`` is the engine's to fill) and the new in-flight list."""
+    """Apply the model attack to the malicious rows, compress the rows as their clients send
+    them (``--compression``), then split the updates into what is aggregated now (fresh and
+    carried) and what stays in flight; returns the round's :class:`Collected` (its
+    ``placement`` is the engine's to fill) and the new in-flight list."""
     returned, info = got.returned, got.info
     ctx.adversary.rewrite(
         plan.round,
@@ -179,6 +181,8 @@ def settle(
         plan.malicious,
         stream(ctx.cfg.experiment.seed, plan.round, Stream.MODEL_ATTACK),
     )
+    if plan.wire is not None:
+        compress_returned(ctx.compression, plan.wire, plan.selected, returned, global_shared)
     keys = {(a.client_id, a.base_round) for a in plan.outcome.arrived}
     carried = [f for f in in_flight if (f.arrival.client_id, f.arrival.base_round) in keys]
     pending = {(a.client_id, a.base_round) for a in plan.outcome.pending}

@@ -86,6 +86,7 @@ class Simulation:
         self.space, self.server = side.space, side.evaluation
         self.spec = self.server.spec  # the clean spec: built before any data attack
         self.global_flat, self.server_state = side.global_flat, side.server_state
+        self.compression = side.compression  # what the transfers carry (bytes on the wire)
         self.store = make_store(cfg, self.algorithm, self.fed.layout, self.space)
         side = self.defense.client_side
         self.client_side = side() if side is not None else None
@@ -109,7 +110,6 @@ class Simulation:
         self.in_flight: list[InFlight] = []
         self.history: dict[int, torch.Tensor] = {}  # round -> global model it started from
         self.next_round = 0
-        self.model_bytes = 4 * self.space.size
         self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
         self.scheduler = make_scheduler(cfg, self.flops_per_sample)
         self.wall_offset = 0.0
@@ -167,6 +167,7 @@ class Simulation:
             self.server_state,
             self.history,
             self.store,
+            self.compression,
         )
 
     def context(self) -> RoundContext:
@@ -185,7 +186,7 @@ class Simulation:
             self.server,
             self.client_eval,
             self.flops_per_sample,
-            self.model_bytes,
+            self.compression,
         )
 
     # -- one round -----------------------------------------------------------------------------

@@ -44,6 +44,8 @@ METRICS: dict[str, str] = {
     "client_accuracy_worst10": "mean of the lowest 10% (at least one) client accuracies",
     "rounds_to_baseline": "first round (1-based) whose global test accuracy reaches the "
     "baseline's final accuracy of the same seed (rounds + 1 if never)",
+    "upload_volume": "bytes the clients uploaded over the bytes the same uploads take "
+    "uncompressed (1 without --compression; a fraction of FedAvg's)",
     "feature_silhouette": "silhouette score (test labels as clusters, euclidean) of the final "
     "global model's test-set features (a case's ``scores`` computes it)",
 }
