@@ -41,6 +41,8 @@ class RoundContext:
     server, client_eval : the server's evaluation and the per-client evaluation.
     flops_per_sample : the model's training FLOPs per sample (the clock's compute cost).
     model_bytes : bytes of one shared update on the wire (the clock's transfer cost).
+    spaces : with several model groups, each group's shared and kept-local entries (``space``
+        is group 0's); empty with one group.
     """
 
     cfg: Config
@@ -57,3 +59,4 @@ class RoundContext:
     client_eval: ClientEval
     flops_per_sample: float
     model_bytes: int
+    spaces: tuple[ParamSpace, ...] = ()
