@@ -81,7 +81,7 @@ class Replayer:
         delta, verdicts = aggregate(s, rnd, batch)
         # recorded rounds carry no extras (e.g. SCAFFOLD's Delta c): the algorithms' model
         # step does not depend on them
-        new = server_step(s, rnd, delta, verdicts, batch.client_ids, {})
+        new = server_step(s, rnd, delta, verdicts, batch.client_ids, {}, batch)
         s.global_flat = new
         return new, verdicts
 
