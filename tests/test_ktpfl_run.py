@@ -58,9 +58,25 @@ def own_predictions(sim: Simulation, cid: int, temperature: float = 3.0) -> np.n
         return torch.softmax(grp.model(sim.fed.public_x) / temperature, -1).reshape(-1).numpy()
 
 
+def own_accuracy(sim: Simulation) -> float:
+    """Mean accuracy of the evaluated clients, each with its own stored model, by hand."""
+    ev, acc, off = sim.client_eval, [], 0
+    for cid, n in zip(ev.clients.tolist(), ev.counts.tolist(), strict=True):
+        grp = sim.fed.groups[cid % 3]
+        flat = sim.store.get(table_name("local", cid % 3), np.array([cid]))[0][0]
+        grp.layout.load(grp.model, torch.from_numpy(flat))
+        grp.model.eval()
+        with torch.no_grad():
+            pred = grp.model(ev.x[off : off + n]).argmax(1)
+        acc.append(float((pred == ev.y[off : off + n]).double().mean()))
+        off += n
+    return float(np.mean(acc))
+
+
 def test_rows_are_each_clients_predictions_and_targets_come_back(tmp_path: Path) -> None:
     """Round 0: each row is softmax(z / 3) of the client's own trained model on the 72 public
-    images (720 entries, each image's 10 summing to 1); every client then has a target; round
+    images (720 entries, each image's 10 summing to 1), and each client is scored with that
+    model; every client then has a target; round
     1 distils towards it, so the models move differently from a Local run (passes = 0)."""
     sim = Simulation(kt_config(tmp_path / "kt"))
     local = Simulation(kt_config(tmp_path / "local", algorithm_params={"passes": 0}))
@@ -75,6 +91,7 @@ def test_rows_are_each_clients_predictions_and_targets_come_back(tmp_path: Path)
             np.testing.assert_allclose(rows[i], own_predictions(sim, cid), rtol=0, atol=1e-6)
         assert sim.store.has(TARGET, np.arange(6)).all()
         assert sim.server_state["c"].shape == (6, 6)
+        assert rec.extra["client_accuracy_mean"] == pytest.approx(own_accuracy(sim), abs=1e-12)
         sim.run_round(1, 0.0)
         local.run_round(1, 0.0)
         a = sim.store.get("local", np.array([0, 3]))[0]

@@ -18,9 +18,10 @@ from simulator.training.step import PUBLIC_INPUTS, Step
 
 
 class IndexSum(Algorithm):
-    """On a public pass the loss is sum_b mask_b * (index_b + 1) * w_0 (w_0: the first
-    parameter), so one pass over M rows moves w_0 by -lr * M (M + 1) / 2 whatever the order;
-    on local steps the cross-entropy (``local_ce``) or nothing."""
+    """On a public pass the loss is sum_b mask_b * (mean(x_b) * w_0 + (index_b + 1) * w_1)
+    (w_0, w_1: the first two parameters); public row i is an image of constant value i + 1, so
+    one pass over M rows moves w_0 and w_1 by -lr * M (M + 1) / 2 whatever the order; on local
+    steps the cross-entropy (``local_ce``) or nothing."""
 
     name = "index_sum_test"
     uses_public = True
@@ -36,7 +37,9 @@ class IndexSum(Algorithm):
         if not s.public:
             return s.ce if self.local_ce else 0.0 * s.flat.sum()
         assert s.index is not None
-        return (s.mask * (s.index + 1).to(s.flat.dtype)).sum() * s.flat[0]
+        value = s.x.reshape(s.x.shape[0], -1).mean(-1)
+        rows = (s.index + 1).to(s.flat.dtype)
+        return (s.mask * (value * s.flat[0] + rows * s.flat[1])).sum()
 
 
 def run(before: int, after: int, epochs: list[int], vectorize: bool) -> torch.Tensor:
@@ -44,7 +47,7 @@ def run(before: int, after: int, epochs: list[int], vectorize: bool) -> torch.Te
     layout = FlatLayout(model)
     gen = torch.Generator().manual_seed(0)
     x, y = torch.rand(20, 1, 8, 8, generator=gen), torch.randint(0, 10, (20,), generator=gen)
-    public = torch.rand(7, 1, 8, 8, generator=gen)
+    public = (torch.arange(7.0) + 1).reshape(7, 1, 1, 1).expand(7, 1, 8, 8).contiguous()
     alg = IndexSum(AlgorithmConfig(), before, after, local_ce=epochs != [1, 1])
     out = train_clients(
         model,
@@ -65,12 +68,13 @@ def run(before: int, after: int, epochs: list[int], vectorize: bool) -> torch.Te
 @pytest.mark.parametrize("vectorize", [True, False])
 def test_each_pass_visits_every_public_row_once(vectorize: bool) -> None:
     """Local steps without a loss, 2 passes over 7 public rows in batches of 3 (the last one
-    partial): w_0 moves by -0.01 * 2 * (1 + ... + 7) = -0.56, nothing else moves. A client
-    with no local work (0 epochs) takes no public step either."""
+    partial): w_0 (by the inputs) and w_1 (by the rows' indices) each move by -0.01 * 2 *
+    (1 + ... + 7) = -0.56, nothing else moves. A client with no local work (0 epochs) takes
+    no public step either."""
     for before, after in ((2, 0), (0, 2)):
         upd = run(before, after, [1, 1], vectorize)
-        np.testing.assert_allclose(upd[:, 0].numpy(), [-0.56, -0.56], rtol=1e-6)
-        assert torch.count_nonzero(upd[:, 1:]) == 0
+        np.testing.assert_allclose(upd[:, :2].numpy(), np.full((2, 2), -0.56), rtol=1e-6)
+        assert torch.count_nonzero(upd[:, 2:]) == 0
     assert torch.count_nonzero(run(2, 0, [0, 1], vectorize)[0]) == 0
 
 
