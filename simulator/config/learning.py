@@ -176,7 +176,7 @@ class AlgorithmConfig:
     algorithm: str = field_of(
         "fedavg",
         "federated algorithm (one file each in simulator/algorithms/: fedavg, fedprox, "
-        "feddyn, scaffold, fedbn, moon, fedfm, fedfm_lite, fedfa, fedufo, ditto)",
+        "feddyn, scaffold, fedbn, moon, fedfm, fedfm_lite, fedfa, fedufo, ditto, ktpfl)",
     )
     algorithm_params: dict[str, Any] = field_of(
         {},
