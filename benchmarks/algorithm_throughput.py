@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.fused import interleaved  # noqa: E402
-from benchmarks.throughput import EPOCHS, TASKS, Task, task_config  # noqa: E402
+from benchmarks.throughput_study.tasks import EPOCHS, TASKS, Task, task_config  # noqa: E402
 from simulator.algorithms import ALGORITHMS  # noqa: E402
 from simulator.config.fields import ConfigError  # noqa: E402
 from simulator.config.sections import Config  # noqa: E402

@@ -8,34 +8,37 @@ Official code: github.com/AISIGSJTU/Siren (``server_detect`` and the ``siren`` b
 ``train_fn`` in ``main.py``).
 
 The client side (holdout test, alarms, alarming clients training from their own previous model,
-and under the population rule the strikes and bans) is ``defenses/siren_client.py`` and runs in
-the engine; the alarms reach this module as the batch signal ``"alarm"``. The screenings are in
+strikes and bans) is ``defenses/siren_client.py`` and runs in the engine; the screenings are in
 ``defenses/siren_screen.py``, the decision rules in ``defenses/siren_rules.py``.
+
+Where state lives: per-client state (each client's previous local model and its strikes, hence
+its ban) is in the run's client-state store, kept by the client side (tables ``siren_prev`` and
+``siren_strikes``, ``defenses/siren_reputation.py``), which checkpoints and spills it with the
+rest. This object holds only whether a detection episode is open; its aggregation is a function
+of that flag, the round's rows and their batch signals ``"alarm"`` and ``"banned"``, so the
+ledger's replay re-derives it from recorded rounds.
 
 Two variants. ``variant="paper"`` is the paper's method as it ran here before (same results):
 the margin alarm, screening against the best root-set score, group decisions, equal weights,
-bans held by this object. ``variant="calibrated"`` (default) is ours: a McNemar alarm, screening
-against the non-alarmers' median and mean update with a margin that widens on a small root set
-or a spread-out cohort, every row judged on its own evidence, sample weights, strikes in the
-client-state store. Why (the method notes,
+banned clients still train and their rows are rejected unjudged. ``variant="calibrated"``
+(default) is ours: a McNemar alarm, screening against the non-alarmers' median and mean update
+with a margin that widens on a small root set or a spread-out cohort, every row judged on its
+own evidence, sample weights, banned clients refused before they train. Why (the method notes,
 ``shared/notes/methods-ktpfl-fedma-fedala-fedvb-siren.md`` §6): with ~144 samples a client a
-10% holdout is ~14 samples, one sample is 7 points against
-the 4-point alarm margin; the best of 10 noisy root-set scores sits ~1.5 standard errors above
-the typical one; one failing alarmer drops every non-alarmer. Measured (``benchmarks/
-robustness.py --attack labelflip``, siren scenario, 3 seeds): the paper variant rejects 0.30 of
-the honest updates of clean runs, ours none; on 10^6 virtual clients (100 a round, 30% sign
-flippers) the paper variant rejects 0.998 of the honest updates (accuracy 0.22), ours 0.04
-(0.78; clean FedAvg 0.82).
+10% holdout is ~14 samples, one sample is 7 points against the 4-point alarm margin; the best of
+10 noisy root-set scores sits ~1.5 standard errors above the typical one; one failing alarmer
+drops every non-alarmer. Measured (``benchmarks/robustness.py --attack labelflip``, siren
+scenario, 3 seeds): the paper variant rejects 0.30 of the honest updates of clean runs, ours
+none; on 10^6 virtual clients (100 a round, 30% sign flippers) the paper variant rejects 0.998
+of the honest updates (accuracy 0.22), ours 0.04 (0.78; clean FedAvg 0.82).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
 from defenses.base import (
     DEFENSES,
@@ -45,30 +48,33 @@ from defenses.base import (
     UpdateBatch,
     Verdict,
     check_choice,
-    full_models,
 )
 from defenses.geomed import check_positive, check_unit
 from defenses.krum import check_count
 from defenses.siren_client import SirenClient
+from defenses.siren_reputation import BANNED
 from defenses.siren_rules import (
+    Screen,
     kept_mean,
     kept_weights,
-    next_strikes,
     paper_rule,
     population_rule,
+    rollback_base,
+    row_flags,
 )
-from defenses.siren_screen import (
-    robust_margin,
-    screen,
-    screen_robust,
-)
+from defenses.siren_screen import margin_of, root_accuracy, screen, screen_robust
 
-__all__ = ["BANNED", "ROLLBACK", "SirenDefense"]
+__all__ = ["ROLLBACK", "SirenDefense"]
 
-#: verdict reason of a banned client's row
-BANNED = "banned"
 #: note on kept rows of a round whose aggregate was applied to the previous round's global model
 ROLLBACK = "rollback"
+#: the parts a variant stands for, with their choices
+PARTS = (
+    ("alarm", ["mcnemar", "paper"]),
+    ("screen", ["robust", "paper"]),
+    ("rule", ["population", "paper"]),
+    ("weighting", ["samples", "uniform"]),
+)
 #: the variants and the (alarm, screen, rule, weighting) each stands for
 VARIANTS = {
     "calibrated": ("mcnemar", "robust", "population", "samples"),
@@ -126,9 +132,10 @@ class SirenDefense(Defense):
         Fraction of each client's samples held out for the alarm, ``0 < holdout < 1``
         (default 0.1).
 
-    ``alarm``, ``alpha``, ``cc``, ``holdout`` (and the population rule's ban threshold and
-    reward) are the client side's: the engine's :class:`~defenses.siren_client.SirenClient`
-    reads them from this object.
+    ``alarm``, ``alpha``, ``cc``, ``holdout``, the ban threshold and ``reward`` are the client
+    side's: the engine's :class:`~defenses.siren_client.SirenClient` reads them from this object
+    and keeps the strikes in the client-state store (table ``siren_strikes``). This object's own
+    state (``state_dict``) is ``{"in_episode": bool}``.
 
     Notes
     -----
@@ -139,18 +146,21 @@ class SirenDefense(Defense):
     server-held public set is Siren's root set; a run without one fails with ValueError (the
     robust screening also reads its size, ``len(ctx.public_y)``).
 
-    1. *Bans* (paper rule): rows of banned clients are rejected (``"banned"``) and take no
-       further part: their alarms are not counted and they are not screened. Under the
-       population rule the client side refuses banned clients before they train.
+    1. *Bans* (paper rule): rows with the signal ``"banned"`` (their clients' strikes reached
+       the ban threshold; the client side marks them from the store) are rejected
+       (``"banned"``) and take no further part: their alarms are not counted and they are not
+       screened. Under the population rule the client side refuses banned clients before they
+       train (the signal is not read: a row a client sent before its ban is judged).
     2. *Decision*: :func:`~defenses.siren_rules.paper_rule` or
        :func:`~defenses.siren_rules.population_rule`, with the screening chosen by ``screen``.
        The official code uses absolute margins (8, 3 and 5 accuracy points for the screening,
        the group test and the one-alarm screening); here one relative margin ``cs`` serves.
     3. *Aggregate*: :func:`~defenses.siren_rules.kept_mean` with the ``weighting``'s weights.
-    4. *Penalty and reward* (paper rule; the population rule's client side applies the same
-       arithmetic to the store): a client gains one strike per rejected row (bans included)
-       and, in a round where all its rows were accepted, loses ``reward`` strikes (floor 0). At
-       ``strikes >= ban threshold`` it is banned for the rest of the run.
+    4. *Penalty and reward* (the client side, on the store at the round's end,
+       :func:`~defenses.siren_reputation.update_strikes`): a client gains one strike per
+       rejected row (under the paper rule its ``"banned"`` rows included) and, in a round where
+       all its rows were accepted, loses ``reward`` strikes (floor 0). At ``strikes >= ban
+       threshold`` it is banned for the rest of the run.
     5. *Roll-back*: under the paper rule a round *detects* an attack when it rejects a row for a
        reason other than ``"banned"``; under the population rule when it has a confirmed alarm
        (an alarmer whose own row passed: rejecting a failing row needs no roll-back, the poison
@@ -169,10 +179,6 @@ class SirenDefense(Defense):
     Two defects of the official code are not reproduced: benign updates are picked by their
     position in the shuffled selection rather than by client id, and the root set is drawn with
     replacement (here the engine's public set is a fixed split without repeats).
-
-    State (``state_dict``): ``{"strikes": {client: float}, "banned": [client, ...],
-    "in_episode": bool}`` — plain Python values; strikes and bans stay empty under the
-    population rule (they live in the client-state store, table ``siren_strikes``).
     """
 
     client_side = SirenClient
@@ -205,21 +211,10 @@ class SirenDefense(Defense):
                 f"defense {self.name!r}: rollback {rollback!r} invalid; valid: True, False or None"
             )
         self.variant = check_choice(self.name, "variant", variant, list(VARIANTS))
-        given = {
-            "alarm": (alarm, ["mcnemar", "paper"]),
-            "screen": (screen, ["robust", "paper"]),
-            "rule": (rule, ["population", "paper"]),
-            "weighting": (weighting, ["samples", "uniform"]),
-        }
-        part = {
-            k: check_choice(self.name, k, d if v is None else v, valid)
-            for (k, (v, valid)), d in zip(given.items(), VARIANTS[variant], strict=True)
-        }
+        given = (alarm, screen, rule, weighting)
         self.alarm, self.screen, self.rule, self.weighting = (
-            part["alarm"],
-            part["screen"],
-            part["rule"],
-            part["weighting"],
+            check_choice(self.name, k, d if v is None else v, valid)
+            for (k, valid), v, d in zip(PARTS, given, VARIANTS[self.variant], strict=True)
         )
         self.rollback = self.rule == "paper" if rollback is None else bool(rollback)
         self.trigger = check_choice(self.name, "trigger", trigger, ["alarm", "always"])
@@ -227,8 +222,6 @@ class SirenDefense(Defense):
         self.z = check_positive(self.name, "z", z)
         self.cc = check_unit(self.name, "cc", cc)
         self.holdout = check_unit(self.name, "holdout", holdout)
-        self.strikes: dict[int, float] = {}
-        self.banned: set[int] = set()
         self.in_episode = False
 
     @property
@@ -248,45 +241,31 @@ class SirenDefense(Defense):
             )
         n = len(batch)
         ids = batch.client_ids.astype(np.int64)
-        alarm = self._alarms(batch)
-        banned = np.array([int(c) in self.banned for c in ids], dtype=bool)
+        alarm = row_flags(batch, "alarm", self.name)
+        paper = self.rule == "paper"  # the population rule's bans never reach a row
+        banned = row_flags(batch, "banned", self.name) if paper else np.zeros(n, bool)
         live = np.flatnonzero(~banned)
         acc = np.full(n, np.nan)
         if len(live):
-            acc[live] = self._accuracy(batch, ctx, live)
-
-        def screening(rows: np.ndarray) -> tuple[dict[int, str], float]:
-            if self.screen == "paper":
-                return screen(rows, acc, batch.updates, batch.client_ids, self.cs)
-            assert ctx.public_y is not None
-            return screen_robust(
-                rows,
-                acc,
-                batch.updates,
-                batch.client_ids,
-                alarm,
-                len(ctx.public_y),
-                self.cs,
-                self.z,
-            )
-
-        if self.rule == "paper":
+            acc[live] = root_accuracy(batch, ctx, live, self.name)
+        screening = self._screening(batch, ctx, acc, alarm)
+        if paper:
             reasons = paper_rule(live, alarm, screening, self.cs)
             for r in np.flatnonzero(banned):
                 reasons[int(r)] = BANNED
             detected = any(why != BANNED for why in reasons.values())
         else:
-            reasons, detected = population_rule(
-                live, alarm, screening, acc, self._margin(ctx), self.trigger == "always"
-            )
+            n_root = None if ctx.public_y is None else len(ctx.public_y)
+            margin = margin_of(self.screen, n_root, self.cs, self.z)
+            always = self.trigger == "always"
+            reasons, detected = population_rule(live, alarm, screening, acc, margin, always)
         kept = np.array([r not in reasons for r in range(n)], dtype=bool)
-        base_prev = self._rollback_base(ctx) if detected and not self.in_episode else None
+        first = detected and not self.in_episode
+        base_prev = rollback_base(ctx, self.rollback) if first else None
         self.in_episode = detected
         uniform = self.weighting == "uniform"
         w = kept_weights(kept, batch.num_samples, uniform)
         delta = kept_mean(batch, ctx.global_flat, kept, w, uniform, base_prev)
-        if self.rule == "paper":
-            self._penalize(ids, kept)
         note = ROLLBACK if base_prev is not None else ""
         verdicts = tuple(
             Verdict(int(c), True, float(w[r]), float(acc[r]), note)
@@ -296,78 +275,32 @@ class SirenDefense(Defense):
         )
         return AggregateResult(delta, verdicts)
 
-    def _margin(self, ctx: DefenseContext) -> Callable[[float, np.ndarray], float]:
-        """The screening's accuracy margin below a reference ``ref`` of some accuracies:
-        ``cs * ref`` (paper) or :func:`~defenses.siren_screen.robust_margin` (robust)."""
-        if self.screen == "paper" or ctx.public_y is None:
-            return lambda ref, acc: self.cs * ref
+    def _screening(
+        self, batch: UpdateBatch, ctx: DefenseContext, acc: np.ndarray, alarm: np.ndarray
+    ) -> Screen:
+        """The round's screening of a set of rows: :func:`~defenses.siren_screen.screen`
+        (``screen="paper"``) or :func:`~defenses.siren_screen.screen_robust`."""
+        if self.screen == "paper":
+            return lambda rows: screen(rows, acc, batch.updates, batch.client_ids, self.cs)
+        assert ctx.public_y is not None
         n_root = len(ctx.public_y)
-        return lambda ref, acc: robust_margin(ref, acc, n_root, self.cs, self.z)
-
-    def _alarms(self, batch: UpdateBatch) -> np.ndarray:
-        raw = batch.signals.get("alarm")
-        if raw is None:
-            return np.zeros(len(batch), dtype=bool)
-        a = np.asarray(raw).reshape(-1)
-        if a.shape != (len(batch),):
-            raise ValueError(
-                f"defense {self.name!r}: signal 'alarm' has {a.shape[0]} entries "
-                f"for {len(batch)} rows"
-            )
-        return a.astype(bool)
-
-    def _accuracy(self, batch: UpdateBatch, ctx: DefenseContext, rows: np.ndarray) -> np.ndarray:
-        """Root-set accuracy of the full models of ``rows`` (one ``score_models`` call)."""
-        assert ctx.score_models is not None
-        sub = batch.subset(rows)
-        acc = np.asarray(
-            ctx.score_models(full_models(sub, ctx, self.name))["accuracy"], dtype=np.float64
-        ).reshape(-1)
-        if acc.shape != (len(rows),):
-            raise ValueError(
-                f"defense {self.name!r}: score_models must return one accuracy "
-                f"per row ({len(rows)})"
-            )
-        return acc
-
-    def _rollback_base(self, ctx: DefenseContext) -> torch.Tensor | None:
-        """``base_model(t - 1)`` when the roll-back is on and that model is available."""
-        if not self.rollback or ctx.round < 1 or ctx.base_model is None:
-            return None
-        try:
-            return ctx.base_model(ctx.round - 1)
-        except KeyError:
-            return None
-
-    def _penalize(self, ids: np.ndarray, kept: np.ndarray) -> None:
-        """One strike per rejected row; ``reward`` forgiven when all of a client's rows pass."""
-        for c in sorted({int(c) for c in ids}):
-            mine = ids == c
-            self.strikes[c] = next_strikes(
-                self.strikes.get(c, 0.0), int((~kept[mine]).sum()), self.reward
-            )
-            if self.strikes[c] >= self.ban_threshold:
-                self.banned.add(c)
+        return lambda rows: screen_robust(
+            rows, acc, batch.updates, batch.client_ids, alarm, n_root, self.cs, self.z
+        )
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Strikes, banned clients and whether a detection episode is open (plain values)."""
-        return {
-            "strikes": {int(c): float(s) for c, s in sorted(self.strikes.items())},
-            "banned": sorted(int(c) for c in self.banned),
-            "in_episode": bool(self.in_episode),
-        }
+        """Whether a detection episode is open (a plain value); strikes and bans are in the
+        client-state store."""
+        return {"in_episode": bool(self.in_episode)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict`'s output; an empty dict resets to the fresh state."""
         if not state:
-            self.strikes, self.banned, self.in_episode = {}, set(), False
+            self.in_episode = False
             return
-        want = {"strikes", "banned", "in_episode"}
-        if set(state) != want:
+        if set(state) != {"in_episode"}:
             raise ValueError(
-                f"defense {self.name!r}: state keys {sorted(state)} invalid; valid: {sorted(want)}"
+                f"defense {self.name!r}: state keys {sorted(state)} invalid; valid: ['in_episode']"
             )
-        self.strikes = {int(c): float(s) for c, s in state["strikes"].items()}
-        self.banned = {int(c) for c in state["banned"]}
         self.in_episode = bool(state["in_episode"])

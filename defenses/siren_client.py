@@ -23,8 +23,9 @@ never alarms.
 
 The holdouts are the held part of the client data source's split (computed on demand for
 virtual clients); the previous local models live in the run's client-state store, which
-checkpoints them, and so do the strikes of the population rule
-(``defenses/siren_reputation.py``).
+checkpoints them, and so do the strikes of both decision rules
+(``defenses/siren_reputation.py``): under the population rule banned clients are refused before
+they train, under the paper rule their rows carry the batch signal ``"banned"``.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ def mcnemar_p(b: int, c: int) -> float:
 
 
 class SirenClient:
-    """Holdout split, alarm test, start models and (population rule) bans of Siren's clients;
-    a round hook.
+    """Holdout split, alarm test, start models, strikes and bans of Siren's clients; a round
+    hook.
 
     Parameters
     ----------
@@ -75,11 +76,11 @@ class SirenClient:
     alpha : float
         Level of the McNemar test, in (0, 1).
 
-    In a run, :meth:`attach` takes these, and whether the population rule's reputation is
-    kept (its ban threshold and reward), from the run's :class:`~defenses.siren.SirenDefense`
-    (the ``siren`` defense parameters). The previous local models live in the run's
-    client-state store (table ``siren_prev``), the holdouts are the held part of the client
-    data source's split; nothing here grows with the population.
+    In a run, :meth:`attach` takes these, the decision rule and its reputation's ban threshold
+    and reward from the run's :class:`~defenses.siren.SirenDefense` (the ``siren`` defense
+    parameters). The previous local models (table ``siren_prev``) and the strikes (table
+    ``siren_strikes``) live in the run's client-state store, the holdouts are the held part of
+    the client data source's split; nothing here grows with the population.
     """
 
     #: the local models are remembered from the honest rows, so the round keeps them
@@ -98,8 +99,10 @@ class SirenClient:
             raise ValueError(f"siren client: alpha {alpha!r} invalid; valid: 0 < alpha < 1")
         self.cc, self.holdout_fraction, self.test, self.alpha = cc, holdout, alarm, alpha
         self.holdout: ClientData | None = None
-        #: (ban threshold, reward) of the population rule's reputation; None: not kept here
+        #: (ban threshold, reward) of the reputation; None: not kept here (no siren defense)
         self.reputation: tuple[int, float] | None = None
+        #: the server's decision rule ("paper" or "population"): how bans take effect
+        self.rule = "population"
 
     def split(self, clients: ClientData, seed: int) -> ClientData:
         """Keep ``holdout`` of each client's rows aside; returns the source left for training.
@@ -180,19 +183,23 @@ class SirenClient:
                 d.alarm,
                 d.alpha,
             )
-            self.reputation = (d.ban_threshold, d.reward) if d.rule == "population" else None
+            self.reputation, self.rule = (d.ban_threshold, d.reward), d.rule
         sim.store.declare(TABLE, (sim.fed.layout.size,))
         if self.reputation is not None:
             reputation.declare(sim.store)
         return self.split(sim.fed.clients, sim.cfg.experiment.seed)
 
     def on_plan(self, sim: Any, plan: Any) -> None:
-        """Refuse banned clients (population rule), then the alarms of the other selected
-        clients, and start models of the benign alarming ones."""
+        """Bans (population rule: refuse the banned selected clients; paper rule: mark the
+        banned clients among those selected or arriving, ``plan.banned``), then the alarms of
+        the selected clients still in the round, and start models of the benign alarming ones."""
         sel = plan.selected
-        if self.reputation is not None:
+        if self.reputation is not None and self.rule == "population":
             refused = reputation.refuse_banned(sim.store, plan, self.reputation[0])
             sel = np.array([c for c in sel.tolist() if c not in refused], np.int64)
+        elif self.reputation is not None:
+            ids = [*sel.tolist(), *(a.client_id for a in plan.outcome.arrived)]
+            plan.banned = reputation.banned_among(sim.store, ids, self.reputation[0])
         rows, present = sim.store.get(TABLE, sel)
         previous = {
             int(c): (r if ok else None)
@@ -219,9 +226,12 @@ class SirenClient:
         plan.starts.update(self.start_models(plan.alarms, plan.malicious, previous))
 
     def on_round_end(self, sim: Any, record: Any) -> None:
-        """Population rule: the round's verdicts update the strikes in the store."""
+        """The round's verdicts update the strikes in the store (each rule counts its own:
+        :data:`~defenses.siren_reputation.NOT_JUDGED`, :data:`~defenses.siren_reputation.
+        NOT_SEEN`)."""
         if self.reputation is not None:
-            reputation.update_strikes(sim.store, record.verdicts, self.reputation[1])
+            skip = reputation.NOT_SEEN if self.rule == "paper" else reputation.NOT_JUDGED
+            reputation.update_strikes(sim.store, record.verdicts, self.reputation[1], skip)
 
     def on_collect(self, sim: Any, plan: Any, returned: dict[int, Any]) -> None:
         """Remember the benign clients' new local models (before any model attack)."""

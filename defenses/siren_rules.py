@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from defenses.base import UpdateBatch
+from defenses.base import DefenseContext, UpdateBatch
 
 #: verdict reasons of the paper rule's group decisions
 NON_ALARMER_DROPPED = "non-alarmer-dropped"
@@ -31,6 +31,31 @@ ALARMER_DROPPED = "alarmer-dropped"
 
 #: a screening of some rows: ``rows -> ({row: reason} of abnormal rows, reference accuracy)``
 Screen = Callable[[np.ndarray], tuple[dict[int, str], float]]
+
+
+def row_flags(batch: UpdateBatch, key: str, name: str) -> np.ndarray:
+    """The batch signal ``key`` as one bool per row (all False when the batch has none);
+    raises ValueError when it has another length."""
+    raw = batch.signals.get(key)
+    if raw is None:
+        return np.zeros(len(batch), dtype=bool)
+    a = np.asarray(raw).reshape(-1)
+    if a.shape != (len(batch),):
+        raise ValueError(
+            f"defense {name!r}: signal {key!r} has {a.shape[0]} entries for {len(batch)} rows"
+        )
+    return a.astype(bool)
+
+
+def rollback_base(ctx: DefenseContext, enabled: bool) -> torch.Tensor | None:
+    """``base_model(t - 1)``, what a roll-back applies this round's mean to, when ``enabled``
+    and that model is available (round 0, no ``base_model`` or a pruned round: None)."""
+    if not enabled or ctx.round < 1 or ctx.base_model is None:
+        return None
+    try:
+        return ctx.base_model(ctx.round - 1)
+    except KeyError:
+        return None
 
 
 def next_strikes(strikes: float, rejected: int, reward: float) -> float:

@@ -25,9 +25,12 @@ model says little, and the direction test does the work).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
+
+from defenses.base import DefenseContext, UpdateBatch, full_models
 
 #: verdict reasons of rows that fail the screening
 ABNORMAL_ACCURACY = "abnormal-accuracy"
@@ -62,6 +65,22 @@ def screen(
     return out, best
 
 
+def root_accuracy(
+    batch: UpdateBatch, ctx: DefenseContext, rows: np.ndarray, name: str
+) -> np.ndarray:
+    """Root-set accuracy of the full models of ``rows`` (one ``ctx.score_models`` call)."""
+    assert ctx.score_models is not None
+    sub = batch.subset(rows)
+    acc = np.asarray(
+        ctx.score_models(full_models(sub, ctx, name))["accuracy"], dtype=np.float64
+    ).reshape(-1)
+    if acc.shape != (len(rows),):
+        raise ValueError(
+            f"defense {name!r}: score_models must return one accuracy per row ({len(rows)})"
+        )
+    return acc
+
+
 def difference_se(acc: float, n_root: int) -> float:
     """Standard error of the difference of two root-set accuracies near ``acc``:
     ``sqrt(2 acc (1 - acc) / n_root)`` (two independent binomial estimates on ``n_root``
@@ -78,6 +97,16 @@ def robust_margin(ref: float, acc: np.ndarray, n_root: int, cs: float, z: float)
     a = np.asarray(acc, np.float64)
     spread = 1.4826 * float(np.median(np.abs(a - np.median(a)))) if len(a) > 1 else 0.0
     return max(cs * ref, z * difference_se(ref, n_root), z * spread)
+
+
+def margin_of(
+    kind: str, n_root: int | None, cs: float, z: float
+) -> Callable[[float, np.ndarray], float]:
+    """The screening's accuracy margin below a reference ``ref`` of some accuracies ``acc``:
+    ``cs * ref`` (``kind`` ``"paper"``, or no root set size) or :func:`robust_margin`."""
+    if kind == "paper" or n_root is None:
+        return lambda ref, acc: cs * ref
+    return lambda ref, acc: robust_margin(ref, acc, n_root, cs, z)
 
 
 def screen_robust(

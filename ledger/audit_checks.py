@@ -9,7 +9,8 @@ Order: the chain (re-imported with full block validation, or read from the node)
 (code and setup), the committee's proofs of possession, the index against the chain's
 ``Committed`` events; then every round's pack in one pass (:func:`ledger.audit_round.check_pack`,
 in parallel with ``jobs``), the cross-round checks (admission, client signatures, base models),
-the replay of the aggregation (:mod:`ledger.replay`) and the committee signatures, batched.
+the replay of the aggregation (:mod:`ledger.replay`) and the committee signatures, batched
+(:mod:`ledger.audit_committee`).
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ledger.attestation import Attestation, verify_attestations, verify_registration
-from ledger.audit_round import Commitment, PackFacts, check_pack
-from ledger.commitment import commit_message, g1_eip2537, g2_compress_eip2537
+from ledger.attestation import verify_registration
+from ledger.audit_committee import committee_findings
+from ledger.audit_round import Commitment, check_packs
+from ledger.commitment import g1_eip2537, g2_compress_eip2537
 from ledger.errors import FORMAT
-from ledger.records import DEV_KEY, hx, unhx
+from ledger.records import DEV_KEY, hx
 from simulator.run.appendlog import CorruptLogError, read_jsonl
 
 Finding = tuple[int | None, int | None, str, Any, Any]
-#: rounds whose committee signatures are verified as one batch
-BLS_BATCH = 64
 
 
 class AuditInputError(ValueError):
@@ -79,7 +79,8 @@ class RunAudit:
         self.chain: Any = None
         self.chain_ends: int | None = None  # first round the (re-imported) chain cannot show
         if self.manifest["backend"] == "embedded":
-            from ledger.devnet import ChainExportError, import_chain
+            from ledger.devnet import ChainExportError
+            from ledger.devnet_import import import_chain
 
             try:
                 res = import_chain(self.dir / "chain")
@@ -237,17 +238,20 @@ class RunAudit:
             if r in by_round:
                 yield from self._compare(by_round[r])
             coms.append(self.events.get(r) or self._commitment_of(by_round[r]))
-        facts = self._packs(coms, jobs, progress)
+        seed = self.manifest["account_seed"]
+        facts = check_packs(
+            self.dir, coms, (self.channel, self.contract, self.chain_id, seed), jobs, progress
+        )
         from ledger.audit_replay import RoundReplay
 
         rep = RoundReplay(self, replay)
         trusted = {c.round: True for c in coms}
         if bls and committee:  # first: a round without a valid quorum signature proves nothing
-            for k in range(0, len(coms), BLS_BATCH):
-                batch = [self._attestation(c) for c in coms[k : k + BLS_BATCH]]
-                for finding in self._signatures(committee, batch):
-                    trusted[finding[0]] = False
-                    yield finding
+            where = (self.chain_id, self.contract, self.channel)
+            quorum = int(self.manifest.get("quorum") or 0) or None
+            for finding in committee_findings(committee, quorum, coms, where):
+                trusted[finding[0]] = False
+                yield finding
         for com, fact in zip(coms, facts, strict=True):
             yield from fact.findings
             yield from rep.round(com, fact, trusted[com.round])
@@ -255,73 +259,6 @@ class RunAudit:
             self.submissions += fact.submissions
         rep.close()
         self.gas_per_round = self._gas()
-
-    def _packs(self, coms: list[Commitment], jobs: int, progress: bool) -> list[PackFacts]:
-        """:func:`check_pack` of every round, on ``jobs`` processes."""
-        from tqdm import tqdm
-
-        args = [
-            (self.dir, c, self.channel, self.contract, self.chain_id, self.manifest["account_seed"])
-            for c in coms
-        ]
-        bar = tqdm(total=len(args), desc="audit", unit="round", disable=not progress, leave=False)
-        try:
-            if jobs <= 1 or len(args) < 2:
-                out = []
-                for a in args:
-                    out.append(check_pack(*a))
-                    bar.update()
-                return out
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
-
-            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-                out = []
-                for f in pool.map(_check_pack_star, args, chunksize=max(1, len(args) // 64)):
-                    out.append(f)
-                    bar.update()
-                return out
-        finally:
-            bar.close()
-
-    def _attestation(self, com: Commitment) -> tuple[int, Attestation, bytes]:
-        msg = commit_message(
-            self.chain_id,
-            self.contract,
-            unhx(self.channel),
-            com.round,
-            unhx(com.global_hash),
-            unhx(com.submissions_root),
-            unhx(com.verdicts_hash),
-            unhx(com.admitted_root),
-            unhx(com.pack),
-        )
-        try:
-            att = Attestation.from_bitmap(com.signers, bytes.fromhex(com.signature or ""), msg)
-        except (ValueError, TypeError):
-            att = Attestation((), b"", msg)
-        return com.round, att, msg
-
-    def _signatures(
-        self, committee: list[dict[str, Any]], signed: list[tuple[int, Attestation, bytes]]
-    ) -> Iterator[Finding]:
-        """The committee checks of the rounds in ``signed``, verified as one batch."""
-        if not signed:
-            return
-        oks = verify_attestations(
-            committee,
-            [(att, msg) for _, att, msg in signed],
-            quorum=int(self.manifest.get("quorum") or 0) or None,
-        )
-        for (rnd, att, _), ok in zip(signed, oks, strict=True):
-            if not ok:
-                yield (
-                    rnd,
-                    None,
-                    "committee-signature",
-                    "a valid BLS aggregate of a quorum",
-                    f"signers {list(att.signers)}: invalid",
-                )
 
     def _gas(self) -> float | None:
         """Mean gas of the rounds' commitments (from their receipts)."""
@@ -333,9 +270,3 @@ class RunAudit:
         except Exception:  # noqa: BLE001 - a tampered chain may lack them; gas is informational
             return None
         return sum(gas) / len(gas) if gas else None
-
-
-def _check_pack_star(args: tuple[Any, ...]) -> PackFacts:
-    facts = check_pack(*args)
-    facts.pack = None  # the main process reads it again if it replays (page cache)
-    return facts

@@ -130,13 +130,14 @@ class RoundReplay:
 
         try:
             pack = fact.pack or Pack.read(self.audit.dir, unhx(com.pack))
-            rows, fields = batch_of_pack(pack, self.replayer.row_size)
+            extras: dict[int, dict[str, Any]] = {}
+            rows, fields = batch_of_pack(pack, self.replayer.row_size, extras)
         except (PackError, ValueError, KeyError) as exc:
             yield r, None, "recompute-global", com.global_hash, f"inputs unusable: {exc}"
             return None
         try:
             new, verdicts = self.replayer.step(
-                r, UpdateBatch(torch.from_numpy(rows), **fields), self.history
+                r, UpdateBatch(torch.from_numpy(rows), **fields), self.history, extras
             )
         except (KeyError, ValueError, RuntimeError) as exc:
             yield r, None, "recompute-global", com.global_hash, f"replay failed: {exc}"

@@ -5,7 +5,8 @@ parallel over rounds with ``--jobs``).
 the pack id and every entry against its hash, parses the signed records, checks each one's fields
 and recovers its signer's key, rebuilds the submission leaves and both Merkle roots and compares
 them with the commitment. What needs other rounds (was a client admitted earlier, which global
-model a base round had) goes back as :class:`PackFacts` for :mod:`ledger.audit_checks` to finish.
+model a base round had) goes back as :class:`PackFacts` for :mod:`ledger.audit_checks` to finish;
+:func:`check_packs` checks every round's pack, on several processes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ BLOB_CHECK = {
     "verdicts": "verdict-blob",
     "admitted": "admission-blob",
 }
+
+#: entry kinds the replay reads (rows, records; the verdict document's bans)
+REPLAY_INPUTS = ("update", "record", "verdicts")
 
 
 @dataclass
@@ -60,7 +64,9 @@ class PackFacts:
     submissions: int = 0
     pack: Any = None  # the pack itself when checked in the same process (not sent back)
     admitted_known: bool = False  # the admission list is intact and readable
-    inputs_ok: bool = True  # every update and record entry is intact (a replay means something)
+    # every update and record entry and the verdict document (its bans) are intact: a replay
+    # means something
+    inputs_ok: bool = True
 
 
 def _entry_ok(pack: Pack, name: str, rnd: int, facts: PackFacts) -> bool:
@@ -68,7 +74,7 @@ def _entry_ok(pack: Pack, name: str, rnd: int, facts: PackFacts) -> bool:
         kind = name.split("/")[0]
         c = int(name.split("/")[1]) if "/" in name else None
         facts.findings.append((rnd, c, BLOB_CHECK[kind], f"entry {name}", "missing"))
-        facts.inputs_ok = facts.inputs_ok and kind not in ("update", "record")
+        facts.inputs_ok = facts.inputs_ok and kind not in REPLAY_INPUTS
         return False
     if pack.ok(name):
         return True
@@ -77,7 +83,7 @@ def _entry_ok(pack: Pack, name: str, rnd: int, facts: PackFacts) -> bool:
     facts.findings.append(
         (rnd, c, BLOB_CHECK.get(kind, "pack"), hx(pack.digest(name)), "bytes that hash differently")
     )
-    if kind in ("update", "record"):
+    if kind in REPLAY_INPUTS:
         facts.inputs_ok = False
     return False
 
@@ -125,6 +131,45 @@ def check_pack(
     root = merkle_root([leaves[c] for c in sorted(leaves)])
     if hx(root) != com.submissions_root:
         out.append((rnd, None, "merkle-root", com.submissions_root, hx(root)))
+    return facts
+
+
+def check_packs(
+    ledger: Path,
+    coms: list[Commitment],
+    where: tuple[str, str, int, str],
+    jobs: int = 1,
+    progress: bool = False,
+) -> list[PackFacts]:
+    """:func:`check_pack` of every round of ``coms``, on ``jobs`` processes (``where``: the
+    channel, contract, chain id and account seed)."""
+    from tqdm import tqdm
+
+    args = [(ledger, c, *where) for c in coms]
+    bar = tqdm(total=len(args), desc="audit", unit="round", disable=not progress, leave=False)
+    try:
+        if jobs <= 1 or len(args) < 2:
+            out = []
+            for a in args:
+                out.append(check_pack(*a))
+                bar.update()
+            return out
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+            out = []
+            for f in pool.map(_check_pack_star, args, chunksize=max(1, len(args) // 64)):
+                out.append(f)
+                bar.update()
+            return out
+    finally:
+        bar.close()
+
+
+def _check_pack_star(args: tuple[Any, ...]) -> PackFacts:
+    facts = check_pack(*args)
+    facts.pack = None  # the main process reads it again if it replays (page cache)
     return facts
 
 

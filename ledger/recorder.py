@@ -35,6 +35,18 @@ _SESSIONS = itertools.count()
 __all__ = ["LedgerRecorder"]
 
 
+def aligned_extras(extras: dict[int, dict[str, Any]], ids: np.ndarray) -> dict[str, np.ndarray]:
+    """The clients' extras as one ``[n, ...]`` array per name, in row order (``ids``); empty
+    when no client sent any. Every row's client must have sent the same names."""
+    names = sorted({k for c in ids.tolist() for k in extras.get(c, {})})
+    if not names:
+        return {}
+    try:
+        return {k: np.stack([np.asarray(extras[c][k]) for c in ids.tolist()]) for k in names}
+    except KeyError as exc:
+        raise LedgerRoundError(f"a client sent no extra {exc} that others sent") from None
+
+
 class LedgerRecorder:
     """Round callback that records a run on FLChain through the recorder process.
 
@@ -165,6 +177,7 @@ class LedgerRecorder:
             "alarm": np.asarray(batch.signals.get("alarm", np.zeros(0)), bool),
             "global_flat": np.asarray(sim.global_flat.numpy(), np.float32),
             "verdicts": doc,
+            "extras": aligned_extras(getattr(record, "extras", {}), ids),
         }
         slot = self._put(rnd % SLOTS, rows) if rows.size else None
         self.host.conn.send(("round", meta, slot))

@@ -76,6 +76,13 @@ def update_blob(row: Any) -> bytes:
     return canonical_bytes({"delta": np.asarray(row, dtype=np.float32)})
 
 
+def extras_blob(extras: Any) -> bytes:
+    """The bytes after a row in its update entry: the named extras the client sent beside its
+    row (SCAFFOLD's control-variate change, FedAF's class logits), as one canonical tensor blob;
+    empty without extras, so a run whose clients send none records exactly the row."""
+    return canonical_bytes(extras) if extras else b""
+
+
 def update_prefix(size: int) -> bytes:
     """The bytes before the values in :func:`update_blob` of a row of ``size`` entries (the same
     for every row of a run: hash it once, then only the values)."""

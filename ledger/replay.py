@@ -3,9 +3,12 @@
 The edge committee (while a run records) and the audit (afterwards) both rebuild the run's
 server side from its saved config (:meth:`simulator.round.server.ServerSide.of`): the same
 federation (server public/root set, test set, model layout), the same defense with its state
-(Siren credits, Sageflow's gamma schedule, centered clipping's momentum) and the same algorithm
-with its server state, and feed it the recorded update batches round after round. Nothing
-client-side is built (no client-state store, executor, client evaluation or scheduler). The
+(Siren's roll-back episode, centered clipping's momentum) and the same algorithm with its server
+state, and feed it the recorded update batches round after round. Nothing client-side is built
+(no client-state store, executor, client evaluation or scheduler): per-client state a rule
+reads comes with the recorded batch, as signals (the clients' alarms from their signed records;
+Siren's bans, which the run keeps in its client-state store, from the verdict document:
+:func:`ledger.round_build.banned_rows`). The
 aggregation is the engine's own code (:func:`simulator.round.aggregate.aggregate` and
 :func:`simulator.round.aggregate.server_step`), so on the same platform and torch version the result
 is bit-identical to the run's global model. Across platforms float reductions may differ in the
@@ -55,7 +58,11 @@ class Replayer:
         return int(self.side.space.size)
 
     def step(
-        self, rnd: int, batch: UpdateBatch, history: dict[int, torch.Tensor]
+        self,
+        rnd: int,
+        batch: UpdateBatch,
+        history: dict[int, torch.Tensor],
+        extras_of: dict[int, dict[str, Any]] | None = None,
     ) -> tuple[torch.Tensor, list[Any]]:
         """Aggregate round ``rnd``'s batch on top of ``history[rnd]``.
 
@@ -67,6 +74,8 @@ class Replayer:
             The round's update rows, in the order the engine aggregated them.
         history : dict of int to Tensor
             Global model each recent round started from (stale updates need their base).
+        extras_of : dict, optional
+            Client id -> the named extras it sent beside its row (recorded with the row).
 
         Returns
         -------
@@ -79,9 +88,7 @@ class Replayer:
         s.history = dict(history)
         s.global_flat = history[rnd]
         delta, verdicts = aggregate(s, rnd, batch)
-        # recorded rounds carry no extras (e.g. SCAFFOLD's Delta c): the algorithms' model
-        # step does not depend on them
-        new = server_step(s, rnd, delta, verdicts, batch.client_ids, {}, batch)
+        new = server_step(s, rnd, delta, verdicts, batch.client_ids, extras_of or {}, batch)
         s.global_flat = new
         return new, verdicts
 

@@ -19,18 +19,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
+from defenses.base import UpdateBatch
+from defenses.siren_reputation import BANNED
 from ledger.merkle import admission_leaf, merkle_root, submission_leaf
 from ledger.pack import Entry
 from ledger.records import (
     ClientKeys,
     canonical_json,
+    extras_blob,
     make_record,
     model_blob,
     sha256,
     sign_record,
     update_prefix,
 )
+from ledger.store import BlobError, decode
 
 
 @dataclass(frozen=True)
@@ -56,9 +61,39 @@ class RoundRows:
     alarm: np.ndarray
     global_flat: np.ndarray  # the new global model (full)
     verdicts: dict[str, Any]  # the verdict document
+    #: the clients' named extras, each ``[n, ...]`` in row order (empty when they send none)
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.client_ids)
+
+    def tails(self) -> list[bytes]:
+        """Each row's extras blob (:func:`ledger.records.extras_blob`), in row order."""
+        if not self.extras:
+            return [b""] * len(self)
+        return [extras_blob({k: v[i] for k, v in self.extras.items()}) for i in range(len(self))]
+
+    def extras_of(self) -> dict[int, dict[str, np.ndarray]]:
+        """Client id -> its extras (what the server update reads)."""
+        return {
+            int(c): {k: v[i] for k, v in self.extras.items()}
+            for i, c in enumerate(self.client_ids.tolist())
+        }
+
+    def batch(self) -> UpdateBatch:
+        """The update batch the engine aggregated (what the committee re-derives the round
+        from): the rows, their signals and the verdict document's bans (:func:`banned_rows`)."""
+        return UpdateBatch(
+            torch.from_numpy(self.rows),
+            self.client_ids,
+            self.num_samples,
+            self.base_rounds,
+            {
+                "loss": self.loss,
+                "alarm": self.alarm,
+                "banned": banned_rows(self.client_ids, self.verdicts),
+            },
+        )
 
 
 @dataclass
@@ -73,16 +108,44 @@ class BuiltRound:
     admitted: list[int] = field(default_factory=list)
 
 
-def hash_rows(rows: np.ndarray) -> list[bytes]:
-    """SHA-256 of each row's update blob (:func:`ledger.records.update_blob`), hashing the
-    shared blob header once."""
+def hash_rows(rows: np.ndarray, tails: list[bytes] | None = None) -> list[bytes]:
+    """SHA-256 of each row's update entry: its update blob (:func:`ledger.records.update_blob`)
+    followed by its extras blob (``tails[i]``, none by default), hashing the shared blob header
+    once."""
     head = hashlib.sha256(update_prefix(rows.shape[1] if rows.ndim == 2 else 0))
     out = []
-    for row in rows:
+    for i, row in enumerate(rows):
         h = head.copy()
         h.update(np.ascontiguousarray(row, dtype="<f4"))
+        if tails is not None and tails[i]:
+            h.update(tails[i])
         out.append(h.digest())
     return out
+
+
+def signed_record(
+    data: RoundRows, i: int, where: Channel, key: Any, update_hash: bytes, base_hash: bytes
+) -> tuple[Entry, bytes]:
+    """Row ``i``'s update record signed with its client's ``key`` (the pack entry
+    ``record/<client>``) and the client's submission leaf."""
+    c = int(data.client_ids[i])
+    rec = make_record(
+        where.channel,
+        where.contract,
+        where.chain_id,
+        data.round,
+        c,
+        update_hash,
+        int(data.num_samples[i]),
+        int(data.base_rounds[i]),
+        base_hash,
+        float(data.loss[i]) if len(data.loss) else None,
+        bool(data.alarm[i]) if len(data.alarm) else False,
+    )
+    signed = sign_record(rec, key)
+    rhash = sha256(signed)
+    leaf = submission_leaf(c, update_hash, int(data.num_samples[i]), base_hash, rhash)
+    return Entry(f"record/{c}", rhash, (signed,)), leaf
 
 
 def build_round(
@@ -114,7 +177,8 @@ def build_round(
     rows = np.asarray(data.rows, dtype="<f4")
     size = rows.shape[1] if rows.ndim == 2 else 0
     prefix = update_prefix(size)
-    hashes = hash_rows(rows)
+    tails = data.tails()
+    hashes = hash_rows(rows, tails)
     entries: list[Entry] = []
     leaves: dict[int, bytes] = {}
     admitted: dict[int, bytes] = {}
@@ -122,27 +186,10 @@ def build_round(
         key, pub = keys.get(c)
         if not admitted_before(c) and c not in admitted:
             admitted[c] = pub
-        b = int(data.base_rounds[i])
-        bh = base_hash(b)
-        loss = float(data.loss[i]) if len(data.loss) else None
-        rec = make_record(
-            where.channel,
-            where.contract,
-            where.chain_id,
-            data.round,
-            c,
-            hashes[i],
-            int(data.num_samples[i]),
-            b,
-            bh,
-            loss,
-            bool(data.alarm[i]) if len(data.alarm) else False,
-        )
-        signed = sign_record(rec, key)
-        rhash = sha256(signed)
-        entries.append(Entry(f"update/{c}", hashes[i], (prefix, rows[i])))
-        entries.append(Entry(f"record/{c}", rhash, (signed,)))
-        leaves[c] = submission_leaf(c, hashes[i], int(data.num_samples[i]), bh, rhash)
+        bh = base_hash(int(data.base_rounds[i]))
+        record, leaves[c] = signed_record(data, i, where, key, hashes[i], bh)
+        parts = (prefix, rows[i], tails[i]) if tails[i] else (prefix, rows[i])
+        entries += [Entry(f"update/{c}", hashes[i], parts), record]
     gblob = model_blob(data.global_flat)
     glob = Entry.of("global", gblob)
     verdicts = Entry.of("verdicts", canonical_json(data.verdicts))
@@ -163,32 +210,59 @@ def build_round(
     )
 
 
-def rows_of_pack(pack: Any, size: int) -> tuple[np.ndarray, list[int]]:
-    """The update rows of a pack, in its order (``[n, size]`` float32) and their clients;
-    raises ``ValueError`` if an update entry does not have ``size`` values."""
+def rows_of_pack(
+    pack: Any, size: int, extras: dict[int, dict[str, np.ndarray]] | None = None
+) -> tuple[np.ndarray, list[int]]:
+    """The update rows of a pack, in its order (``[n, size]`` float32) and their clients; the
+    clients' extras go into ``extras`` (client id -> name -> array) when it is given. Raises
+    ``ValueError`` if an update entry does not hold ``size`` values (and readable extras)."""
     prefix = len(update_prefix(size))
+    end = prefix + 4 * size
     ids = list(pack.clients("update"))
     rows = np.empty((len(ids), size), np.float32)
     for i, c in enumerate(ids):
         raw = pack.raw(f"update/{c}")
-        if len(raw) != prefix + 4 * size:
-            raise ValueError(
-                f"update of client {c} has {len(raw)} bytes, expected {prefix + 4 * size}"
-            )
-        rows[i] = np.frombuffer(raw[prefix:], "<f4")
+        if len(raw) < end or (len(raw) > end and extras is None):
+            raise ValueError(f"update of client {c} has {len(raw)} bytes, expected {end}")
+        rows[i] = np.frombuffer(raw[prefix:end], "<f4")
+        if extras is not None and len(raw) > end:
+            try:
+                extras[int(c)] = decode(bytes(raw[end:]))
+            except BlobError as exc:
+                raise ValueError(f"update of client {c}: unreadable extras ({exc})") from None
     return rows, ids
 
 
-def batch_of_pack(pack: Any, size: int) -> tuple[np.ndarray, dict[str, Any]]:
+def banned_rows(client_ids: np.ndarray, doc: dict[str, Any]) -> np.ndarray:
+    """The batch signal ``"banned"`` of a recorded round, from its verdict document ``doc``: a
+    row is banned when the document gives its client the verdict ``"banned"``.
+
+    Which clients are banned is per-client state of the run (Siren's strikes, in the
+    client-state store, which the replay does not have); the server's rule takes it as an input
+    and rejects their rows unjudged (Siren's paper rule), and the verdict document records
+    exactly that decision. Raises ``ValueError`` on a malformed document."""
+    try:
+        out = {int(v["client"]) for v in doc["verdicts"] if v["reason"] == BANNED}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"verdict document without readable verdicts: {exc!r}") from None
+    return np.array([c in out for c in np.asarray(client_ids).tolist()], bool)
+
+
+def batch_of_pack(
+    pack: Any, size: int, extras: dict[int, dict[str, np.ndarray]] | None = None
+) -> tuple[np.ndarray, dict[str, Any]]:
     """A recorded round's rows and the other fields of its update batch, in the order the
     engine aggregated them (the committee's catch-up and the audit's replay): ``UpdateBatch(
-    torch.from_numpy(rows), **fields)``. Raises ``ValueError``/``KeyError`` on a bad entry."""
+    torch.from_numpy(rows), **fields)``; the clients' extras go into ``extras`` when given
+    (:func:`rows_of_pack`). The signals are the records' (loss, alarm) and the verdict
+    document's bans (:func:`banned_rows`). Raises ``ValueError``/``KeyError`` on a bad entry."""
     import json
 
-    rows, ids = rows_of_pack(pack, size)
+    rows, ids = rows_of_pack(pack, size, extras)
     recs = [json.loads(bytes(pack.raw(f"record/{c}")))["record"] for c in ids]
+    client_ids = np.array(ids, np.int64)
     return rows, {
-        "client_ids": np.array(ids, np.int64),
+        "client_ids": client_ids,
         "num_samples": np.array([r["samples"] for r in recs], np.int64),
         "base_rounds": np.array([r["base_round"] for r in recs], np.int64),
         "signals": {
@@ -196,5 +270,6 @@ def batch_of_pack(pack: Any, size: int) -> tuple[np.ndarray, dict[str, Any]]:
                 [np.nan if r["loss"] is None else r["loss"] for r in recs], np.float32
             ),
             "alarm": np.array([bool(r["alarm"]) for r in recs], bool),
+            "banned": banned_rows(client_ids, json.loads(bytes(pack.raw("verdicts")))),
         },
     }

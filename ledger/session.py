@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -30,21 +29,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from ledger.chain_batch import Call
-from ledger.chain_errors import LedgerRevert
 from ledger.commitment import commit_message
-from ledger.committee import Committee, QuorumError
+from ledger.committee import Committee
 from ledger.errors import LedgerError, LedgerRoundError
 from ledger.pack import Entry, Pack, PackError, write_pack
 from ledger.pyevm import genesis_spec
 from ledger.records import ClientKeys, hx, model_blob, sha256, unhx
 from ledger.round_build import Channel, RoundRows, batch_of_pack, build_round
+from ledger.round_commit import attest, index_entry, send_commit
 from ledger.session_start import (
-    COMMIT_GAS,
     channel_id,
     check_format,
+    clear_ledger,
     committee_of,
-    connect,
+    deploy_channel,
     fresh_manifest,
     lock_ledger,
     open_index,
@@ -116,24 +114,11 @@ class Session:
     def _fresh(self, initial: np.ndarray) -> None:
         from ledger.replay import Replayer
 
-        for old in self.dir.iterdir():  # a run started over: nothing of an earlier ledger stays
-            if old.name != ".lock":
-                shutil.rmtree(old) if old.is_dir() else old.unlink()
-
-        self.chain = connect(self.cfg, self.seed)
+        clear_ledger(self.dir)
         c = self.committee
-        self.onchain_bls = (
-            c is not None and self.chain.backend == "rpc" and self.chain.supports_bls_precompiles()
+        self.chain, self.contract, self.onchain_bls = deploy_channel(
+            self.cfg, self.seed, self.channel, c
         )
-        try:
-            self.contract = self.chain.deploy(
-                self.channel,
-                c.pubkeys_eip2537() if c else [],
-                c.quorum if c else 0,
-                self.onchain_bls,
-            )
-        except (LedgerRevert, ConnectionError, OSError) as exc:
-            raise LedgerError(f"cannot deploy the FLChain contract: {exc}") from None
         self.replayer = Replayer(self.cfg) if c is not None else None
         gblob = model_blob(initial)
         initial_pack = write_pack(self.dir, -1, [Entry.of("global", gblob)])
@@ -192,12 +177,14 @@ class Session:
                 g = decode(bytes(pack.raw("global")))["global"]
                 adm = json.loads(bytes(pack.raw("admitted")))["admitted"]
                 rows = meta = None
+                extras: dict[int, dict[str, np.ndarray]] = {}
                 if self.replayer is not None:
-                    rows, meta = batch_of_pack(pack, self.replayer.row_size)
+                    rows, meta = batch_of_pack(pack, self.replayer.row_size, extras)
             except (PackError, KeyError, ValueError) as exc:
                 raise LedgerError(f"cannot resume: round {rnd}'s pack is unusable: {exc}") from None
             if self.replayer is not None and rows is not None:
-                self.replayer.step(rnd, UpdateBatch(torch.from_numpy(rows), **meta), self.history)
+                batch = UpdateBatch(torch.from_numpy(rows), **meta)
+                self.replayer.step(rnd, batch, self.history, extras)
             self.admitted |= {int(c) for c, _ in adm}
             self.hashes[rnd + 1] = unhx(e["global_hash"])
             self.history[rnd + 1] = torch.from_numpy(g)
@@ -214,33 +201,10 @@ class Session:
         that the recomputed global model equals the recorded one)."""
         t0 = time.perf_counter()
         rnd = data.round
-        gblob = model_blob(data.global_flat)
-        ghash = sha256(gblob)
-        if rnd in self.entries:
-            if hx(ghash) != self.entries[rnd]["global_hash"]:
-                raise LedgerRoundError(
-                    f"round {rnd} recomputed after resume gives global "
-                    f"{hx(ghash)}, the ledger holds "
-                    f"{self.entries[rnd]['global_hash']}"
-                )
+        ghash = sha256(model_blob(data.global_flat))
+        if self._recorded_before(rnd, ghash):
             return {"round": rnd, "seconds": time.perf_counter() - t0, "recorded": False}
-        if rnd != len(self.entries):
-            raise LedgerRoundError(
-                f"round {rnd} handed over, the ledger is at round {len(self.entries)}"
-            )
-        approve = True
-        if self.replayer is not None:
-            from defenses import UpdateBatch
-
-            batch = UpdateBatch(
-                torch.from_numpy(data.rows),
-                data.client_ids,
-                data.num_samples,
-                data.base_rounds,
-                {"loss": data.loss, "alarm": data.alarm},
-            )
-            new, _ = self.replayer.step(rnd, batch, self.history)
-            approve = sha256(model_blob(new)) == ghash
+        approve = self._approves(data, ghash)
         try:
             built = build_round(
                 data, self.where, self.keys, self._base_hash, self.admitted.__contains__
@@ -259,32 +223,10 @@ class Session:
             built.admitted_root,
             pack_id,
         )
-        signers, sig, sig_eip = 0, None, b""
-        if self.committee is not None:
-            try:
-                att = self.committee.attest(msg, [approve] * self.committee.size)
-            except QuorumError as exc:
-                raise LedgerRoundError(
-                    f"round {rnd}: the committee refused to attest ({exc}): its re-derived "
-                    "global model differs from the aggregator's"
-                ) from None
-            signers, sig, sig_eip = att.bitmap(), att.signature, att.signature_eip2537()
-        receipt = self._commit(rnd, built, pack_id, signers, sig_eip)
-        entry = {
-            "round": rnd,
-            "pack": hx(pack_id),
-            "global_hash": hx(built.global_hash),
-            "submissions_root": hx(built.submissions_root),
-            "verdicts_hash": hx(built.verdicts_hash),
-            "admitted_root": hx(built.admitted_root),
-            "signers": signers,
-            "signature": sig.hex() if sig is not None else None,
-            "submissions": len(data),
-            "admitted": len(built.admitted),
-            "tx": hx(receipt["transactionHash"]),
-            "block": int(receipt["blockNumber"]),
-        }
-        self._append(entry)
+        signers, sig, sig_eip = attest(self.committee, rnd, msg, approve)
+        receipt = send_commit(self.chain, self.contract, rnd, built, pack_id, signers, sig_eip)
+        self.gas.append(int(receipt["gasUsed"]))
+        self._append(index_entry(rnd, built, pack_id, signers, sig, len(data), receipt))
         self.admitted |= set(built.admitted)
         self.history[rnd + 1] = torch.from_numpy(np.array(data.global_flat, np.float32))
         self._prune(rnd + 1)
@@ -297,37 +239,33 @@ class Session:
             "gas": int(receipt.get("gasUsed", 0)),
         }
 
+    def _recorded_before(self, rnd: int, ghash: bytes) -> bool:
+        """Whether the ledger already holds round ``rnd`` (a resumed run recomputes it: its
+        global model must be the recorded one); a round out of order raises."""
+        if rnd in self.entries:
+            if hx(ghash) != self.entries[rnd]["global_hash"]:
+                raise LedgerRoundError(
+                    f"round {rnd} recomputed after resume gives global "
+                    f"{hx(ghash)}, the ledger holds "
+                    f"{self.entries[rnd]['global_hash']}"
+                )
+            return True
+        if rnd != len(self.entries):
+            raise LedgerRoundError(
+                f"round {rnd} handed over, the ledger is at round {len(self.entries)}"
+            )
+        return False
+
+    def _approves(self, data: RoundRows, ghash: bytes) -> bool:
+        """Whether the committee's replay of the round's rows gives the aggregator's global
+        model (hash ``ghash``); True without a committee."""
+        if self.replayer is None:
+            return True
+        new, _ = self.replayer.step(data.round, data.batch(), self.history, data.extras_of())
+        return sha256(model_blob(new)) == ghash
+
     def _base_hash(self, rnd: int) -> bytes:
         return self.hashes[rnd]
-
-    def _commit(self, rnd: int, built: Any, pack_id: bytes, signers: int, sig: bytes) -> Any:
-        args = [
-            rnd,
-            built.global_hash,
-            built.submissions_root,
-            built.verdicts_hash,
-            built.admitted_root,
-            pack_id,
-            signers,
-            sig,
-        ]
-        call = Call.of(self.contract, "commit", args, self.chain.aggregator, COMMIT_GAS)
-        try:
-            (receipt,) = self.chain.send_batch([call])
-        except LedgerRevert as exc:
-            raise LedgerRoundError(
-                f"round {rnd}: the chain rejected the commitment: {exc}"
-            ) from None
-        except (ConnectionError, OSError) as exc:
-            raise LedgerRoundError(
-                f"round {rnd}: lost the ledger node: {str(exc).splitlines()[0]}"
-            ) from None
-        except Exception as exc:  # noqa: BLE001 - web3's errors: the node failed
-            raise LedgerRoundError(
-                f"round {rnd}: the ledger node failed: {str(exc).splitlines()[0]}"
-            ) from None
-        self.gas.append(int(receipt["gasUsed"]))
-        return receipt
 
     def _append(self, entry: dict[str, Any]) -> None:
         if self.exporter is not None:

@@ -15,12 +15,14 @@ import fcntl
 import functools
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from ledger.attestation import verify_registration
 from ledger.chain import Chain
+from ledger.chain_errors import LedgerRevert
 from ledger.committee import Committee
 from ledger.errors import FORMAT, LedgerError
 from ledger.records import DEV_KEY, canonical_json, hx, sha256
@@ -30,8 +32,10 @@ __all__ = [
     "COMMIT_GAS",
     "channel_id",
     "check_format",
+    "clear_ledger",
     "committee_of",
     "connect",
+    "deploy_channel",
     "fresh_manifest",
     "lock_ledger",
     "open_index",
@@ -55,6 +59,13 @@ def lock_ledger(directory: Path) -> int:
             time.sleep(0.05)
     os.close(fd)
     raise LedgerError(f"{directory}: another process is recording this run")
+
+
+def clear_ledger(directory: Path) -> None:
+    """A run started over: nothing of an earlier ledger in ``directory`` stays (but its lock)."""
+    for old in directory.iterdir():
+        if old.name != ".lock":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
 
 
 def check_format(manifest: dict[str, Any], where: Path) -> None:
@@ -100,13 +111,32 @@ def connect(cfg: Any, seed: str) -> Chain:
         raise LedgerError(str(exc)) from None
 
 
+def deploy_channel(
+    cfg: Any, seed: str, channel: bytes, committee: Committee | None
+) -> tuple[Chain, Any, bool]:
+    """Connect and deploy the channel's contract with the committee's keys and quorum; returns
+    the chain, the contract and whether the contract verifies the committee's signatures on
+    chain (a JSON-RPC node with the BLS precompiles)."""
+    chain = connect(cfg, seed)
+    c = committee
+    onchain_bls = c is not None and chain.backend == "rpc" and chain.supports_bls_precompiles()
+    try:
+        contract = chain.deploy(
+            channel, c.pubkeys_eip2537() if c else [], c.quorum if c else 0, onchain_bls
+        )
+    except (LedgerRevert, ConnectionError, OSError) as exc:
+        raise LedgerError(f"cannot deploy the FLChain contract: {exc}") from None
+    return chain, contract, onchain_bls
+
+
 def open_resumed_chain(
     cfg: Any, seed: str, manifest: dict[str, Any], ledger: Path
 ) -> tuple[Chain, Any]:
     """The chain of a run being resumed, and the exporter that continues its export (embedded
     devnet; ``None`` for a node)."""
     if manifest.get("backend") == "embedded":
-        from ledger.devnet import BLOCKS_FILE, ChainExporter, ChainExportError, import_chain
+        from ledger.devnet import BLOCKS_FILE, ChainExporter, ChainExportError
+        from ledger.devnet_import import import_chain
 
         drop_torn_tail(ledger / "chain" / BLOCKS_FILE, "records")
         try:

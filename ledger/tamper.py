@@ -2,11 +2,12 @@
 
 Each case edits a finished run directory in place the way one of the attackers of
 :mod:`ledger.tamper_tools` would (the files-only cases are here, the aggregator's in
-:mod:`ledger.tamper_aggregator`), at a given round, and returns where the audit must report it:
-``(round, client, check)`` (client ``None`` for whole-round evidence, round ``None`` for the
-whole run). A case that cannot apply to a run (no rejected client in any round, say) raises
-:class:`NotApplicable`. Together the cases trigger every check of the audit
-(:data:`ledger.audit.CHECKS`); ``RUN_CASES`` apply to the whole run, the others to a round.
+:mod:`ledger.tamper_aggregator` and :mod:`ledger.tamper_chain`), at a given round, and returns
+where the audit must report it: ``(round, client, check)`` (client ``None`` for whole-round
+evidence, round ``None`` for the whole run). A case that cannot apply to a run (no rejected
+client in any round, say) raises :class:`NotApplicable`. Together the cases trigger every check
+of the audit (:data:`ledger.audit.CHECKS`); ``RUN_CASES`` apply to the whole run, the others to
+a round.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ from ledger.tamper_aggregator import (
     admission_rewritten,
     admitted_root_rewritten,
     base_rewritten,
-    commitment_removed,
-    contract_code_replaced,
-    contract_setup_changed,
     global_swapped,
     leaf_swapped,
     merkle_rewritten,
@@ -39,6 +37,7 @@ from ledger.tamper_aggregator import (
     verdict_rewritten,
     verdicts_inconsistent,
 )
+from ledger.tamper_chain import commitment_removed, contract_code_replaced, contract_setup_changed
 from ledger.tamper_tools import (
     Expected,
     NotApplicable,

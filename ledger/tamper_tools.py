@@ -204,7 +204,8 @@ def rebuild_chain(
     blocks after ``drop_after`` left out, the deployment replaced by ``deploy(chain)`` (its
     raw data); then export it again. Returns the new transaction hash of each replaced round."""
     from ledger.chain import Chain
-    from ledger.devnet import ChainExporter, import_chain
+    from ledger.devnet import ChainExporter
+    from ledger.devnet_import import import_chain
     from ledger.pyevm import DeterministicBackend
 
     led = ledger_of(run)

@@ -214,7 +214,12 @@ def test_vectorized_equals_sequential_every_algorithm(name: str, momentum: float
     n = layout.num_params
     sizes = {"params": n, "model": layout.size, "public": 12 * 10}  # 12 public images
     state = {
-        t: 0.01 * torch.randn(4, sizes.get(sh, 0) if isinstance(sh, str) else sh, generator=gen)
+        t: 0.01
+        * torch.randn(
+            4,
+            sizes.get(sh, 0) if isinstance(sh, str) else sh(layout) if callable(sh) else sh,
+            generator=gen,
+        )
         for t, sh in a.client_state.items()
     }
     init = a.init_server(g, n)

@@ -428,6 +428,7 @@ def test_print_config_is_resolved_yaml(tmp_path: Path, capsys: pytest.CaptureFix
         "clients_per_round": 10,
         "eval_every": 1,
         "eval_clients": 100,
+        "client_finetune_epochs": 0,
         "max_virtual_hours": 0.0,
     }
     assert list(printed) == list(SECTIONS)

@@ -17,7 +17,7 @@ from ledger.audit import CHECKS, audit_run, main
 from ledger.audit_round import BLOB_CHECK
 from ledger.proof import receipt, verify_receipt
 from ledger.tamper import CASES, RECEIPT_CASES, RUN_CASES, caught
-from ledger.tamper_aggregator import commitment_from_another_run
+from ledger.tamper_chain import commitment_from_another_run
 from ledger.tamper_tools import NotApplicable
 
 ROUNDS = 4
@@ -122,15 +122,22 @@ def test_receipts(run: Path, position: int) -> None:
 
 
 def test_every_check_has_a_tamper_case_and_is_documented() -> None:
-    src = (ROOT / "ledger/tamper.py").read_text() + (
-        ROOT / "ledger/tamper_aggregator.py"
-    ).read_text()
+    src = "".join(
+        (ROOT / "ledger" / f).read_text()
+        for f in ("tamper.py", "tamper_aggregator.py", "tamper_chain.py")
+    )
     triggered = set(re.findall(r'return [^\n,]+, [^\n,]+, "([a-z-]+)"', src))
     triggered |= set(re.findall(r'_entry_edited\("[^"]+", "([a-z-]+)"\)', src))
     triggered |= {"committee-signature"}  # commitment_from_another_run, tested above
     assert triggered == set(CHECKS), sorted(triggered ^ set(CHECKS))
     emitted = set(BLOB_CHECK.values())
-    for f in ("audit_checks.py", "audit_round.py", "audit_replay.py", "proof.py"):
+    for f in (
+        "audit_checks.py",
+        "audit_round.py",
+        "audit_replay.py",
+        "audit_committee.py",
+        "proof.py",
+    ):
         text = (ROOT / "ledger" / f).read_text()
         emitted |= {c for c in re.findall(r'"([a-z]+(?:-[a-z]+)*)"', text) if c in CHECKS}
         for name in re.findall(r'(?:yield|\.append\(\()[^,\n]+, [^,\n]+, "([a-z-]+)"', text):

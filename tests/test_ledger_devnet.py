@@ -1,4 +1,5 @@
-"""Tests for the deterministic devnet and its export / re-import (ledger/devnet.py)."""
+"""Tests for the deterministic devnet and its export / re-import (ledger/devnet.py,
+ledger/devnet_import.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,8 @@ import pytest
 import rlp
 
 from ledger.chain import Chain
-from ledger.devnet import (
-    BLOCKS_FILE,
-    GENESIS_FILE,
-    ChainExporter,
-    ChainExportError,
-    export_chain,
-    import_chain,
-)
+from ledger.devnet import BLOCKS_FILE, GENESIS_FILE, ChainExporter, ChainExportError, export_chain
+from ledger.devnet_import import import_chain
 from ledger.pyevm import (
     BLOCK_TIME,
     GENESIS_TIMESTAMP,

@@ -53,6 +53,45 @@ def test_many_buffers_and_rows_from_a_matrix(tmp_path: Path) -> None:
         rows_of_pack(p, 5)
 
 
+def test_extras_follow_their_row_in_the_update_entry(tmp_path: Path) -> None:
+    """A client's extras are a canonical tensor blob right after its row, covered by the
+    update hash; a round without extras records exactly the rows (the old bytes)."""
+    from ledger.round_build import RoundRows
+    from ledger.store import canonical_bytes
+
+    rows = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    dc = np.array([[0.5], [1.5]], np.float32)
+    data = RoundRows(
+        0,
+        rows,
+        np.array([7, 9]),
+        np.array([5, 6]),
+        np.zeros(2, np.int64),
+        np.zeros(2, np.float32),
+        np.zeros(2, bool),
+        np.zeros(3, np.float32),
+        {},
+        {"dc": dc},
+    )
+    tails = data.tails()
+    assert tails[1] == canonical_bytes({"dc": np.array([1.5], np.float32)})
+    digests = hash_rows(rows, tails)
+    assert digests[1] == sha(update_prefix(2) + rows[1].tobytes() + tails[1])
+    assert hash_rows(rows) == [sha(update_prefix(2) + r.tobytes()) for r in rows]
+    entries = [
+        Entry(f"update/{c}", digests[i], (update_prefix(2), rows[i], tails[i]))
+        for i, c in enumerate((7, 9))
+    ]
+    p = Pack.read(tmp_path, write_pack(tmp_path, 0, entries))
+    extras: dict[int, dict[str, np.ndarray]] = {}
+    got, ids = rows_of_pack(p, 2, extras)
+    assert ids == [7, 9] and np.array_equal(got, rows)
+    assert sorted(extras) == [7, 9] and extras[9]["dc"].tolist() == [1.5]
+    assert data.extras_of()[7]["dc"].tolist() == [0.5]
+    with pytest.raises(ValueError, match="has 83 bytes, expected 45"):
+        rows_of_pack(p, 2)  # a reader that expects no extras refuses them
+
+
 def test_tampering_is_seen(tmp_path: Path) -> None:
     pid = write_pack(tmp_path, 0, [Entry.of("a", b"hello"), Entry.of("b", b"world")])
     path = pack_path(tmp_path, pid)

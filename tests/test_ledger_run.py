@@ -98,6 +98,39 @@ def test_resume_with_a_stateful_defense_keeps_the_committee_in_step(tmp_path: Pa
     assert audit_run(tmp_path / "cc", bls=False).clean
 
 
+def test_extras_are_recorded_with_their_rows_and_replayed(tmp_path: Path) -> None:
+    """SCAFFOLD's clients send their control-variate change as an extra: each update entry
+    holds the row, then the extras blob (its hash covers both); a crash and resume (the
+    committee catches up through the packs, extras included) audits clean."""
+    from ledger.pack import Pack
+    from ledger.records import update_prefix
+    from ledger.round_build import rows_of_pack
+    from ledger.store import decode
+    from simulator.round.engine import Simulation
+
+    out = tmp_path / "scaffold"
+    cfg = small_config(
+        out, rounds=ROUNDS, ledger=True, committee=1, algorithm="scaffold", checkpoint_every=1
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, crash_after=2)
+    run_experiment(resume_config(out))
+    rep = audit_run(out, bls=False)
+    assert rep.clean and rep.rounds == ROUNDS, rep.text()
+    sim = Simulation(cfg)
+    size = sim.space.size
+    sim.close()
+    line = json.loads((out / "ledger/rounds.jsonl").read_text().splitlines()[-1])
+    pack = Pack.read(out / "ledger", bytes.fromhex(line["pack"].removeprefix("0x")))
+    extras: dict = {}
+    rows, ids = rows_of_pack(pack, size, extras)
+    assert sorted(extras) == sorted(ids) and len(ids) > 0
+    c = ids[0]
+    raw = bytes(pack.raw(f"update/{c}"))
+    tail = decode(raw[len(update_prefix(size)) + 4 * size :])
+    assert sorted(tail) == ["delta_c"] and tail["delta_c"].shape == (size,)
+
+
 def test_resume_with_a_broken_export_is_refused(tmp_path: Path) -> None:
     import shutil
 

@@ -46,12 +46,16 @@ class Capture:
     rows: dict[int, UpdateBatch] = field(default_factory=dict)
     globals: dict[int, torch.Tensor] = field(default_factory=dict)
     verdicts: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    extras: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    server: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     def on_round_end(self, sim: Simulation, record: Any) -> None:
         assert record.rows is not None, "the actors pre-aggregated the rows"
         self.rows[record.round] = record.rows
         self.globals[record.round] = sim.global_flat.clone()
         self.verdicts[record.round] = record.verdicts
+        self.extras[record.round] = record.extras
+        self.server[record.round] = {k: v.clone() for k, v in sim.server_state.items()}
 
 
 def reasons(cap: Capture) -> set[str]:
@@ -111,16 +115,20 @@ def run(cfg: Any) -> tuple[torch.Tensor, Capture]:
 
 
 def assert_replays(cfg: Any, initial: torch.Tensor, cap: Capture) -> None:
-    """A fresh replayer, stepped through the recorded rows, gives every round's global model
-    and verdicts bit for bit."""
+    """A fresh replayer, stepped through the recorded rows and extras, gives every round's
+    global model, verdicts and algorithm server state bit for bit."""
     rep = Replayer(cfg)
     try:
         history = {0: initial}
         for rnd in sorted(cap.rows):
             batch = cap.rows[rnd]
             assert batch.updates.shape[1] == rep.row_size
-            new, verdicts = rep.step(rnd, batch, history)
+            new, verdicts = rep.step(rnd, batch, history, cap.extras[rnd])
             assert torch.equal(new, cap.globals[rnd]), f"round {rnd}: global model differs"
+            server = rep.side.server_state
+            assert sorted(server) == sorted(cap.server[rnd])
+            for k, v in cap.server[rnd].items():
+                assert torch.equal(server[k], v), f"round {rnd}: server state {k!r} differs"
             run_vs = cap.verdicts[rnd]
             assert [v.to_dict() for v in verdicts] == run_vs[len(run_vs) - len(verdicts) :], (
                 f"round {rnd}: verdicts differ"

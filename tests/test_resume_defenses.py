@@ -5,31 +5,47 @@ uninterrupted run; each config is chosen so that the state actually matters afte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
+from defenses.siren_reputation import strikes_of
 from simulator.config.sections import build_config
 from simulator.run.experiment import resume_config, run_experiment
 from simulator.run.output import read_events
+from simulator.state.store import ClientStore
 from tests.conftest import SMALL
 
 WALL = ("wall_time", "slowest_train_seconds", "chunks", "placement")  # wall-clock fields
 
 
+def read_store(run: Path, ckpt: dict[str, Any], read: Callable[[ClientStore], Any]) -> Any:
+    """``read(store)`` on the client-state store of checkpoint ``ckpt`` of run ``run``."""
+    spill = run.parent / f"{run.name}-probe"
+    with ClientStore.load(run / "state" / "checkpoint", 1 << 20, spill, ckpt["store"]) as store:
+        return read(store)
+
+
 def crash_and_resume(
-    tmp_path: Path, flat: dict[str, Any], crash_after: int
+    tmp_path: Path,
+    flat: dict[str, Any],
+    crash_after: int,
+    read: Callable[[ClientStore], Any] = lambda store: None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """Run ``flat`` crashed after ``crash_after`` rounds then resumed, and uninterrupted; check
-    that both wrote the same events and final checkpoint; return the crashed run's checkpoint,
+    that both wrote the same events and final checkpoint (``read`` of their client-state stores
+    included); return the crashed run's checkpoint (with ``"read"``: ``read`` of its store),
     the events and the uninterrupted run's final checkpoint."""
     crashed = build_config(flat={**flat, "checkpoint_every": 1, "out": str(tmp_path / "crashed")})
     with pytest.raises(KeyboardInterrupt):
         run_experiment(crashed, crash_after=crash_after)
     at_crash = torch.load(tmp_path / "crashed" / "checkpoint.pt", weights_only=False)
     assert at_crash["next_round"] == crash_after
+    at_crash["read"] = read_store(tmp_path / "crashed", at_crash, read)
     run_experiment(resume_config(tmp_path / "crashed"))
     run_experiment(
         build_config(flat={**flat, "checkpoint_every": 1, "out": str(tmp_path / "full")})
@@ -49,6 +65,7 @@ def crash_and_resume(
     assert end["next_round"] == ref["next_round"] == flat["rounds"]
     assert torch.equal(end["global"], ref["global"])  # bitwise
     assert end["defense"] == ref["defense"]
+    assert read_store(tmp_path / "crashed", end, read) == read_store(tmp_path / "full", ref, read)
     return at_crash, want, ref
 
 
@@ -57,7 +74,8 @@ def reasons(event: dict[str, Any]) -> dict[int, str]:
 
 
 def test_siren_strikes_bans_and_episode_survive_a_resume(tmp_path: Path) -> None:
-    """Siren's paper variant keeps strikes, bans and the open alarm episode in the defense.
+    """Siren's paper variant keeps strikes (hence bans) in the client-state store and the open
+    alarm episode in the defense.
 
     T = 4: a client is banned at max(1, floor(0.45 * 4)) = 1 strike, i.e. at its first rejected
     row. Seed 0, crash after round 3: the checkpoint holds an open episode and five bans; in
@@ -74,21 +92,24 @@ def test_siren_strikes_bans_and_episode_survive_a_resume(tmp_path: Path) -> None
         "local_epochs": 3,
         "defense_params": {"rounds_total": 4, "variant": "paper"},
     }
-    at_crash, events, ref = crash_and_resume(tmp_path, flat, crash_after=4)
-    st = at_crash["defense"]
-    # at the checkpoint: banned = every client with a rejected row in rounds 0-3, one strike
-    # per rejected row (banned rows count), an episode open since round 3's detection
+
+    def strikes(store: ClientStore) -> dict[int, float]:
+        s = strikes_of(store, np.arange(SMALL["num_clients"]))
+        return {int(c): float(s[c]) for c in np.flatnonzero(s)}
+
+    at_crash, events, ref = crash_and_resume(tmp_path, flat, crash_after=4, read=strikes)
+    st, banned = at_crash["read"], [c for c, s in sorted(at_crash["read"].items()) if s >= 1]
+    # at the checkpoint: banned (one strike) = every client with a rejected row in rounds 0-3,
+    # one strike per rejected row (banned rows count), an episode open since round 3's detection
     rejected = [
         (e["round"], c)
         for e in events[:4]
         for c, why in reasons(e).items()
         if why not in ("", "rollback")
     ]
-    assert st["banned"] == sorted({c for _, c in rejected}) == [2, 4, 6, 8, 9]
-    assert {c: s for c, s in st["strikes"].items() if s} == {
-        c: float(sum(1 for _, d in rejected if d == c)) for c in st["banned"]
-    }
-    assert st["in_episode"] is True
+    assert banned == sorted({c for _, c in rejected}) == [2, 4, 6, 8, 9]
+    assert st == {c: float(sum(1 for _, d in rejected if d == c)) for c in banned}
+    assert at_crash["defense"] == {"in_episode": True}
     r4, r5 = reasons(events[4]), reasons(events[5])
     assert "abnormal-accuracy" in r4.values() and "rollback" not in r4.values()
     assert {c for c, why in r4.items() if why == "banned"} == {4, 8}

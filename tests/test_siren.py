@@ -1,6 +1,7 @@
 """Tests for Siren's server side (defenses/siren.py): each branch of the decision on hand-built
-batches with a stub root-set scorer, equal-weight averaging, the cosine rule, strikes and bans,
-roll-back, state, row order, parameters, and one run through the engine."""
+batches with a stub root-set scorer, equal-weight averaging, the cosine rule, strikes and bans
+(in a client-state store, as the client side keeps them), roll-back, state, row order,
+parameters, and one run through the engine."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ from defense_stubs import Scorer, ctx_of, stub_scorer
 
 from defenses import DEFENSES, DefenseContext, UpdateBatch, make_defense
 from defenses.siren import SirenDefense
+from defenses.siren_reputation import (
+    NOT_SEEN,
+    STRIKES,
+    banned_among,
+    declare,
+    strikes_of,
+    update_strikes,
+)
 from defenses.siren_screen import screen
+from simulator.state.store import ClientStore
 
 KEPT = (True, "")
 
@@ -58,6 +68,30 @@ def paper(**params: Any) -> SirenDefense:
 
 def outcome(res: Any) -> list[tuple[bool, str]]:
     return [(v.kept, v.reason) for v in res.verdicts]
+
+
+class Reputed:
+    """The paper variant with its strikes in a client-state store, round by round as a run
+    keeps them (``defenses/siren_client.py``): the rows of clients whose strikes reach the ban
+    threshold carry the signal ``"banned"``, and the verdicts update the strikes."""
+
+    def __init__(self, **params: Any) -> None:
+        self.d = paper(**params)
+        self.store = ClientStore(1 << 20)
+        declare(self.store)
+
+    def __call__(self, b: UpdateBatch, ctx: DefenseContext) -> Any:
+        ban = banned_among(self.store, b.client_ids.tolist(), self.d.ban_threshold)
+        b.signals["banned"] = np.array([c in ban for c in b.client_ids.tolist()], bool)
+        res = self.d(b, ctx)
+        update_strikes(self.store, [v.to_dict() for v in res.verdicts], self.d.reward, NOT_SEEN)
+        return res
+
+    def strikes(self, *ids: int) -> list[float]:
+        return strikes_of(self.store, np.array(ids)).tolist()
+
+    def banned(self, *ids: int) -> list[int]:
+        return sorted(banned_among(self.store, ids, self.d.ban_threshold))
 
 
 # ---------------------------------------------------------------- the decision, branch by branch
@@ -253,31 +287,33 @@ def bad_batch(rnd: int = 0, bad_alarm: int = 1) -> UpdateBatch:
     return batch_of([*GOOD, BAD], [0, 0, 0, bad_alarm], ids=[1, 2, 3, 7], rnd=rnd)
 
 
-def round_with(d: SirenDefense, bad_acc: float, bad_alarm: int = 1, rnd: int = 0) -> Any:
+def round_with(d: Any, bad_acc: float, bad_alarm: int = 1, rnd: int = 0) -> Any:
     """Clients 1-3 good (acc 0.9), client 7 alarms with accuracy ``bad_acc``."""
     return d(bad_batch(rnd, bad_alarm), ctx_of(lookup_scorer(bad_acc), rnd))
 
 
 def test_strikes_ban_at_threshold_and_persist() -> None:
-    d = paper(rounds_total=10, rollback=False)  # int(0.45 * 10) = 4 strikes
-    assert isinstance(d, SirenDefense) and d.ban_threshold == 4
+    d = Reputed(rounds_total=10, rollback=False)  # int(0.45 * 10) = 4 strikes
+    assert d.d.ban_threshold == 4
     for k in range(1, 4):
         assert outcome(round_with(d, 0.1))[3] == (False, "abnormal-accuracy")
-        assert d.state_dict()["strikes"][7] == k and d.state_dict()["banned"] == []
+        assert d.strikes(7) == [k] and d.banned(1, 2, 3, 7) == []
     assert outcome(round_with(d, 0.1))[3] == (False, "abnormal-accuracy")
-    assert d.state_dict()["strikes"][7] == 4 and d.state_dict()["banned"] == [7]
+    assert d.strikes(7) == [4] and d.banned(1, 2, 3, 7) == [7]
     # banned: rejected whatever its accuracy, not scored, and its alarm no longer counts
     # (no other alarm -> plain mean of the good rows)
     res = round_with(d, 0.95)
     assert outcome(res) == [KEPT, KEPT, KEPT, (False, "banned")]
     assert math.isnan(res.verdicts[3].score) and res.verdicts[3].weight == 0.0
     assert res.delta.tolist() == pytest.approx([4 / 3, 4 / 3])
-    assert d.state_dict()["strikes"] == {1: 0.0, 2: 0.0, 3: 0.0, 7: 5.0}
+    assert d.strikes(1, 2, 3, 7) == [0.0, 0.0, 0.0, 5.0] and d.store.count(STRIKES) == 1
     assert outcome(round_with(d, 0.95, bad_alarm=0))[3] == (False, "banned")
+    # the rule takes the ban from the row's signal: without it the row is judged again
+    assert outcome(round_with(d.d, 0.95))[3] == KEPT
 
 
 def test_strikes_forgiven_by_half() -> None:
-    d = paper(rounds_total=10, rollback=False)
+    d = Reputed(rounds_total=10, rollback=False)
     want = [
         (0.1, 1.0),
         (0.9, 0.5),
@@ -293,12 +329,12 @@ def test_strikes_forgiven_by_half() -> None:
     ]
     for i, (acc, strikes) in enumerate(want):
         round_with(d, acc)
-        assert d.state_dict()["strikes"][7] == strikes, i
-        assert d.state_dict()["banned"] == ([7] if strikes >= 4 else [])
-    d = paper(rounds_total=10, reward=0.0, rollback=False)
+        assert d.strikes(7) == [strikes], i
+        assert d.banned(7) == ([7] if strikes >= 4 else [])
+    d = Reputed(rounds_total=10, reward=0.0, rollback=False)
     for acc in (0.1, 0.9, 0.9):
         round_with(d, acc)
-    assert d.state_dict()["strikes"][7] == 1.0
+    assert d.strikes(7) == [1.0]
 
 
 def test_ban_threshold_rounding() -> None:
@@ -350,19 +386,20 @@ def test_rollback_unavailable_or_off() -> None:
     assert res.delta.tolist() == pytest.approx(mean)
     assert all(v.reason != "rollback" for v in res.verdicts)
     # bans alone are no detection: no roll-back, and the episode closes
-    d = paper(rounds_total=2)  # one strike bans
-    d(bad_batch(3), ctx_of(sc, 3, {2: [0.0, 0.0], 3: [0.0, 0.0]}))
-    assert d.state_dict()["banned"] == [7]
-    res = d(bad_batch(4), ctx_of(sc, 4, {3: [7.0, 7.0], 4: [0.0, 0.0]}))
-    assert res.delta.tolist() == pytest.approx(mean) and d.state_dict()["in_episode"] is False
+    r = Reputed(rounds_total=2)  # one strike bans
+    r(bad_batch(3), ctx_of(sc, 3, {2: [0.0, 0.0], 3: [0.0, 0.0]}))
+    assert r.banned(1, 2, 3, 7) == [7]
+    res = r(bad_batch(4), ctx_of(sc, 4, {3: [7.0, 7.0], 4: [0.0, 0.0]}))
+    assert res.delta.tolist() == pytest.approx(mean) and r.d.state_dict()["in_episode"] is False
 
 
 def test_nothing_kept() -> None:
     # a single alarmer screened alone is always normal; with all rows banned nothing is kept
-    d = paper(rounds_total=1, rollback=False)
+    d = Reputed(rounds_total=1, rollback=False)
     b = batch_of([[1.0, 0.0], [-1.0, 0.0]], [1, 0], ids=[4, 5])
     d(b, ctx_of(fixed_scorer([0.9, 0.1])))  # 5 rejected -> banned
-    d.load_state_dict({"strikes": {4: 1.0, 5: 1.0}, "banned": [4, 5], "in_episode": False})
+    assert d.banned(4, 5) == [5]
+    d.store.put(STRIKES, np.array([4]), np.array([1.0]))
     seen: list[torch.Tensor] = []
     res = d(b, ctx_of(fixed_scorer([], seen=seen)))
     assert not seen and res.delta.tolist() == [0.0, 0.0]
@@ -373,23 +410,27 @@ def test_nothing_kept() -> None:
 
 
 def test_state_dict_roundtrip() -> None:
-    d = paper(rounds_total=10)
+    d = Reputed(rounds_total=10)
     for acc in (0.1, 0.1, 0.9, 0.1):
         round_with(d, acc, rnd=1)
-    st = d.state_dict()
-    assert st == {"strikes": {1: 0.0, 2: 0.0, 3: 0.0, 7: 2.5}, "banned": [], "in_episode": True}
-    assert all(type(k) is int and type(v) is float for k, v in st["strikes"].items())
-    twin = paper(rounds_total=10)
-    twin.load_state_dict(st)
-    assert twin.state_dict() == st
+    st = d.d.state_dict()
+    assert st == {"in_episode": True} and type(st["in_episode"]) is bool
+    # strikes in the store: zero strikes hold no row
+    assert d.strikes(1, 2, 3, 7) == [0.0, 0.0, 0.0, 2.5] and d.store.count(STRIKES) == 1
+    twin = Reputed(rounds_total=10)
+    twin.d.load_state_dict(st)
+    twin.store.put(STRIKES, np.array([7]), np.array([2.5]))
+    assert twin.d.state_dict() == st
     for acc in (0.1, 0.1, 0.9):
         a, b = round_with(d, acc, rnd=1), round_with(twin, acc, rnd=1)
         assert outcome(a) == outcome(b) and a.delta.tolist() == b.delta.tolist()
-    assert twin.state_dict() == d.state_dict() and d.state_dict()["banned"] == [7]
-    twin.load_state_dict({})
-    assert twin.state_dict() == {"strikes": {}, "banned": [], "in_episode": False}
+    assert twin.d.state_dict() == d.d.state_dict() and d.banned(1, 2, 3, 7) == [7]
+    # 2.5 + 1 + 1 = 4.5 >= 4: banned, and the banned row of the last round counts: 5.5
+    assert twin.strikes(1, 2, 3, 7) == d.strikes(1, 2, 3, 7) == [0.0, 0.0, 0.0, 5.5]
+    twin.d.load_state_dict({})
+    assert twin.d.state_dict() == {"in_episode": False}
     with pytest.raises(ValueError, match="'siren': state keys"):
-        twin.load_state_dict({"strikes": {}})
+        twin.d.load_state_dict({"strikes": {}})
 
 
 def content_scorer(models: torch.Tensor) -> dict[str, np.ndarray]:
@@ -421,7 +462,7 @@ def test_row_order_does_not_matter(alarms: list[int]) -> None:
     bases = {r: torch.tensor(g.normal(size=p) * 0.3, dtype=torch.float32) for r in (3, 4, 5)}
     ctx = DefenseContext(5, bases[5], score_models=content_scorer, base_model=bases.__getitem__)
     perm = np.random.default_rng(1).permutation(n)
-    d1, d2 = paper(cs=0.3), paper(cs=0.3)
+    d1, d2 = Reputed(cs=0.3), Reputed(cs=0.3)
     for _ in range(2):  # second round: with strikes
         a, c = d1(b, ctx), d2(b.subset(perm), ctx)
         torch.testing.assert_close(a.delta, c.delta, rtol=1e-6, atol=1e-7)
@@ -434,7 +475,9 @@ def test_row_order_does_not_matter(alarms: list[int]) -> None:
         kept = [v for v in a.verdicts if v.kept]
         assert kept and sum(v.weight for v in kept) == pytest.approx(1.0)
         assert all(v.weight == 0.0 and v.reason for v in a.verdicts if not v.kept)
-        assert d1.state_dict() == d2.state_dict()
+        assert d1.d.state_dict() == d2.d.state_dict()
+        ids = b.client_ids.tolist()
+        assert d1.strikes(*ids) == d2.strikes(*ids)
     if any(alarms):
         assert len(kept) < n  # these cases reject someone
 

@@ -221,7 +221,7 @@ def test_confirmed_alarm_opens_a_rollback_only_when_asked() -> None:
     )
     assert outcome(res)[1] == (False, "abnormal-accuracy")
     assert all(v.reason != "rollback" for v in res.verdicts)
-    assert d.state_dict() == {"strikes": {}, "banned": [], "in_episode": False}
+    assert d.state_dict() == {"in_episode": False}  # strikes and bans live in the store
 
 
 def test_needs_the_root_set_size() -> None:
@@ -270,6 +270,21 @@ def test_variants_and_overrides() -> None:
 def test_invalid_parameters(params: dict[str, Any], pattern: str) -> None:
     with pytest.raises(ValueError, match="'siren': " + pattern):
         make_defense("siren", **params)
+
+
+def test_population_rule_judges_rows_marked_banned() -> None:
+    """Under the population rule banned clients are refused before they train; a row that
+    still carries the signal "banned" (one its client sent before the ban, replayed from a
+    verdict document that names the client banned) is judged like any other, never rejected
+    unjudged as under the paper rule."""
+    rows = [[1.0, 1.0], [1.0, 2.0], [2.0, 1.0]]
+    b = batch(rows, [0, 0, 0])
+    b.signals["banned"] = np.array([False, True, False])
+    res = make_defense("siren")(b, ctx(scorer([0.9, 0.9, 0.9])))
+    assert outcome(res) == [KEPT] * 3  # no alarm: every row kept
+    assert res.delta.tolist() == pytest.approx([4 / 3, 4 / 3])
+    paper = make_defense("siren", variant="paper")(b, ctx(scorer([0.9, 0.9])))
+    assert outcome(paper) == [KEPT, (False, "banned"), KEPT]
 
 
 # ---------------------------------------------------------------- strikes in the store

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import fused, throughput
+from benchmarks import fused
+from benchmarks.throughput_study.main import main
+from benchmarks.throughput_study.tasks import TASKS, task_config
+from simulator.run.federation import build_federation
 
 
 def test_throughput_json_schema(
@@ -15,7 +18,7 @@ def test_throughput_json_schema(
 ) -> None:
     out = tmp_path / "t.json"
     png = tmp_path / "t.png"
-    rc = throughput.main(
+    rc = main(
         [
             "--tasks",
             "digits-mlp-k10",
@@ -57,7 +60,7 @@ def test_throughput_json_schema(
 
 
 def test_unknown_task_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert throughput.main(["--tasks", "nope"]) == 2
+    assert main(["--tasks", "nope"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: unknown task 'nope'; valid:")
 
 
@@ -66,11 +69,11 @@ def test_min_seconds_times_more_rounds_and_rejects_bad_values(
 ) -> None:
     """A cheap task keeps timing rounds until --min-seconds have passed; a negative value or
     nan is an error (exit 2)."""
-    cfg = throughput.task_config(throughput.TASKS[0], seed=0, num_actors=1)
-    fed = throughput.build_federation(cfg)
+    cfg = task_config(TASKS[0], seed=0, num_actors=1)
+    fed = build_federation(cfg)
     fu = fused.measure_fused(cfg, fed, warmup=1, rounds=1, min_seconds=0.3)
     assert fu["seconds"] >= 0.3 and fu["rounds_timed"] > 1
     assert fu["client_updates"] == 10 * fu["rounds_timed"]
     for bad in ("-1", "nan"):
-        assert throughput.main(["--tasks", "digits-mlp-k10", "--min-seconds", bad]) == 2
+        assert main(["--tasks", "digits-mlp-k10", "--min-seconds", bad]) == 2
         assert "--min-seconds" in capsys.readouterr().err

@@ -30,7 +30,7 @@ def tamper_study(
     from ledger.audit import audit_run
     from ledger.proof import verify_receipt
     from ledger.tamper import CASES, RECEIPT_CASES, RUN_CASES, caught
-    from ledger.tamper_aggregator import commitment_from_another_run
+    from ledger.tamper_chain import commitment_from_another_run
     from ledger.tamper_tools import NotApplicable
 
     cases: dict[str, Any] = dict(CASES)

@@ -14,6 +14,14 @@ An algorithm is a class registered by name (:func:`simulator.algorithms.register
   :meth:`Algorithm.client_finish` (also per client) returns named tensors: those named in
   :attr:`Algorithm.client_state` go back into the store, the others travel to the server as
   named *extras* beside the client's update row;
+* **where its local steps start** (:meth:`Algorithm.client_start`, per client, vmap-safe): from
+  a :class:`~simulator.training.step.Start` (the start the trainer would use, the global model,
+  the client's store rows, its batches of one epoch, ``forward`` and ``split``) it
+  returns the start parameters and store rows to write (FedALA's adaptive local aggregation);
+  :meth:`Algorithm.start_iterations` bounds, per chunk and outside vmap, the iterations it may
+  take. The trainer (:mod:`simulator.training.loop`) calls it after placing the given starts and
+  before the local steps, in both paths, only where a class overrides it; the start's rows join
+  the client's outputs, the finish's rows win on a shared key;
 * **its optimizer** (:meth:`Algorithm.optimizer`): SGD with momentum and weight decay;
 * **what the server sends**: the server-state tensors named in :attr:`Algorithm.sends` go to
   every selected client each round; per-client tensors come from the store
@@ -112,7 +120,8 @@ class ServerRound:
         on first use); None where no run holds one (a replay of recorded rounds).
     rows : ``[K, R]`` the rows the clients sent, aligned with ``client_ids`` (rejected ones
         included: ``kept`` says which the defense kept), for an algorithm that
-        :attr:`~Algorithm.reads_rows`; None otherwise.
+        :attr:`~Algorithm.reads_rows` (the ledger's replay passes the recorded rows); None
+        otherwise.
     """
 
     round: int
@@ -173,15 +182,19 @@ class Algorithm:
     params: ClassVar[dict[str, Param]] = {}
     #: per-client tensors kept in the client-state store: table -> shape ("params": the
     #: trainable parameters, "model": the whole flat model, "public": one entry per public
-    #: sample and class, or an int: that many entries); absent clients start at zero
-    client_state: ClassVar[dict[str, str | int]] = {}
+    #: sample and class, an int: that many entries, or a callable ``(FlatLayout) -> int``: a
+    #: size that depends on the model, e.g. FedALA's weights on its top layers; an algorithm
+    #: whose sizes depend on its parameters declares the dict as a property); absent clients
+    #: start at zero
+    client_state: ClassVar[dict[str, str | int | Callable[[Any], int]]] = {}
     #: server-state tensors sent to every selected client each round
     sends: ClassVar[tuple[str, ...]] = ()
     #: client-state tables (shape "params") trained beside the model, by the same optimizer
     #: on the same batches (Ditto's personal model): the step sees them as ``Step.aux``
     client_trainable: ClassVar[tuple[str, ...]] = ()
-    #: client-state tables that hold a whole personal model of trainable parameters, used by
-    #: the per-client evaluation instead of the global model (:meth:`personal_model`)
+    #: the client-state table from which :meth:`personal_model` builds the model the per-client
+    #: evaluation uses instead of the global one (Ditto: a whole personal model of trainable
+    #: parameters; FedVB: the branches the client holds)
     personal: ClassVar[str | None] = None
     #: whether the client step draws random numbers with torch (vmap then uses
     #: randomness="different"; the two paths then differ). Prefer :meth:`noise_size`.
@@ -272,6 +285,22 @@ class Algorithm:
         sees ``Step.public`` True, the batch's public rows in ``Step.index``, zero labels and a
         zero ``ce``. Default: none."""
         return (0, 0)
+
+    def client_start(self, s: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Where ONE client's local steps start (``s``: a :class:`simulator.training.step.Start`;
+        vmap-safe): the ``[P]`` trainable parameters to train from, and store rows to write
+        (keys of :attr:`client_state`; a row :meth:`client_finish` also returns is the
+        finish's). The update row stays relative to the round's global model. Default:
+        ``(s.flat, {})``; the trainer calls it only where a class overrides it."""
+        return s.flat, {}
+
+    def start_iterations(self, state: dict[str, torch.Tensor]) -> int:
+        """A bound on the iterations :meth:`client_start` needs for a chunk of clients, read
+        outside vmap from their store rows (``{table: [K, ...]}``; the sequential path asks
+        for each client alone); the start sees it as ``Start.iterations``. A client's start
+        must give the same result under any bound at least its own (extra iterations frozen
+        per client), so the two paths agree. Default: 0."""
+        return 0
 
     def optimizer(self) -> Optimizer:
         c = self.cfg

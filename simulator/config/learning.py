@@ -34,6 +34,12 @@ class ExperimentConfig:
         "per-client evaluation (--client-test-fraction > 0): clients in the fixed seeded "
         "sample evaluated each time",
     )
+    client_finetune_epochs: int = field_of(
+        0,
+        "per-client evaluation (--client-test-fraction > 0): fine-tune each evaluated "
+        "client's model on its training data for N epochs (plain SGD with the client "
+        "optimizer, seeded) before testing it on its local split; 0 = off",
+    )
     max_virtual_hours: float = field_of(
         0.0,
         "stop after the round that ends past this much virtual time, in hours (0 = no "
@@ -42,7 +48,9 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         check_positive("experiment", self, ("rounds", "clients_per_round", "eval_every"))
-        check_positive("experiment", self, ("max_virtual_hours",), strict=False)
+        check_positive(
+            "experiment", self, ("max_virtual_hours", "client_finetune_epochs"), strict=False
+        )
         if not 0 <= self.seed < 2**32:
             raise ConfigError(f"experiment.seed: must be in [0, 2**32), got {self.seed!r}")
 
@@ -176,7 +184,8 @@ class AlgorithmConfig:
     algorithm: str = field_of(
         "fedavg",
         "federated algorithm (one file each in simulator/algorithms/: fedavg, fedprox, "
-        "feddyn, scaffold, fedbn, moon, fedfm, fedfm_lite, fedfa, fedufo, ditto, ktpfl)",
+        "feddyn, scaffold, fedbn, moon, fedfm, fedfm_lite, fedfa, fedufo, ditto, fedala, "
+        "fedvb, ktpfl)",
     )
     algorithm_params: dict[str, Any] = field_of(
         {},

@@ -157,6 +157,11 @@ def validate(cfg: Config) -> None:
     check_public(cfg.data, cfg.algorithm)
     check_attack(cfg.attack)
     placement_of(cfg.execution)
+    if cfg.experiment.client_finetune_epochs and not cfg.data.client_test_fraction:
+        raise ConfigError(
+            "experiment.client_finetune_epochs: fine-tunes for the per-client evaluation; "
+            "give --client-test-fraction > 0"
+        )
     k, n = cfg.experiment.clients_per_round, cfg.data.num_clients
     if k > n:  # selection would quietly take every device each round
         raise ConfigError(

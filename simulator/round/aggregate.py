@@ -30,11 +30,11 @@ def aggregate_round(
     """The defended aggregate (shared entries) and every client's verdict."""
     size = side.space.size
     if plan.linear:
-        cb = make_batch(col.carried, size)
+        cb = make_batch(col.carried, size, plan.banned)
         ok, bad = screen_malformed(cb, size) if col.carried else (np.zeros(0, np.int64), [])
         delta, vs = combine_linear(side.defense, plan, col, ok, cb, size)
         return None, plan.verdicts + vs + bad, delta
-    batch = make_batch(col.fresh + col.carried, size)
+    batch = make_batch(col.fresh + col.carried, size, plan.banned)
     if policy.adjusts_rows and len(batch.client_ids):
         batch = adjusted(policy, side, plan.round, batch)
     delta, vs = aggregate(side, plan.round, batch)

@@ -11,6 +11,7 @@ of flight.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,19 +221,24 @@ def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
     return np.stack(rows)
 
 
-def make_batch(arrived: list[InFlight], size: int) -> UpdateBatch:
-    """The update batch of the rows aggregated this round."""
+def make_batch(
+    arrived: list[InFlight], size: int, banned: AbstractSet[int] = frozenset()
+) -> UpdateBatch:
+    """The update batch of the rows aggregated this round; the rows of the clients in
+    ``banned`` (the plan's) carry the signal ``"banned"``."""
     upd = (
         torch.from_numpy(stack_rows([f.row for f in arrived])) if arrived else torch.zeros(0, size)
     )
+    ids = np.array([f.arrival.client_id for f in arrived], np.int64)
     return UpdateBatch(
         upd,
-        np.array([f.arrival.client_id for f in arrived], np.int64),
+        ids,
         np.array([f.num_samples for f in arrived], np.int64),
         np.array([f.arrival.base_round for f in arrived], np.int64),
         {
             "loss": np.array([f.loss for f in arrived], np.float32),
             "alarm": np.array([f.alarm for f in arrived], bool),
+            "banned": np.array([c in banned for c in ids.tolist()], bool),
         },
     )
 

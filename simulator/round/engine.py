@@ -240,18 +240,13 @@ class Simulation:
         # 4. aggregate
         batch, verdicts, delta = aggregate_round(self.server_side, self.policy, plan, col)
         carried = {f.arrival.client_id: f.extras for f in col.carried}
+        extras = carried | col.extras
         self.global_flat = server_step(
-            self.server_side,
-            rnd,
-            delta,
-            verdicts,
-            [*plan.now, *carried],
-            carried | col.extras,
-            batch,
+            self.server_side, rnd, delta, verdicts, [*plan.now, *carried], extras, batch
         )
         self.clock.advance_to(max(plan.outcome.round_end, plan.start))
         # 5. record
-        return make_record(
+        record = make_record(
             ctx,
             plan,
             col,
@@ -261,6 +256,8 @@ class Simulation:
             self.clock.now,
             lambda: self.wall_offset + time.perf_counter() - wall_start,
         )
+        record.extras = extras
+        return record
 
     # -- whole run -----------------------------------------------------------------------------
     def run(self, progress: bool = False, on_record: Any = None) -> list[RoundRecord]:

@@ -84,24 +84,27 @@ def make_store(
     public_entries: int = 0,
 ) -> ClientStore:
     """The run's client-state store, with the algorithm's tables (``client_state``: a shape of
-    ``'params'``, ``'model'``, ``'public'`` (``public_entries``: public samples x classes) or an
-    int) and the kept-local entries' table ``local`` (one per model group,
-    :func:`~simulator.training.groups.table_name`, where ``spaces`` lists several)."""
+    ``'params'``, ``'model'``, ``'public'`` (``public_entries``: public samples x classes), an
+    int or a callable of the layout) and the kept-local entries' table ``local`` (one per model
+    group, :func:`~simulator.training.groups.table_name`, where ``spaces`` lists several)."""
     store = ClientStore(cfg.execution.state_memory_bytes, Path(cfg.output.out) / "state" / "spill")
     sizes = {"params": layout.num_params, "model": layout.size, "public": public_entries}
     for table, shape in algorithm.client_state.items():
         if isinstance(shape, str) and (shape not in sizes or sizes[shape] < 1):
             raise ValueError(
                 f"algorithm {algorithm.name!r}: client_state table {table!r} has "
-                f"shape {shape!r}; valid: 'params', 'model', 'public' (with a public set) "
-                "or an int"
+                f"shape {shape!r}; valid: 'params', 'model', 'public' (with a public set), "
+                "an int or a callable"
             )
-        if shape in ("params", "model") and len(spaces) > 1:
+        if (shape in ("params", "model") or callable(shape)) and len(spaces) > 1:
             raise ValueError(
                 f"algorithm {algorithm.name!r}: client_state table {table!r} has shape "
                 f"{shape!r}, which differs between model groups; use an int shape"
             )
-        store.declare(table, (sizes[shape] if isinstance(shape, str) else int(shape),))
+        size = (
+            sizes[shape] if isinstance(shape, str) else shape(layout) if callable(shape) else shape
+        )
+        store.declare(table, (int(size),))
     for g, sp in enumerate(spaces or [space]):
         if sp.local is not None:
             store.declare(table_name("local", g), (len(sp.local),))

@@ -48,6 +48,9 @@ class RoundPlan:
     weights : client -> aggregation weight of a linear rule (fresh rows arriving now).
     starts : client -> ``[P]`` start model for clients that do not start from the global one.
     alarms : client -> whether it raised an alarm (Siren's client side).
+    banned : clients whose rows aggregated this round (fresh or carried) the rule is to refuse
+        unjudged (Siren's paper rule; its client side sets them from the store); the batch
+        carries them as the signal ``"banned"``.
     tasks : the training tasks (``now`` and ``hold`` clients, in selection order).
     """
 
@@ -70,6 +73,7 @@ class RoundPlan:
     weights: dict[int, float] = field(default_factory=dict)
     starts: dict[int, np.ndarray] = field(default_factory=dict)
     alarms: dict[int, bool] = field(default_factory=dict)
+    banned: set[int] = field(default_factory=set)
     tasks: list[TrainTask] = field(default_factory=list)
 
     @property

@@ -47,8 +47,9 @@ class ServerSide:
     Attributes
     ----------
     defense : Defense
-        The aggregation rule, with its own state across rounds (Siren's strikes and bans,
-        centered clipping's momentum).
+        The aggregation rule, with its own state across rounds (Siren's roll-back episode,
+        centered clipping's momentum); per-client state it reads (Siren's bans) comes as batch
+        signals.
     algorithm : Algorithm
         The FL algorithm (its ``server_update``).
     space : ParamSpace

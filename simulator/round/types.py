@@ -32,9 +32,14 @@ class RoundRecord:
     #: the rows the defense aggregated (None when the actors pre-aggregated a linear rule); the
     #: ledger records them. Not part of the event.
     rows: UpdateBatch | None = field(default=None, repr=False, compare=False)
+    #: client id -> the named extras it sent beside its row (the ledger records them with the
+    #: row: the server update may read them). Not part of the event.
+    extras: dict[int, dict[str, np.ndarray]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def to_event(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("extra", "rows")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("extra", "rows", "extras")}
         d.update(self.extra)
         return d
 

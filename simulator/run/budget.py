@@ -92,8 +92,8 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
         kinds = sum(a.count for a in parse_actor_kinds(ex.actor_kinds)) if ex.actor_kinds else 0
         workers = (ex.num_actors or kinds or (os.cpu_count() or 1)) if ex.backend == "ray" else 1
     algo = make_algorithm(cfg.algorithm)
-    state_row = 4 * sum(
-        s if isinstance(s, int) else p_train if s == "params" else p_full
+    state_row = 4 * sum(  # a size computed from the layout counts as the trainable parameters'
+        s if isinstance(s, int) else p_train if s == "params" or callable(s) else p_full
         for s in algo.client_state.values()
     )
     if cfg.defense.defense == "siren":

@@ -18,7 +18,7 @@ from torch.func import functional_call
 
 from simulator.training.flat import FlatLayout
 from simulator.training.models import BATCH_MASK, STEP_NOISE, STEP_SHARED, MaskedBatchNorm
-from simulator.training.step import Finish, PlainStep, Step
+from simulator.training.step import Finish, PlainStep, Start, Step
 
 
 def splitter(layout: FlatLayout) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
@@ -79,6 +79,8 @@ class ClientStep:
         self.plain = not overrides(step, "client_loss")
         #: the step returns something after training (state, extras)
         self.finishes = overrides(step, "client_finish")
+        #: the step moves the start of the local steps (:meth:`start`)
+        self.starts = overrides(step, "client_start")
         #: the model normalizes with batch statistics, which must skip padded rows
         self.masked = any(isinstance(m, MaskedBatchNorm) for m in model.modules())
         #: the step draws noise that layers of the model read from the step context
@@ -169,6 +171,48 @@ class ClientStep:
             )
         )
 
+    def eval_forward(self, buffers: dict) -> Callable[[dict, torch.Tensor], Any]:
+        """``forward(params, x) -> (features, logits)`` in evaluation mode with ``buffers``."""
+        model = self.model
+
+        def forward(p: dict, xx: torch.Tensor) -> Any:
+            was = model.training
+            model.eval()
+            try:
+                return functional_call(model, (p, buffers), (xx,), {"with_features": True})
+            finally:
+                model.train(was)
+
+        return forward
+
+    def start(
+        self,
+        pflat: torch.Tensor,
+        state: dict,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        m: torch.Tensor,
+        buffers: dict,
+        iterations: int,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The step's ``client_start`` for one client: its start ``[P]`` and store rows;
+        ``x, y, m`` are its batches of one epoch, ``m`` marking each sample once."""
+        start, rows = self.step.client_start(
+            Start(
+                pflat,
+                self.gflat,
+                state,
+                self.shared,
+                x,
+                y,
+                m,
+                self.eval_forward(buffers),
+                self.split,
+                iterations,
+            )
+        )
+        return start, dict(rows)
+
     def finish(
         self,
         pvec: torch.Tensor,
@@ -183,16 +227,6 @@ class ClientStep:
         """The step's ``client_finish`` for one client after its local steps; ``x, y, m`` are
         its batches ``[S, B, ...]`` with ``m`` marking each sample once (its first epoch)."""
         pflat = pvec[: self.p] if self.aux else pvec
-        model = self.model
-
-        def forward(p: dict, xx: torch.Tensor) -> Any:
-            was = model.training
-            model.eval()
-            try:
-                return functional_call(model, (p, buffers), (xx,), {"with_features": True})
-            finally:
-                model.train(was)
-
         return self.step.client_finish(
             Finish(
                 pflat,
@@ -206,7 +240,7 @@ class ClientStep:
                 y,
                 m,
                 buffers,
-                forward,
+                self.eval_forward(buffers),
                 self.split,
             )
         )

@@ -99,16 +99,37 @@ class ServerEval:
         return attack_success_rate(pred, f.test_y, trigger.target)
 
 
+def summarize(acc: np.ndarray) -> dict[str, Any]:
+    """Mean, standard deviation and worst-10% mean (the lowest ceil(n / 10)) of the clients'
+    accuracies, and how many clients were evaluated."""
+    worst = np.sort(acc)[: max(1, -(-len(acc) // 10))]
+    return {
+        "client_accuracy_mean": float(acc.mean()),
+        "client_accuracy_std": float(acc.std()),
+        "client_accuracy_worst10": float(worst.mean()),
+        "clients_evaluated": len(acc),
+    }
+
+
+#: the "round" of the fine-tuning seeds of the per-client evaluation: past any real round
+FINETUNE_ROUND = 2**40
+
+
 class ClientEval:
     """Per-client evaluation on local test splits (``--client-test-fraction``).
 
     A fixed seeded sample of ``min(N, eval_clients)`` clients is evaluated at every evaluation
     round, each with the global model (its kept-local entries, if the algorithm has any, from
     the client-state store; clients that never trained use the global ones), or with its
-    personal model where the algorithm keeps one (Ditto: ``Algorithm.personal``). Reports the mean,
+    personal model where the algorithm keeps one (Ditto: ``Algorithm.personal``). With
+    ``--client-finetune-epochs N`` that model is first fine-tuned on the client's training data
+    for N epochs (plain SGD on the cross-entropy with the client optimizer and batch size, the
+    batches shuffled by a seed of the experiment seed and the client id: the same at every
+    evaluation; the run's state is untouched): "FedAvg + fine-tuning". Reports the mean,
     the standard deviation and the worst-10% mean (the lowest ceil(n / 10) accuracies) of the
-    clients' accuracies. Cost: the sample's test rows, never the population. With several model
-    groups (``spaces``: each group's entries) each client is scored with its group's model.
+    clients' accuracies. Cost: the sample's test rows (and, fine-tuning, its training rows),
+    never the population. With several model groups (``spaces``: each group's entries) each
+    client is scored with its group's model (no fine-tuning).
     """
 
     def __init__(
@@ -118,6 +139,7 @@ class ClientEval:
         space: ParamSpace,
         store: ClientStore,
         algorithm: Any = None,
+        finetune: tuple[int, LocalSpec, int] | None = None,
         spaces: tuple[ParamSpace, ...] = (),
     ) -> None:
         self.fed, self.clients, self.space, self.store = fed, clients, space, store
@@ -131,6 +153,8 @@ class ClientEval:
         self.counts = np.array([len(y) for _, y in data], np.int64)
         self.x = torch.from_numpy(np.concatenate([x for x, _ in data])) if data else None
         self.y = torch.from_numpy(np.concatenate([y for _, y in data])) if data else None
+        #: (epochs, plain client spec, experiment seed) of the fine-tuning, or None
+        self.finetune = finetune if finetune is not None and finetune[0] > 0 else None
 
     @classmethod
     def of(
@@ -143,15 +167,61 @@ class ClientEval:
         spaces: tuple[ParamSpace, ...] = (),
     ) -> ClientEval:
         n = min(fed.num_clients, cfg.experiment.eval_clients)
+        a = cfg.algorithm
+        spec = LocalSpec(a.lr, a.batch_size, a.weight_decay, momentum=a.momentum)
+        tune = (cfg.experiment.client_finetune_epochs, spec, cfg.experiment.seed)
         if fed.local_test is None or n == 0:
-            return cls(fed, np.zeros(0, np.int64), space, store, algorithm, spaces)
+            return cls(fed, np.zeros(0, np.int64), space, store, algorithm, tune, spaces)
         rng = np.random.default_rng([cfg.experiment.seed, 0xE7A1])
         ids = (
             np.arange(n)
             if n == fed.num_clients
             else np.sort(rng.choice(fed.num_clients, n, replace=False))
         )
-        return cls(fed, ids.astype(np.int64), space, store, algorithm, spaces)
+        return cls(fed, ids.astype(np.int64), space, store, algorithm, tune, spaces)
+
+    @torch.no_grad()
+    def models(self, global_flat: torch.Tensor) -> torch.Tensor | None:
+        """``[n, size]`` the model each evaluated client is scored with, or None where that is
+        the global model for all of them."""
+        if self.algorithm is not None:
+            rows, _ = self.store.get(self.algorithm.personal, self.clients)
+            return torch.stack(
+                [self.algorithm.personal_model(global_flat, torch.from_numpy(r)) for r in rows]
+            )
+        if self.space.local is None:
+            return None
+        local, present = self.store.get("local", self.clients)
+        flats = global_flat.expand(len(self.clients), -1).clone()
+        at = torch.from_numpy(self.space.local)
+        for i in np.flatnonzero(present):
+            flats[i, at] = torch.from_numpy(local[i])
+        return flats
+
+    def tuned(self, global_flat: torch.Tensor, flats: torch.Tensor | None) -> torch.Tensor:
+        """The clients' models after the fine-tuning epochs on their training data, in chunks
+        of 64 clients (vectorized)."""
+        epochs, spec, seed = self.finetune  # type: ignore[misc]
+        f, out = self.fed, []
+        for lo in range(0, len(self.clients), 64):
+            ids = self.clients[lo : lo + 64]
+            data = f.arrays(f.clients, ids)
+            sizes = [len(y) for _, y in data]
+            ends = np.cumsum(sizes)
+            res = train_clients(
+                f.model,
+                f.layout,
+                global_flat,
+                torch.from_numpy(np.concatenate([x for x, _ in data])),
+                torch.from_numpy(np.concatenate([y for _, y in data])),
+                [np.arange(e - n, e) for n, e in zip(sizes, ends, strict=True)],
+                [epochs] * len(ids),
+                client_seeds(seed, FINETUNE_ROUND, ids).tolist(),
+                spec,
+                starts={} if flats is None else dict(enumerate(flats[lo : lo + 64])),
+            )
+            out.append(global_flat + res.updates)
+        return torch.cat(out)
 
     @torch.no_grad()
     def evaluate(self, global_flat: torch.Tensor) -> dict[str, Any]:
@@ -160,42 +230,26 @@ class ClientEval:
             return {}
         f = self.fed
         if len(self.spaces) > 1:
-            acc = self.grouped(global_flat)
-        elif self.algorithm is not None:
-            rows, _ = self.store.get(self.algorithm.personal, self.clients)
-            acc = np.empty(len(self.clients))
-            off = 0
-            for i, n in enumerate(self.counts.tolist()):
-                flat = self.algorithm.personal_model(global_flat, torch.from_numpy(rows[i]))
-                acc[i] = evaluate(
-                    f.model, f.layout, flat, self.x[off : off + n], self.y[off : off + n]
-                )[0]
-                off += n
-        elif self.space.local is None:
+            return summarize(self.grouped(global_flat))
+        flats = self.models(global_flat)
+        if self.finetune is not None:
+            with torch.enable_grad():
+                flats = self.tuned(global_flat, flats)
+        if flats is None:
             f.layout.load(f.model, global_flat)
             f.model.eval()
             hit = (f.model(self.x).argmax(1) == self.y).double().numpy()
             starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
             acc = np.add.reduceat(hit, starts) / self.counts
         else:
-            local, present = self.store.get("local", self.clients)
             acc = np.empty(len(self.clients))
             off = 0
             for i, n in enumerate(self.counts.tolist()):
-                flat = global_flat.clone()
-                if present[i]:
-                    flat[torch.from_numpy(self.space.local)] = torch.from_numpy(local[i])
                 acc[i] = evaluate(
-                    f.model, f.layout, flat, self.x[off : off + n], self.y[off : off + n]
+                    f.model, f.layout, flats[i], self.x[off : off + n], self.y[off : off + n]
                 )[0]
                 off += n
-        worst = np.sort(acc)[: max(1, -(-len(acc) // 10))]
-        return {
-            "client_accuracy_mean": float(acc.mean()),
-            "client_accuracy_std": float(acc.std()),
-            "client_accuracy_worst10": float(worst.mean()),
-            "clients_evaluated": len(acc),
-        }
+        return summarize(acc)
 
     def grouped(self, global_flat: torch.Tensor) -> np.ndarray:
         """Each client's accuracy with its model group's model: the group's global model with

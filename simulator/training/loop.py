@@ -1,6 +1,7 @@
 """One call of local training (:func:`simulator.training.stacked.train_clients`): the K clients'
-batches and step, the SGD loop, and its two drivers: all K clients as one stacked computation
-(``torch.func.vmap``) or one client at a time (the sequential reference)."""
+batches and step, where their local steps start (the step's ``client_start``, :meth:`begin`), the
+SGD loop, and its two drivers: all K clients as one stacked computation (``torch.func.vmap``) or
+one client at a time (the sequential reference)."""
 
 from __future__ import annotations
 
@@ -211,6 +212,28 @@ class LocalTraining:
                     b.copy_(torch.where(bm > 0, b, old[n]))
         return pvec.detach(), loss_sum
 
+    def begin(
+        self, pflat: torch.Tensor, state: dict, buffers: dict, i: int | None, own: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Where the local steps start, by the step's ``client_start`` where it overrides it:
+        all K clients mapped (``i`` None; ``pflat`` ``[K, P]``; with ``own`` False no client
+        has a start of its own, and the start sees the global model unbatched, so a forward
+        with it is one plain product) or client ``i`` alone. Returns the start(s) and the store
+        rows the start wrote (``{}`` without a start)."""
+        cs = self.cs
+        if not cs.starts or not self.k:
+            return pflat, {}
+        if i is None:
+            n_it = int(self.step_obj.start_iterations(state))
+            new, rows = vmap(
+                lambda *a: cs.start(*a, n_it), in_dims=(0 if own else None, 0, 0, 0, 0, 0)
+            )(pflat if own else self.gflat, state, self.xs1, self.ys1, self.first, buffers)
+        else:
+            n_it = int(self.step_obj.start_iterations({n: t[i : i + 1] for n, t in state.items()}))
+            own = {n: t[i] for n, t in state.items()}
+            new, rows = cs.start(pflat, own, self.xs1[i], self.ys1[i], self.first[i], buffers, n_it)
+        return new.detach().contiguous(), {t: v.detach() for t, v in rows.items()}
+
     def stacked(
         self, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
@@ -219,17 +242,12 @@ class LocalTraining:
         cs, aux = self.cs, self.aux
         # one [K, P] copy for the parameters, one for the float buffers (if any): at a thousand
         # clients per actor these copies are most of a round's fixed cost
-        pflat = self.gflat.expand(k, -1).clone()
+        # (no copy of the parameters where the step's start builds them from the global model)
+        shared_start = bool(cs.starts and k and not starts)
+        pflat = self.gflat.expand(k, -1) if shared_start else self.gflat.expand(k, -1).clone()
         bflat = global_flat[p_num:].expand(k, -1).clone()
         for i, start in starts.items():
             pflat[i], bflat[i] = start[:p_num], start[p_num:]
-        if aux and k:
-            pflat = torch.cat(
-                [pflat]
-                + [vmap(lambda st, t=t: self.start_aux(t, st))(state[t]) for t in self.trainable],
-                dim=1,
-            )
-        pflat.requires_grad_(True)
         b_numels = layout.numels[len(layout.param_names) :]
         buffers = {
             n: t.reshape(k, *sh)
@@ -241,6 +259,14 @@ class LocalTraining:
             )
         }
         buffers.update({n: b.expand(k, *b.shape).clone() for n, b in layout.int_buffers.items()})
+        pflat, begun = self.begin(pflat, state, buffers, None, own=not shared_start)
+        if aux and k:
+            pflat = torch.cat(
+                [pflat]
+                + [vmap(lambda st, t=t: self.start_aux(t, st))(state[t]) for t in self.trainable],
+                dim=1,
+            )
+        pflat.requires_grad_(True)
         new_p, loss_sum = self.run(pflat, buffers, slice(None), True, state)
         losses = (loss_sum / self.steps.clamp_min(1)).cpu().numpy()
         with torch.no_grad():
@@ -258,14 +284,16 @@ class LocalTraining:
                 if k and cs.finishes
                 else {}
             )
-            outputs = {**{t: v for t, v in cs.split_aux(new_p).items()}, **outputs}
+            outputs = {**begun, **cs.split_aux(new_p), **outputs}
         new_p = new_p[:, :p_num] if aux else new_p
         if layout.buffer_names:
             bufs = [buffers[n].reshape(k, -1) for n in layout.buffer_names]
             updates = torch.cat([new_p, *bufs], dim=1) - global_flat
         else:
-            # in place only when nothing the step returned can be a view of the parameters
-            updates = new_p.sub_(global_flat) if not outputs else new_p - global_flat
+            # in place only when nothing the step returned shares the parameters' memory
+            base = new_p.untyped_storage().data_ptr()
+            shared = any(v.untyped_storage().data_ptr() == base for v in outputs.values())
+            updates = new_p - global_flat if shared else new_p.sub_(global_flat)
         return updates, losses, outputs
 
     def one_by_one(
@@ -277,11 +305,12 @@ class LocalTraining:
         for i in range(self.k):
             init = starts.get(i, global_flat)
             own = {n: t[i] for n, t in state.items()}
-            pflat = torch.cat([init[:p_num]] + [self.start_aux(t, own[t]) for t in self.trainable])
-            pflat = pflat.clone().requires_grad_(True)
             own_model = layout.unflatten(init)
             buffers = {n: own_model[n].clone() for n in layout.buffer_names}
             buffers.update({n: b.clone() for n, b in layout.int_buffers.items()})
+            p0, begun = self.begin(init[:p_num], state, buffers, i)
+            pflat = torch.cat([p0] + [self.start_aux(t, own[t]) for t in self.trainable])
+            pflat = pflat.clone().requires_grad_(True)
             new_p, loss_sum = self.run(pflat, buffers, i, False, own)
             bufs = [buffers[n].reshape(-1) for n in layout.buffer_names]
             out_rows.append(torch.cat([new_p[:p_num], *bufs]) - global_flat)
@@ -301,7 +330,7 @@ class LocalTraining:
                     if cs.finishes
                     else {}
                 )
-                outs.append({**cs.split_aux(new_p), **fin})
+                outs.append({**begun, **cs.split_aux(new_p), **fin})
         updates = torch.stack(out_rows) if out_rows else torch.zeros(0, layout.size)
         losses = np.asarray(out_losses, np.float32)
         outputs = {n: torch.stack([o[n] for o in outs]) for n in outs[0]} if outs else {}

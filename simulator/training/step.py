@@ -1,5 +1,5 @@
-"""What an algorithm's client step sees: one client, one batch (:class:`Step`), and after the
-local steps (:class:`Finish`).
+"""What an algorithm's client step sees: one client before its local steps (:class:`Start`), one
+batch (:class:`Step`), and after the local steps (:class:`Finish`).
 
 The trainer builds these inside the function it maps over a chunk of clients with
 ``torch.func.vmap`` (or calls once per client, the sequential reference), so every tensor here is
@@ -19,6 +19,40 @@ import torch
 #: the name under which the server's public set's inputs reach the client step (``Step.shared``,
 #: ``Finish.shared``) of an algorithm that uses them (``Algorithm.uses_public``)
 PUBLIC_INPUTS = "public_x"
+
+
+@dataclass(frozen=True)
+class Start:
+    """One client before its local steps (``Algorithm.client_start``).
+
+    Attributes
+    ----------
+    flat : ``[P]`` the trainable parameters the local steps would start from: the round's global
+        ones, or the client's own start where the trainer was given one (Siren's alarming
+        clients, entries kept on the client).
+    global_flat : ``[P]`` the round's global trainable parameters.
+    state, shared : as in :class:`Step`.
+    x, y, mask : the client's batches of one epoch ``[S1, B, ...]``, ``[S1, B]`` (its first
+        epoch's order, seeded) and a mask marking each of its samples exactly once, as in
+        :class:`Finish`.
+    forward : ``forward(params, x) -> (features, logits)`` in evaluation mode with the client's
+        start buffers (no augmentation, no batch statistics, no noise).
+    split : ``[P] -> {name: tensor}``, the trainable parameters of a flat vector by name.
+    iterations : the chunk's bound from
+        :meth:`~simulator.algorithms.base.Algorithm.start_iterations` (a Python int, the same
+        for every client of the chunk).
+    """
+
+    flat: torch.Tensor
+    global_flat: torch.Tensor
+    state: dict[str, torch.Tensor]
+    shared: dict[str, torch.Tensor]
+    x: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor
+    forward: Callable[[dict[str, torch.Tensor], torch.Tensor], Any]
+    split: Callable[[torch.Tensor], dict[str, torch.Tensor]]
+    iterations: int = 0
 
 
 @dataclass(frozen=True)
