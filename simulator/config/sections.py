@@ -29,7 +29,14 @@ from simulator.config.learning import (
     ExperimentConfig,
     ModelConfig,
 )
-from simulator.config.plugins import check_algorithm, check_attack, placement_of, policy_of
+from simulator.config.plugins import (
+    check_algorithm,
+    check_attack,
+    check_model_groups,
+    check_public,
+    placement_of,
+    policy_of,
+)
 from simulator.config.system import (
     ClockConfig,
     DevicesConfig,
@@ -73,7 +80,14 @@ class Config:
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        """Every section as a plain mapping (tuples as lists, as YAML writes them)."""
+        return {
+            name: {
+                k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(getattr(self, name)).items()
+            }
+            for name in SECTIONS
+        }
 
     def save(self, path: str | Path) -> None:
         tmp = Path(f"{path}.tmp")  # a temporary file, then a rename: never half a config
@@ -143,6 +157,8 @@ def validate(cfg: Config) -> None:
     """
     policy_of(cfg.clock)
     check_algorithm(cfg.algorithm)
+    check_model_groups(cfg.model, cfg.algorithm)
+    check_public(cfg.data, cfg.algorithm)
     check_attack(cfg.attack)
     placement_of(cfg.execution)
     if cfg.experiment.client_finetune_epochs and not cfg.data.client_test_fraction:

@@ -44,6 +44,8 @@ class RoundContext:
     compression : what the transfers carry (:mod:`simulator.compression`); with the
         algorithm's ``wire_bytes`` it sizes each client's download and upload
         (:mod:`simulator.round.wire`), the clock's transfer cost.
+    spaces : with several model groups, each group's shared and kept-local entries (``space``
+        is group 0's); empty with one group.
     """
 
     cfg: Config
@@ -60,3 +62,4 @@ class RoundContext:
     client_eval: ClientEval
     flops_per_sample: float
     compression: Compressor
+    spaces: tuple[ParamSpace, ...] = ()

@@ -128,7 +128,7 @@ class ServerSide:
         return cls(
             rule,
             alg,
-            ParamSpace.of(fed.layout, alg),
+            ParamSpace.of(fed.layout, alg, fed.public_entries),
             evaluation,
             fed.public_x,
             fed.public_y,

@@ -78,6 +78,7 @@ def dense_bytes(ctx: RoundContext, ids: np.ndarray) -> tuple[np.ndarray, np.ndar
         ctx.fed.dataset.num_classes,
         lambda: label_counts(ctx, ids),
         dict(ctx.fed.layout.slices),
+        row_size=ctx.space.size,
     )
     up, down = ctx.algorithm.wire_bytes(w)
     up, down = np.asarray(up, np.float64), np.asarray(down, np.float64)

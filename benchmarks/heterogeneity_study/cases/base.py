@@ -48,9 +48,12 @@ METRICS: dict[str, str] = {
     "uncompressed (1 without --compression; a fraction of FedAvg's)",
     "feature_silhouette": "silhouette score (test labels as clusters, euclidean) of the final "
     "global model's test-set features (a case's ``scores`` computes it)",
+    "class_affinity": "share of the clients whose knowledge coefficients (KT-pFL's final c) "
+    "weigh the peers sharing a class with them more, on average, than the other peers (a "
+    "case's ``scores`` computes it)",
 }
 #: metrics no run summary has: a case comparing on one computes it with its ``scores``
-SCORED_METRICS = ("feature_silhouette",)
+SCORED_METRICS = ("feature_silhouette", "class_affinity")
 
 DIRECTIONS = ("higher", "lower")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
