@@ -20,7 +20,7 @@ from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec, make_schedule
 from simulator.training.stacked import train_clients
-from simulator.training.step import Finish, Step
+from simulator.training.step import PUBLIC_INPUTS, Finish, Step
 
 
 def algo(name: str, **params: Any) -> Algorithm:
@@ -213,10 +213,14 @@ def test_vectorized_equals_sequential_every_algorithm(name: str, momentum: float
     gen = torch.Generator().manual_seed(1)
     n = layout.num_params
     state = {
-        t: 0.01 * torch.randn(4, a.state_entries(t, layout), generator=gen) for t in a.client_state
+        t: 0.01 * torch.randn(4, a.state_entries(t, layout, 12 * 10), generator=gen)
+        for t in a.client_state  # 12 public images
     }
     init = a.init_server(g, n)
     shared = {t: init[t] + 0.01 * torch.randn(init[t].shape, generator=gen) for t in a.sends}
+    if a.uses_public:
+        shared[PUBLIC_INPUTS] = torch.rand(12, 1, 8, 8, generator=gen)
+        state = {t: v.abs() for t, v in state.items()}  # targets: non-negative
     spec = LocalSpec(lr=0.1, batch_size=10, weight_decay=0.001, step=a, momentum=momentum)
     kw = dict(state=state, shared=shared)
     vec = train_clients(

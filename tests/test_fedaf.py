@@ -293,7 +293,7 @@ def test_wire_bytes_by_hand() -> None:
     counts = np.zeros((2, 10), np.int64)
     counts[0, [0, 3, 9]] = [5, 1, 2]
     counts[1] = 4
-    w = WireInfo(np.array([4, 7]), 6400, 10, lambda: counts, layout.slices)
+    w = WireInfo(np.array([4, 7]), layout.size, 10, lambda: counts, layout.slices, row_size=6400)
     up, down = a.wire_bytes(w)
     np.testing.assert_array_equal(up, [7840.0, 26040.0])
     np.testing.assert_array_equal(down, [4.0 * (2 * layout.size + 110)] * 2)

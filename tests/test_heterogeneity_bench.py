@@ -234,7 +234,9 @@ def test_case_declarations_are_checked() -> None:
         Comparison("b", "a", direction="up")
     with pytest.raises(CaseError, match="'seed' is set by the harness"):
         Case("x", "claim", {"seed": 1}, arms, versus("a", ["b"]))
-    with pytest.raises(CaseError, match=r"scores names 'speed'; valid: \['feature_silhouette'\]"):
+    with pytest.raises(
+        CaseError, match=r"scores names 'speed'; valid: \['feature_silhouette', 'class_affinity'\]"
+    ):
         Case("x", "claim", {}, arms, versus("a", ["b"]), scores={"speed": len})
     with pytest.raises(CaseError, match=r"b vs a on 'feature_silhouette' needs scores"):
         Case("x", "claim", {}, arms, versus("a", ["b"], "feature_silhouette"))

@@ -155,13 +155,21 @@ def test_every_defense_replays_bit_for_bit(defense: str, tmp_path: Path) -> None
 def test_every_algorithm_replays_bit_for_bit(algorithm: str, tmp_path: Path) -> None:
     # FedBN with BatchNorm: its kept-local entries are not in the rows (row_size < model size)
     model = {"norm": "batch"} if algorithm == "fedbn" else {}
-    # FedAF sends condensed data: fedavg and a data attack (robust rules and sign flips refuse)
-    rule: dict[str, Any] = (
-        {"defense": "trimmedmean", "defense_params": {"f": 2}}
-        if ALGORITHMS.get(algorithm).upload == "update"
-        else {"defense": "fedavg", "attack": "labelflip"}
+    # an algorithm that sends no model updates (KT-pFL's predictions) runs with plain averaging
+    # and a data attack
+    updates = ALGORITHMS.get(algorithm).upload == "update"
+    cfg = small_config(
+        tmp_path,
+        **{
+            **BASE,
+            **PUBLIC,
+            **model,
+            "algorithm": algorithm,
+            "defense": "trimmedmean" if updates else "fedavg",
+            "defense_params": {"f": 2} if updates else {},
+            **({} if updates else {"attack": "labelflip"}),
+        },
     )
-    cfg = small_config(tmp_path, **{**BASE, **PUBLIC, **model, "algorithm": algorithm, **rule})
     initial, cap = run(cfg)
     if algorithm == "fedbn":
         assert cap.rows[0].updates.shape[1] < initial.numel()

@@ -41,6 +41,7 @@ SUMMARY_KEYS = (
     "client_accuracy_mean",
     "client_accuracy_std",
     "client_accuracy_worst10",
+    "upload_volume",
     "rounds",
     "run_seconds",
 )

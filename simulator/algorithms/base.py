@@ -51,8 +51,9 @@ from simulator.config.fields import ConfigError
 from simulator.config.learning import AlgorithmConfig
 
 #: shapes a client-state table can declare: the trainable parameters, the whole flat model, or
-#: the row the client sends (:meth:`Algorithm.row_entries`); an int is that many entries
-STATE_SHAPES = ("params", "model", "row")
+#: the row the client sends (:meth:`Algorithm.row_entries`), or one entry per sample of the
+#: server's public set and class (``|D_r| x C``: predictions on it); an int is that many entries
+STATE_SHAPES = ("params", "model", "row", "public")
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,9 @@ class WireInfo:
     Attributes
     ----------
     client_ids : ``[K]`` the selected clients, sorted.
-    shared_size : entries of one row a client sends: the model's shared parameters for model
-        updates, :meth:`Algorithm.row_entries` for another upload (``ParamSpace.size``).
+    shared_size : entries of one shared update row (the model's shared parameters).
+    row_size : entries of one row as a client sends it: ``shared_size`` for model updates,
+        :meth:`Algorithm.row_entries` resolved for other uploads (0: not given).
     num_classes : classes of the dataset.
     label_counts : ``() -> [K, C]`` int64 counts of each selected client's training labels
         (computed only when called).
@@ -166,6 +168,7 @@ class WireInfo:
     num_classes: int
     label_counts: Callable[[], np.ndarray]
     slices: dict[str, slice] = field(default_factory=dict)
+    row_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,9 +190,10 @@ class Algorithm:
     params: ClassVar[dict[str, Param]] = {}
     #: per-client tensors kept in the client-state store: table -> shape ("params": the
     #: trainable parameters, "model": the whole flat model, "row": the row the client sends,
-    #: an int: that many entries, or a callable ``(FlatLayout) -> int``: a size that depends on
-    #: the model, e.g. FedALA's weights on its top layers; an algorithm whose sizes depend on
-    #: its parameters declares the dict as a property; :meth:`state_entries`); absent clients
+    #: "public": one entry per public sample and class, an int: that many entries, or a
+    #: callable ``(FlatLayout) -> int``: a size that depends on the model, e.g. FedALA's weights
+    #: on its top layers; an algorithm whose sizes depend on its parameters declares the dict
+    #: as a property; :meth:`state_entries`); absent clients
     #: start at zero
     client_state: ClassVar[dict[str, str | int | Callable[[Any], int]]] = {}
     #: server-state tensors sent to every selected client each round
@@ -218,6 +222,17 @@ class Algorithm:
     #: parameters) that multiplies each client's gradient: 1 trains an entry, 0 freezes it
     #: (and its momentum and weight decay); None trains every entry
     train_mask: ClassVar[str | None] = None
+    #: clients may hold models of different architectures (``--model-groups``: a model per
+    #: client group, each trained on its own). Such an algorithm's rows are not model updates
+    #: and have the same size for every group (:meth:`row_entries`), it keeps its clients'
+    #: models on the clients (:meth:`local_parameters`) and its client-state tables are not
+    #: model-shaped; the global model is the groups' flat models end to end
+    heterogeneous: ClassVar[bool] = False
+    #: the client step uses the server's public set (``--public-fraction`` > 0): the engine
+    #: sends its inputs to every selected client each round as the server tensor
+    #: :data:`~simulator.training.step.PUBLIC_INPUTS` (``Step.shared``, ``Finish.shared``), over
+    #: which :meth:`public_passes` passes run
+    uses_public: ClassVar[bool] = False
 
     def __init__(self, cfg: AlgorithmConfig, **params: Any) -> None:
         self.cfg = cfg
@@ -238,10 +253,11 @@ class Algorithm:
         recorded. Default: none."""
         return []
 
-    def row_entries(self, layout: Any) -> int | None:
+    def row_entries(self, layout: Any) -> int | str | None:
         """Entries of the row a client sends when :attr:`upload` is not ``"update"`` (``layout``:
-        the model's :class:`~simulator.training.flat.FlatLayout`); None for model updates,
-        whose rows hold the shared parameters."""
+        the model's :class:`~simulator.training.flat.FlatLayout`), or ``"public"`` for one entry
+        per sample of the server's public set and class (predictions on it); None for model
+        updates, whose rows hold the shared parameters."""
         if self.upload != "update":
             raise NotImplementedError(
                 f"algorithm {self.name!r} uploads {self.upload!r}: it must say how many "
@@ -249,25 +265,26 @@ class Algorithm:
             )
         return None
 
-    def state_entries(self, table: str, layout: Any) -> int:
+    def state_entries(self, table: str, layout: Any, public_entries: int = 0) -> int:
         """Entries of one row of the client-state table ``table`` (its declared
-        :attr:`client_state` shape resolved for a model of ``layout``); one line naming the
-        valid shapes otherwise."""
+        :attr:`client_state` shape resolved for a model of ``layout``; ``public_entries``: the
+        run's public samples x classes, 0 without a public set); one line naming the valid
+        shapes otherwise."""
         shape = self.client_state[table]
         if callable(shape):
             shape = int(shape(layout))
+        if shape == "row" and self.upload != "update":
+            shape = self.row_entries(layout)
+        if shape == "public" and public_entries >= 1:
+            shape = public_entries
         if isinstance(shape, int) and not isinstance(shape, bool) and shape >= 1:
             return shape
         if shape in ("params", "model"):
             return int(layout.num_params if shape == "params" else layout.size)
-        if shape == "row":
-            row = self.row_entries(layout)
-            if row is not None:
-                return int(row)
         raise ValueError(
             f"algorithm {self.name!r}: client_state table {table!r} has shape {shape!r}; "
-            f"valid: {list(STATE_SHAPES)} ('row' with an upload other than model updates), "
-            "an int >= 1 or a callable of the layout"
+            f"valid: {list(STATE_SHAPES)} ('row' with an upload other than model updates, "
+            "'public' with a public set), an int >= 1 or a callable of the layout"
         )
 
     # -- the model -------------------------------------------------------------------------
@@ -296,6 +313,14 @@ class Algorithm:
         (FedAF's condensed images); None where none is at hand. Default: its stored value
         (zeros before the first round)."""
         return stored
+
+    def public_passes(self) -> tuple[int, int]:
+        """Passes over the public inputs each client takes ``(before, after)`` its local
+        epochs (needs :attr:`uses_public`): in batches of the run's batch size, each client in
+        its own seeded order, by the client optimizer with a fresh momentum buffer; the step
+        sees ``Step.public`` True, the batch's public rows in ``Step.index``, zero labels and a
+        zero ``ce``. Default: none."""
+        return (0, 0)
 
     def client_start(self, s: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Where ONE client's local steps start (``s``: a :class:`simulator.training.step.Start`;

@@ -237,12 +237,13 @@ class FedAF(Algorithm):
         model = r.model_spec.build(seed=0)  # a template: its weights are never read
         layout = FlatLayout(model)
         rows, c, ipc = r.rows[kept].float(), layout.num_classes, self.p["ipc"]
-        if "counts" in r.extras:
-            counts = r.extras["counts"][kept].float()
-            v, have = soft_labels(r.extras["logits"][kept].float(), counts)
-        else:  # a replay of recorded rounds: the rows alone (held = a non-zero block), no LGKM
-            counts = rows.reshape(len(rows), c, -1).abs().sum(-1)
-            v, have = torch.zeros(c, c), torch.zeros(c)
+        if "counts" not in r.extras or "logits" not in r.extras:
+            raise ValueError(
+                "algorithm 'fedaf': the server update needs the clients' extras 'logits' and "
+                f"'counts'; got {sorted(r.extras)}"
+            )
+        counts = r.extras["counts"][kept].float()
+        v, have = soft_labels(r.extras["logits"][kept].float(), counts)
         x, y = union(rows, counts > 0, ipc, layout.input_shape)
         nxt = r.global_flat + self._train(r, model, layout, x, y, v, have)
         r.server["v"], r.server["v_have"] = v, have
@@ -300,8 +301,10 @@ class FedAF(Algorithm):
         download: the global model, the model v was computed under, v and its flags
         (float32)."""
         c = w.num_classes
+        if w.row_size < c:
+            raise ValueError("fedaf: WireInfo.row_size (C x ipc x D) is needed for its bytes")
         held = (np.asarray(w.label_counts()) > 0).sum(1).astype(np.float64)
-        per_class = w.shared_size // c  # ipc * D: the row holds C such blocks
+        per_class = w.row_size // c  # ipc * D: the row holds C such blocks
         model = sum(s.stop - s.start for s in w.slices.values())
         models = 2 if self.p["lambda_loc"] > 0 else 1  # w_t and v_model
         up = 4.0 * (held * (per_class + c) + c)

@@ -3,6 +3,7 @@ tables the algorithm declares, and the scheduler that places training tasks on a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from defenses import Defense
@@ -12,6 +13,7 @@ from simulator.config.sections import Config
 from simulator.placement.runtime import Scheduler
 from simulator.state.store import ClientStore
 from simulator.training.flat import FlatLayout
+from simulator.training.groups import table_name
 from simulator.training.space import ParamSpace
 
 
@@ -49,17 +51,54 @@ def check_upload(algorithm: Algorithm, defense: Defense, attack: object, policy:
         )
 
 
+def group_spaces(
+    layouts: Sequence[FlatLayout], algorithm: Algorithm, public_entries: int = 0
+) -> tuple[ParamSpace, ...]:
+    """Each model group's shared and kept-local entries; empty for one group (the engine's
+    ``space`` is then the model's). With several groups the algorithm must declare
+    :attr:`~Algorithm.heterogeneous` and send rows of one size for every group (ValueError
+    naming why otherwise)."""
+    if len(layouts) <= 1:
+        return ()
+    spaces = tuple(ParamSpace.of(la, algorithm, public_entries) for la in layouts)
+    if not algorithm.heterogeneous or spaces[0].updates:
+        raise ValueError(
+            f"model groups: algorithm {algorithm.name!r} averages one model shared by every "
+            "client; several model groups need an algorithm for heterogeneous models"
+        )
+    sizes = sorted({s.size for s in spaces})
+    if len(sizes) > 1:
+        raise ValueError(
+            f"model groups: algorithm {algorithm.name!r} sends rows of {sizes} entries for "
+            "the groups' models; rows must have one size"
+        )
+    return spaces
+
+
 def make_store(
-    cfg: Config, algorithm: Algorithm, layout: FlatLayout, space: ParamSpace
+    cfg: Config,
+    algorithm: Algorithm,
+    layout: FlatLayout,
+    space: ParamSpace,
+    spaces: Sequence[ParamSpace] = (),
+    public_entries: int = 0,
 ) -> ClientStore:
     """The run's client-state store, with the algorithm's tables (``client_state``: a shape of
-    ``'params'``, ``'model'``, ``'row'``, an int or a callable of the layout) and the kept-local
-    entries' table ``local``."""
+    ``'params'``, ``'model'``, ``'row'``, ``'public'`` (``public_entries``: public samples x
+    classes), an int or a callable of the layout: :meth:`~Algorithm.state_entries`) and the
+    kept-local entries' table ``local`` (one per model group,
+    :func:`~simulator.training.groups.table_name`, where ``spaces`` lists several)."""
     store = ClientStore(cfg.execution.state_memory_bytes, Path(cfg.output.out) / "state" / "spill")
-    for table in algorithm.client_state:
-        store.declare(table, (algorithm.state_entries(table, layout),))
-    if space.local is not None:
-        store.declare("local", (len(space.local),))
+    for table, shape in algorithm.client_state.items():
+        if (shape in ("params", "model") or callable(shape)) and len(spaces) > 1:
+            raise ValueError(
+                f"algorithm {algorithm.name!r}: client_state table {table!r} has shape "
+                f"{shape!r}, which differs between model groups; use an int shape"
+            )
+        store.declare(table, (algorithm.state_entries(table, layout, public_entries),))
+    for g, sp in enumerate(spaces or [space]):
+        if sp.local is not None:
+            store.declare(table_name("local", g), (len(sp.local),))
     return store
 
 

@@ -88,15 +88,16 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
 
     d, ex = cfg.data, cfg.execution
     n, k = d.num_clients, min(cfg.experiment.clients_per_round, d.num_clients)
-    shape, _, rows = DATASETS.get(d.dataset, ((1, 28, 28), 10, 60_000))
+    shape, classes, rows = DATASETS.get(d.dataset, ((1, 28, 28), 10, 60_000))
     feat = math.prod(shape)
+    public = math.ceil(d.public_fraction * rows) * classes  # a 'public' table's entries
     layout = model_layout(cfg)
     p_full = layout.size
     if workers is None:
         kinds = sum(a.count for a in parse_actor_kinds(ex.actor_kinds)) if ex.actor_kinds else 0
         workers = (ex.num_actors or kinds or (os.cpu_count() or 1)) if ex.backend == "ray" else 1
     algo = make_algorithm(cfg.algorithm)
-    state_row = 4 * sum(algo.state_entries(t, layout) for t in algo.client_state)
+    state_row = 4 * sum(algo.state_entries(t, layout, public) for t in algo.client_state)
     if cfg.defense.defense == "siren":
         state_row += 4 * p_full
     per_device = 48.0 + (8.0 if cfg.devices.gflops_median > 0 else 0.0)

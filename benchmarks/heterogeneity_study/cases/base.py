@@ -44,13 +44,18 @@ METRICS: dict[str, str] = {
     "client_accuracy_worst10": "mean of the lowest 10% (at least one) client accuracies",
     "rounds_to_baseline": "first round (1-based) whose global test accuracy reaches the "
     "baseline's final accuracy of the same seed (rounds + 1 if never)",
+    "upload_volume": "bytes the clients uploaded over the bytes the same uploads take "
+    "uncompressed (1 without --compression; a fraction of FedAvg's)",
     "feature_silhouette": "silhouette score (test labels as clusters, euclidean) of the final "
     "global model's test-set features (a case's ``scores`` computes it)",
     "upload_bytes_per_round": "bytes the participants upload in a round, mean over the rounds "
     "(the algorithm's wire_bytes, uncompressed; a case's ``scores`` computes it)",
+    "class_affinity": "share of the clients whose knowledge coefficients (KT-pFL's final c) "
+    "weigh the peers sharing a class with them more, on average, than the other peers (a "
+    "case's ``scores`` computes it)",
 }
 #: metrics no run summary has: a case comparing on one computes it with its ``scores``
-SCORED_METRICS = ("feature_silhouette", "upload_bytes_per_round")
+SCORED_METRICS = ("feature_silhouette", "upload_bytes_per_round", "class_affinity")
 
 DIRECTIONS = ("higher", "lower")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
