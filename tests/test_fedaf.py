@@ -1,19 +1,17 @@
 """FedAF: its terms by hand (DM on 2 classes x 1 image, CDC, LGKM's symmetric KL on 2x2
 probabilities, the real-sample start, the server's union with labels by position), the server's
-training against a plain PyTorch step, the bytes on the wire, the one-line refusals, the two
-trainer paths, and engine runs (virtual clients, resume)."""
+training against a plain PyTorch step, the bytes on the wire, the refused parameters. The
+trainer paths and engine runs are in ``test_fedaf_run.py``."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import small_config
 
 from simulator.algorithms import ServerRound, WireInfo, make_algorithm
 from simulator.algorithms.fedaf import FedAF
@@ -30,8 +28,6 @@ from simulator.config.fields import ConfigError
 from simulator.config.learning import AlgorithmConfig
 from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
-from simulator.training.spec import LocalSpec
-from simulator.training.stacked import train_clients
 from simulator.training.step import Step
 
 
@@ -308,125 +304,3 @@ def test_parameters_and_batch_norm_are_refused() -> None:
         fedaf(ipcs=3)
     with pytest.raises(ConfigError, match="^model.norm: fedaf embeds real batches"):
         ModelSpec("mlp", (1, 8, 8), 10, hidden=6, norm="batch", extension=fedaf()).build(0)
-
-
-# ---------------------------------------------------------------------------- the trainer
-
-
-def test_vectorized_equals_sequential_from_real_samples() -> None:
-    """Four clients (one without work, one with a stored set), CDC on: the two paths agree to
-    1e-5; the model entries never move (frozen); a fresh client's set starts from its own
-    samples, so its row's held blocks are real-sample-like, its unheld blocks zero."""
-    a = fedaf(ipc=2, lambda_loc=1.0)
-    model = ModelSpec("mlp", (1, 8, 8), 10, hidden=6, extension=None).build(seed=0)
-    layout = FlatLayout(model)
-    g = layout.flatten(model)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.rand(45, 1, 8, 8, generator=gen)
-    y = torch.randint(0, 4, (45,), generator=gen)
-    idx = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
-    state = {"syn": torch.zeros(4, a.state_entries("syn", layout))}
-    state["syn"][2] = torch.rand(1280, generator=gen)
-    shared = a.init_server(g, layout.num_params)
-    shared["v"], shared["v_have"] = torch.randn(10, 10, generator=gen), torch.ones(10)
-    spec = LocalSpec(lr=0.1, batch_size=4, step=a, momentum=0.5)
-    out = [
-        train_clients(
-            model,
-            layout,
-            g,
-            x,
-            y,
-            idx,
-            [2, 1, 1, 0],
-            [1, 2, 3, 4],
-            spec,
-            v,
-            state=state,
-            shared=shared,
-        )
-        for v in (True, False)
-    ]
-    for k in out[0].outputs:
-        torch.testing.assert_close(out[0].outputs[k], out[1].outputs[k], rtol=0, atol=1e-5)
-    assert torch.count_nonzero(out[0].updates) == 0
-    sent = out[0].outputs["condensed"].reshape(4, 10, 2, 64)
-    held = out[0].outputs["counts"] > 0
-    assert bool((sent.abs().sum((2, 3)) > 0).eq(held).all())
-    assert bool(held[:, 4:].logical_not().all()) and int(held[1].sum()) >= 2
-    torch.testing.assert_close(out[0].outputs["syn"][3], state["syn"][3])  # no work: kept
-
-
-# ------------------------------------------------------------------------------ the engine
-
-
-@pytest.mark.parametrize(
-    ("kw", "message"),
-    [
-        ({"defense": "median"}, "defense 'median': algorithm 'fedaf' sends 'condensed', not"),
-        (
-            {"attack": "signflip", "attack_fraction": 0.25},
-            "attack 'signflip': algorithm 'fedaf' sends 'condensed', not model updates; a model",
-        ),
-        (
-            {"round_policy": "fedbuff", "policy_params": {"k": 2}},
-            "round policy 'fedbuff': algorithm 'fedaf' sends 'condensed', not model updates",
-        ),
-    ],
-)
-def test_update_only_parts_refuse_fedaf(tmp_path: Path, kw: dict[str, Any], message: str) -> None:
-    from simulator.round.engine import Simulation
-
-    with pytest.raises(ValueError, match="^" + message):
-        Simulation(small_config(tmp_path, algorithm="fedaf", **kw))
-
-
-def test_engine_round_with_a_data_attack(tmp_path: Path) -> None:
-    """Two rounds with label flipping: the recorded rows are the condensed sets (C * ipc * 64
-    entries), the server's v and flags cover the 10 classes, the model moved."""
-    from simulator.round.engine import Simulation
-
-    cfg = small_config(
-        tmp_path,
-        algorithm="fedaf",
-        algorithm_params={"ipc": 2, "server_epochs": 1},
-        attack="labelflip",
-        attack_fraction=0.25,
-        partition="dirichlet",
-        dirichlet_alpha=0.5,
-    )
-    sim = Simulation(cfg)
-    try:
-        g0 = sim.global_flat.clone()
-        for rnd in range(2):
-            rec = sim.run_round(rnd, 0.0)
-            assert rec.rows.updates.shape == (4, 10 * 2 * 64)
-        assert sim.server_state["v"].shape == (10, 10)
-        assert not torch.equal(sim.global_flat, g0)
-        assert np.isfinite(sim.server.test(sim.global_flat)[0])
-    finally:
-        sim.close()
-
-
-def test_virtual_population_of_100000(tmp_path: Path) -> None:
-    """10^5 virtual clients, 8 a round, 2 rounds: only the trained clients hold a set in the
-    store (6400 float32 entries each)."""
-    from simulator.round.engine import Simulation
-
-    cfg = small_config(
-        tmp_path,
-        algorithm="fedaf",
-        algorithm_params={"server_epochs": 1},
-        num_clients=100_000,
-        partition="virtual",
-        clients_per_round=8,
-        rounds=2,
-    )
-    sim = Simulation(cfg)
-    try:
-        ids = [c for rnd in range(2) for c in sim.run_round(rnd, 0.0).rows.client_ids.tolist()]
-        assert sim.store.count("syn") == len(set(ids))
-        assert sim.store.row_bytes("syn") == 4 * 6400
-        assert bool(sim.store.has("syn", np.array(sorted(set(ids)))).all())
-    finally:
-        sim.close()

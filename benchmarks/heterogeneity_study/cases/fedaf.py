@@ -18,10 +18,10 @@ when FedAvg is round-limited under strong skew, a shrinking gap as alpha grows);
 FedDM-like arm (the same condensation without CDC and LGKM; deck Table D: about +1 point each
 module, the notes expect +0 to +2 on digits, likely within the noise); and fewer bytes
 uploaded a round (deck Table G: 0.14 MB against 1.46 MB for the CNN on FMNIST at alpha 0.1).
-``upload_bytes_per_round`` is computed from each run's participants by the algorithm's own
-accounting (:meth:`~simulator.algorithms.base.Algorithm.wire_bytes`: FedAvg 4 x the model's
-8,970 entries a client; FedAF the held classes' condensed images and mean logits and the class
-counts), so it grows with alpha for FedAF as the deck's Table G does.
+``upload_bytes_per_round`` is the mean of the run's events' ``upload_bytes``, which the engine
+prices by the algorithm's own accounting (:meth:`~simulator.algorithms.base.Algorithm.wire_bytes`:
+FedAvg 4 x the model's 8,970 entries a client; FedAF the held classes' condensed images and
+mean logits and the class counts), so it grows with alpha for FedAF as the deck's Table G does.
 """
 
 from __future__ import annotations
@@ -53,28 +53,10 @@ def _arms() -> dict[str, dict[str, Any]]:
 
 
 def upload_bytes_per_round(run_dir: Path) -> float:
-    """Mean over the run's rounds of the bytes its participants uploaded (the algorithm's
-    ``wire_bytes`` on their label counts, before any compression)."""
-    import numpy as np
-
-    from simulator.algorithms import WireInfo, make_algorithm
-    from simulator.config.sections import load_config
-    from simulator.run.federation import build_federation
-    from simulator.training.space import ParamSpace
-
-    cfg = load_config(run_dir / "config.yaml")
-    fed = build_federation(cfg)
-    alg = make_algorithm(cfg.algorithm)
-    size = ParamSpace.of(fed.layout, alg).size
-    c, totals = fed.dataset.num_classes, []
-    for line in (run_dir / "events.jsonl").read_text().splitlines():
-        ids = np.array(sorted(json.loads(line)["participants"]), np.int64)
-        rows = fed.clients.rows(ids)
-        y = rows.y if rows.y is not None else fed.y_train
-        counts = np.stack([np.bincount(y[ix], minlength=c)[:c] for ix in rows.index])
-        up, _ = alg.wire_bytes(WireInfo(ids, size, c, lambda n=counts: n, fed.layout.slices))
-        totals.append(float(np.sum(up)))
-    return float(np.mean(totals))
+    """Mean over the run's rounds of the bytes its clients uploaded (the events'
+    ``upload_bytes``: the engine prices each upload by the algorithm's ``wire_bytes``)."""
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return sum(float(e["upload_bytes"]) for e in events) / max(1, len(events))
 
 
 def _comparisons() -> tuple[Comparison, ...]:
