@@ -217,11 +217,13 @@ def server_round(a: FedAF, rows: torch.Tensor, extras: dict, kept: list[bool]) -
     )
 
 
-def test_server_step_is_one_sgd_step_of_ce_on_the_union() -> None:
-    """lambda_glob 0, one epoch, one batch (server_batch 6) holding the whole union of 6
-    images: the new global model is one plain SGD step of the mean cross-entropy on the kept
-    rows' held blocks (the rejected row and the unheld blocks are not trained on); gamma 1:
-    the embedding is the new model; v's model is the one the round started from."""
+@pytest.mark.parametrize("lambda_glob", [0.0, 2.0])
+def test_server_step_is_one_sgd_step_of_ce_on_the_union(lambda_glob: float) -> None:
+    """One epoch, one batch (server_batch 6) holding the whole union of 6 images: the new
+    global model is one plain SGD step of the mean cross-entropy on the kept rows' held blocks
+    (the rejected row and the unheld blocks are not trained on), plus lambda_glob times LGKM
+    against the kept clients' count-weighted logits (classes 1, 2, 4); gamma 1: the embedding
+    is the new model; v's model is the one the round started from."""
     a = make_algorithm(
         AlgorithmConfig(
             algorithm="fedaf",
@@ -229,7 +231,7 @@ def test_server_step_is_one_sgd_step_of_ce_on_the_union() -> None:
             batch_size=2,  # the clients' batch: the server's is server_batch
             algorithm_params={
                 "ipc": 2,
-                "lambda_glob": 0.0,
+                "lambda_glob": lambda_glob,
                 "server_epochs": 1,
                 "server_batch": 6,
                 "gamma": 1.0,
@@ -242,7 +244,8 @@ def test_server_step_is_one_sgd_step_of_ce_on_the_union() -> None:
     counts[0, [1, 4]] = 3.0
     counts[1, 2] = 1.0
     counts[2, 7] = 5.0  # rejected below
-    extras = {"counts": counts, "logits": torch.zeros(3, 10, 10)}
+    logits = torch.randn(3, 10, 10, generator=gen)
+    extras = {"counts": counts, "logits": logits}
     r = server_round(a, rows, extras, [True, True, False])
     r.server["v_model"] = torch.zeros_like(r.global_flat)
     new = a.server_update(r)
@@ -251,7 +254,11 @@ def test_server_step_is_one_sgd_step_of_ce_on_the_union() -> None:
     )
     y = torch.tensor([1, 1, 4, 4, 2, 2])
     ref = SPEC.build(seed=3)
-    F.cross_entropy(ref(x.reshape(-1, 1, 8, 8)), y).backward()
+    out = ref(x.reshape(-1, 1, 8, 8))
+    v, have = soft_labels(logits[:2], counts[:2])  # the rejected client's logits left out
+    term = lgkm(out, y, torch.ones(6), F.log_softmax(v, -1), have, tau=1.0)
+    assert term.item() > 0.01  # the term moves the step
+    (F.cross_entropy(out, y) + lambda_glob * term).backward()
     with torch.no_grad():
         want = torch.cat([(p - 0.5 * p.grad).reshape(-1) for p in ref.parameters()])
     torch.testing.assert_close(new, want, rtol=0, atol=1e-6)

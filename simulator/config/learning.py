@@ -185,7 +185,7 @@ class AlgorithmConfig:
         "fedavg",
         "federated algorithm (one file each in simulator/algorithms/: fedavg, fedprox, "
         "feddyn, scaffold, fedbn, moon, fedfm, fedfm_lite, fedfa, fedufo, ditto, fedala, "
-        "fedvb, ktpfl)",
+        "fedvb, ktpfl, fedaf)",
     )
     algorithm_params: dict[str, Any] = field_of(
         {},
