@@ -100,8 +100,12 @@ def test_update_only_parts_refuse_fedaf(tmp_path: Path, kw: dict[str, Any], mess
 
 
 def test_engine_round_with_a_data_attack(tmp_path: Path) -> None:
-    """Two rounds with label flipping: the recorded rows are the condensed sets (C * ipc * 64
-    entries), the server's v and flags cover the 10 classes, the model moved."""
+    """Two rounds with label flipping (y -> 9 - y): the recorded rows are the condensed sets
+    (C * ipc * 64 entries), the malicious clients condense their flipped data (their counts
+    are their true counts reversed, the honest ones' their own), the server's v and flags cover
+    the 10 classes, the model moved."""
+    from simulator.round.wire import label_counts
+
     cfg = small_config(
         tmp_path,
         algorithm="fedaf",
@@ -114,9 +118,17 @@ def test_engine_round_with_a_data_attack(tmp_path: Path) -> None:
     sim = Simulation(cfg)
     try:
         g0 = sim.global_flat.clone()
+        fixed, flipped = set(sim.adversary.fixed.tolist()), 0
         for rnd in range(2):
             rec = sim.run_round(rnd, 0.0)
             assert rec.rows.updates.shape == (4, 10 * 2 * 64)
+            ids = np.asarray(rec.rows.client_ids)
+            true = label_counts(sim.context(), ids)
+            for i, c in enumerate(ids.tolist()):
+                want = true[i, ::-1] if c in fixed else true[i]
+                np.testing.assert_array_equal(rec.extras[c]["counts"], want)
+                flipped += c in fixed
+        assert flipped > 0
         assert sim.server_state["v"].shape == (10, 10)
         assert not torch.equal(sim.global_flat, g0)
         assert np.isfinite(sim.server.test(sim.global_flat)[0])
