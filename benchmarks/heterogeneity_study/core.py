@@ -239,9 +239,10 @@ def compare(
             }
             errors = [r["error"] for r in m + b if r["error"]]
             if mv:
-                row.update(verdict(mv, bv, c.direction))
+                row.update(verdict(mv, bv, c.direction, c.margin))
             else:
                 row.update(dict.fromkeys(EMPTY), reproduced=False, wins=None, paired_diffs=[])
+                row["margin"] = c.margin
             row["error"] = errors[0] if errors else None
             if errors or not mv:
                 row["reproduced"], row["verdict"] = False, "failed"
