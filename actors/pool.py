@@ -20,12 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from actors.client_inputs import ClientTransform
 from actors.kinds import ActorKind, check_schedulable, total_demand
 from actors.merge import chunk_timings as chunk_timings  # re-exported
 from actors.merge import expand as expand  # re-exported
 from actors.merge import merge_results
+from actors.request import TrainRequest, TrainTask
 from actors.startup import started, wait_for_free
-from actors.trainer import ClientTrainer, ClientTransform, TrainRequest, TrainTask
+from actors.trainer import ClientTrainer
 from simulator.config.fields import ConfigError
 from simulator.data.clients import ClientData
 from simulator.training.models import ModelSpec

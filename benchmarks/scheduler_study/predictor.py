@@ -103,7 +103,7 @@ def regret(
 ) -> list[float]:
     """Decision regret of every distinct held-out round with the ``predictor`` fitted on the
     training rounds (see the module docstring)."""
-    from actors.trainer import TrainTask
+    from actors.request import TrainTask
     from simulator.placement import PlaceContext, make_placement
     from simulator.placement.base import predict_groups
     from simulator.scheduler.chunking import ChunkCost

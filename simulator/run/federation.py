@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.trainer import ClientTransform, client_arrays
+from actors.client_inputs import ClientTransform, client_arrays
 from simulator.config.fields import ConfigError
 from simulator.config.sections import Config
 from simulator.data import Dataset, load_dataset, partition, split_public
