@@ -185,7 +185,7 @@ def test_trace_longer_than_the_population_uses_its_first_devices(tmp_path: Path)
 
 
 def test_gpu_share_zero_forces_cpu_actors() -> None:
-    from simulator.run.federation import actor_gpu_share
+    from simulator.run.executor import actor_gpu_share
 
     assert actor_gpu_share(None, cluster_gpus=4.0) == 0.25
     assert actor_gpu_share(0.0, cluster_gpus=4.0) == 0.0

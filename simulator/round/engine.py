@@ -51,7 +51,8 @@ from simulator.round.record import make_record
 from simulator.round.server import ServerSide
 from simulator.round.types import InFlight, RoundCallback, RoundRecord
 from simulator.round.workers import Workers
-from simulator.run.federation import Federation, build_federation, make_executor
+from simulator.run.executor import make_executor
+from simulator.run.federation import Federation, build_federation
 from simulator.training.evaluation import ClientEval
 from simulator.training.groups import train_flops
 
