@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from actors.local import LocalExecutor
 from actors.merge import expand, merge_results
-from actors.pool import LocalExecutor, RayPool
+from actors.pool import RayPool
 from actors.request import TrainRequest, TrainTask
 from actors.trainer import ClientTrainer
 from simulator.algorithms import make_algorithm

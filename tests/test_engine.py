@@ -540,7 +540,7 @@ def test_busy_clients_are_not_selected_again(make_config: MakeConfig) -> None:
 
 
 def test_close_keeps_a_callers_executor(make_config: MakeConfig) -> None:
-    from actors.pool import LocalExecutor
+    from actors.local import LocalExecutor
 
     cfg = make_config(rounds=1)
     fed = build_federation(cfg)

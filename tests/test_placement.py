@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.pool import LocalExecutor
+from actors.local import LocalExecutor
 from actors.request import TrainRequest, TrainTask
 from simulator.config.fields import ConfigError
 from simulator.config.sections import build_config

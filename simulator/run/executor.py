@@ -26,7 +26,8 @@ def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = Non
     actors). ``clients`` overrides the federation's client source (e.g. Siren's training rows
     without the holdouts)."""
     from actors.kinds import parse_actor_kinds
-    from actors.pool import LocalExecutor, RayPool
+    from actors.local import LocalExecutor
+    from actors.pool import RayPool
 
     ex = cfg.execution
     clients = clients or fed.clients
