@@ -13,7 +13,7 @@ import torch
 
 from simulator.config.fields import ConfigError
 from simulator.config.sections import build_config
-from simulator.population.devices import generate_population_arrays
+from simulator.population.generate import generate_population_arrays
 from simulator.population.selection import FULL_PASS_MAX, select_clients
 from simulator.round.engine import Simulation
 from simulator.run.budget import check_budget, estimate

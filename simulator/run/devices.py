@@ -12,7 +12,8 @@ from simulator.population.availability import (
     Availability,
     make_availability,
 )
-from simulator.population.devices import Population, generate_population_arrays
+from simulator.population.devices import Population
+from simulator.population.generate import generate_population_arrays
 from simulator.population.traces import load_trace
 
 log = logging.getLogger("fedsentry")
