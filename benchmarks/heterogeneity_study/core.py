@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.heterogeneity_study.cases import Case, Comparison
 from benchmarks.heterogeneity_study.stats import verdict
-from benchmarks.robustness_study.grid import init_worker
+from benchmarks.robustness_study.worker import init_worker
 
 #: keys of a run record copied from the run's summary
 SUMMARY_KEYS = (
