@@ -116,9 +116,10 @@ def test_paired_verdicts_with_a_margin_by_hand() -> None:
     """A claim with a size ("+2 or more") tests diff - margin. Diffs 3, 4, 5, 6, 7 (method
     4..8 vs 1): margin 2 -> 1..5, p = 1/32, reproduced; margin 4 -> -1, 0, 1, 2, 3: mean 1,
     and a flip keeps the sum >= 5 when the flipped values sum to <= 0: {}, {-1}, {0}, {-1, 0},
-    {-1, 1}, {-1, 0, 1}, p = 6/32, inconclusive; margin 6 -> -3..1, mean -1, contradicted. The raw diffs are
-    reported unchanged. "At most 2 lost" (margin -2): diffs -1, -1, -1 -> 1, 1, 1, p = 1/8.
-    The one-std rule judges gain - margin: gain 5, stds 1.58 / 0 -> yes at margin 2, no at 4."""
+    {-1, 1}, {-1, 0, 1}, p = 6/32, inconclusive; margin 6 -> -3..1, mean -1, contradicted. The
+    raw diffs are reported unchanged. "At most 2 lost" (margin -2): diffs -1, -1, -1 -> 1, 1,
+    1, p = 1/8. The one-std rule judges gain - margin: gain 5, stds 1.58 / 0 -> yes at
+    margin 2, no at 4."""
     m, b = [4, 5, 6, 7, 8], [1, 1, 1, 1, 1]
     v = stats.verdict(m, b, "higher", margin=2)
     assert v["paired_diffs"] == [3, 4, 5, 6, 7] and v["paired_diff_mean"] == 5
