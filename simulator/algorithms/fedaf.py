@@ -236,7 +236,7 @@ class FedAF(Algorithm):
             return r.global_flat
         model = r.model_spec.build(seed=0)  # a template: its weights are never read
         layout = FlatLayout(model)
-        rows, c, ipc = r.rows[kept].float(), layout.num_classes, self.p["ipc"]
+        rows, ipc = r.rows[kept].float(), self.p["ipc"]
         if "counts" not in r.extras or "logits" not in r.extras:
             raise ValueError(
                 "algorithm 'fedaf': the server update needs the clients' extras 'logits' and "
