@@ -259,7 +259,9 @@ def test_case_declarations_are_checked() -> None:
     with pytest.raises(CaseError, match="'seed' is set by the harness"):
         Case("x", "claim", {"seed": 1}, arms, versus("a", ["b"]))
     with pytest.raises(
-        CaseError, match=r"scores names 'speed'; valid: \['feature_silhouette', 'class_affinity'\]"
+        CaseError,
+        match=r"scores names 'speed'; valid: \['feature_silhouette', 'upload_bytes_per_round', "
+        r"'class_affinity'\]",
     ):
         Case("x", "claim", {}, arms, versus("a", ["b"]), scores={"speed": len})
     with pytest.raises(CaseError, match=r"b vs a on 'feature_silhouette' needs scores"):
