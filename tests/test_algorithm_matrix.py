@@ -38,6 +38,15 @@ DEFENSE: dict[str, dict[str, Any]] = {
 WALL = ("wall_time", "slowest_train_seconds", "chunks", "placement")
 
 
+def rule(algorithm: str, defense: str, **params: Any) -> dict[str, Any]:
+    """``defense`` with its parameters, or the first rule the algorithm accepts instead
+    (``Algorithm.rules``: FedMA accepts only fedavg)."""
+    accepted = ALGORITHMS[algorithm].rules
+    if accepted is None or defense in accepted:
+        return {"defense": defense, "defense_params": params}
+    return {"defense": accepted[0], "defense_params": {}}
+
+
 def config(out: Path, algorithm: str, **kw: Any) -> Any:
     flat = {
         "algorithm": algorithm,
@@ -59,11 +68,14 @@ def test_every_defense_and_attack(algorithm: str, tmp_path: Path) -> None:
     offset = sorted(ALGORITHMS).index(algorithm)
     for i, defense in enumerate(sorted(DEFENSES)):
         attack = attacks[(i + offset) % len(attacks)]
+        used = rule(algorithm, defense, **DEFENSE.get(defense, {}))
+        if used["defense"] != defense:  # refused in one line; the attack meets the accepted rule
+            with pytest.raises(ValueError, match=f"^defense {defense!r}: algorithm {algorithm!r}"):
+                Simulation(config(tmp_path / f"{i}-refused", algorithm, defense=defense))
         cfg = config(
-            tmp_path / f"{defense}-{attack}",
+            tmp_path / f"{i}-{defense}-{attack}",
             algorithm,
-            defense=defense,
-            defense_params=DEFENSE.get(defense, {}),
+            **used,
             attack=attack,
             attack_fraction=0.25,
         )
@@ -84,7 +96,12 @@ def _strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_resume_is_bitwise(algorithm: str, tmp_path: Path) -> None:
-    kw = {"rounds": 3, "checkpoint_every": 1, "defense": "median", "client_test_fraction": 0.2}
+    kw = {
+        "rounds": 3,
+        "checkpoint_every": 1,
+        "client_test_fraction": 0.2,
+        **rule(algorithm, "median"),
+    }
     crashed = config(tmp_path / "crashed", algorithm, **kw)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(crashed, crash_after=2)
@@ -110,8 +127,7 @@ def test_ledger_records_the_shared_part(algorithm: str, tmp_path: Path) -> None:
         rounds=2,
         ledger=True,
         committee=1,
-        defense="trimmedmean",
-        defense_params={"f": 1},
+        **rule(algorithm, "trimmedmean", f=1),
     )
     run_experiment(cfg)
     rep = audit_run(Path(cfg.output.out), bls=False)

@@ -162,8 +162,9 @@ def test_every_algorithm_replays_bit_for_bit(algorithm: str, tmp_path: Path) -> 
             **PUBLIC,
             **model,
             "algorithm": algorithm,
-            "defense": "trimmedmean",
-            "defense_params": {"f": 2},
+            # FedMA accepts only fedavg (Algorithm.rules)
+            "defense": "trimmedmean" if ALGORITHMS[algorithm].rules is None else "fedavg",
+            "defense_params": {"f": 2} if ALGORITHMS[algorithm].rules is None else {},
         },
     )
     initial, cap = run(cfg)
