@@ -149,8 +149,8 @@ def add(
     out[rows] = [int(c) if c < held else slot[int(c)] for c in cols.tolist()]
     sums = np.vstack([sums, np.zeros((len(opened), sums.shape[1]))])
     counts = np.concatenate([counts, np.zeros(len(opened))])
-    np.add.at(sums, out, w)
-    np.add.at(counts, out, 1.0)
+    sums[out] += w  # a client's neurons go to distinct global ones: no repeated index
+    counts[out] += 1.0
     return sums, counts, out
 
 
@@ -160,8 +160,8 @@ def remove(
     """Take client ``j``'s vectors out of the global neurons; a neuron left empty is deleted
     and the others' assignments renumbered (``assign`` is changed in place)."""
     sums, counts = sums.copy(), counts.copy()
-    np.subtract.at(sums, assign[j], w)
-    np.subtract.at(counts, assign[j], 1.0)
+    sums[assign[j]] -= w  # distinct indices (see add)
+    counts[assign[j]] -= 1.0
     keep = counts > 0
     if keep.all():
         return sums, counts
