@@ -9,7 +9,8 @@ layers coordinate by coordinate averages unrelated neurons. FedMA matches the ne
 across clients first (:mod:`simulator.algorithms.fedma_match`: the Hungarian algorithm on the
 PFNM score, parameters ``sigma``, ``sigma0``, ``gamma0``, or ``cost=l2`` with a new-neuron cost
 ``epsilon``; ``iters`` passes), averages the matched ones, lets the global layer grow by the
-neurons nobody shares, and permutes each client's next layer to the global order. The last layer
+neurons nobody shares, and permutes each client's next layer to the global order
+(:mod:`simulator.algorithms.fedma_merge`). The last layer
 (the classifier) is the label-weighted average ``W_N[k] = sum_j p_jk W_jN[k]``, ``p_jk`` client
 ``j``'s share of the samples of class ``k`` (each client sends its class counts as the extra
 ``fedma_counts``). Matching reads the clients' models themselves (:attr:`reads_rows`: trained =
