@@ -78,7 +78,7 @@ class LocalExecutor:
 
     def __init__(
         self,
-        model_spec: ModelSpec,
+        model_spec: ModelSpec | Sequence[ModelSpec],
         x: np.ndarray,
         y: np.ndarray,
         clients: ClientData,
@@ -134,7 +134,7 @@ class RayPool:
 
     def __init__(
         self,
-        model_spec: ModelSpec,
+        model_spec: ModelSpec | Sequence[ModelSpec],
         x: np.ndarray,
         y: np.ndarray,
         clients: ClientData,

@@ -16,6 +16,7 @@ instead of returning them.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ import torch
 from defenses.base import finite_rows
 from simulator.data.clients import ClientData
 from simulator.training.flat import FlatLayout
+from simulator.training.groups import group_of, split_by_group
 from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec, TrainOutput
 from simulator.training.stacked import train_clients
@@ -80,7 +82,8 @@ class TrainRequest:
         self.__dict__.update(st)
 
     def subset(self, keep: list[int]) -> TrainRequest:
-        """The request restricted to task positions ``keep`` (fault re-placement; one chunk)."""
+        """The request restricted to task positions ``keep``, in that order (fault
+        re-placement, model groups' order; one chunk)."""
         ids = {self.tasks[i].client_id for i in keep}
         return TrainRequest(
             [self.tasks[i] for i in keep],
@@ -105,9 +108,10 @@ class ClientTransform:
 
 
 def _concat(outs: list[TrainOutput]) -> TrainOutput:
-    """One output of consecutive chunks' outputs, in chunk order."""
+    """One output of consecutive chunks' outputs, in chunk order (their updates, whose widths
+    differ between model groups, are read per chunk: left empty here)."""
     return TrainOutput(
-        torch.cat([o.updates for o in outs]),
+        torch.zeros(0),
         np.concatenate([o.losses for o in outs]),
         np.concatenate([o.steps for o in outs]),
         {k: torch.cat([o.outputs[k] for o in outs]) for k in outs[0].outputs},
@@ -137,12 +141,18 @@ def client_arrays(
     return xs.astype(np.float32), ys.astype(np.int64), index
 
 
+def _cat_local(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """The chunks' kept-local entries, in chunk order (None when the model keeps none)."""
+    return None if parts[0] is None else torch.cat(parts)  # type: ignore[arg-type]
+
+
 class ClientTrainer:
-    """Trains batches of clients that share one architecture.
+    """Trains batches of clients; clients of different model groups never share a chunk.
 
     Parameters
     ----------
-    model_spec : architecture of every client.
+    model_spec : architecture of every client, or one per model group (client k is in group
+        k mod G; the global state holds the groups' flat models end to end).
     x_train, y_train : the training set (numpy), or empty arrays for generated client data.
     clients : the population's client data source.
     transform : per-client input transform (feature shift), or None.
@@ -152,7 +162,7 @@ class ClientTrainer:
 
     def __init__(
         self,
-        model_spec: ModelSpec,
+        model_spec: ModelSpec | Sequence[ModelSpec],
         x_train: np.ndarray,
         y_train: np.ndarray,
         clients: ClientData,
@@ -163,33 +173,51 @@ class ClientTrainer:
         if threads:
             torch.set_num_threads(threads)
         self.device = torch.device(device)
-        self.model = model_spec.build(seed=0).to(self.device)
-        self.layout = FlatLayout(self.model)
+        specs = [model_spec] if isinstance(model_spec, ModelSpec) else list(model_spec)
+        self.models = [s.build(seed=0).to(self.device) for s in specs]
+        self.layouts = [FlatLayout(m) for m in self.models]
+        self.model, self.layout = self.models[0], self.layouts[0]
+        self.offsets = np.concatenate([[0], np.cumsum([la.size for la in self.layouts])])
         self.x_np, self.y_np = np.asarray(x_train), np.asarray(y_train)
         self.x = torch.as_tensor(self.x_np).to(self.device)
         self.y = torch.as_tensor(self.y_np).to(self.device)
         self.clients, self.transform = clients, transform
         self.spec: LocalSpec | None = None
         self.vectorize = True
-        self.shared_index: torch.Tensor | None = None
-        self.local_index: torch.Tensor | None = None
+        self.shared_index: list[torch.Tensor | None] = [None] * len(specs)
+        self.local_index: list[torch.Tensor | None] = [None] * len(specs)
 
     def configure(
         self,
         spec: LocalSpec,
         vectorize: bool = True,
-        shared_index: np.ndarray | None = None,
-        local_index: np.ndarray | None = None,
+        shared_index: np.ndarray | Sequence[np.ndarray | None] | None = None,
+        local_index: np.ndarray | Sequence[np.ndarray | None] | None = None,
     ) -> None:
         """Keep the round-invariant settings (sent once, not every round): the client optimizer
-        and algorithm step, and which flat entries are shared (rows) or kept on clients."""
+        and algorithm step, and which flat entries are shared (rows) or kept on clients (one
+        index array, or with several model groups one per group)."""
         self.spec, self.vectorize = spec, vectorize
-        self.shared_index = (
-            None if shared_index is None else torch.as_tensor(shared_index, device=self.device)
-        )
-        self.local_index = (
-            None if local_index is None else torch.as_tensor(local_index, device=self.device)
-        )
+        self.shared_index = self._per_group(shared_index)
+        self.local_index = self._per_group(local_index)
+
+    def _per_group(
+        self, index: np.ndarray | Sequence[np.ndarray | None] | None
+    ) -> list[torch.Tensor | None]:
+        n = len(self.models)
+        per = [index] * n if n == 1 or index is None else list(index)
+        if len(per) != n:
+            raise ValueError(f"ClientTrainer.configure: {len(per)} index arrays for {n} groups")
+        return [None if i is None else torch.as_tensor(i, device=self.device) for i in per]
+
+    def _group(self, ids: np.ndarray) -> int:
+        """The model group of a chunk's clients (ValueError if they are of several)."""
+        if len(self.models) == 1 or not len(ids):
+            return 0
+        groups = np.unique(group_of(ids, len(self.models)))
+        if len(groups) > 1:
+            raise ValueError(f"TrainRequest: a chunk mixes model groups {groups.tolist()}")
+        return int(groups[0])
 
     def _chunk(
         self,
@@ -198,18 +226,19 @@ class ClientTrainer:
         lo: int,
         hi: int,
         shared: dict[str, np.ndarray] | None,
-    ) -> tuple[TrainOutput, np.ndarray]:
-        """Train tasks ``lo:hi`` of ``req`` as one stacked computation; also their sample
-        counts."""
+    ) -> tuple[TrainOutput, np.ndarray, int]:
+        """Train tasks ``lo:hi`` of ``req`` as one stacked computation from their group's
+        global model (``g``: the whole global state); also their sample counts and group."""
         tasks = req.tasks[lo:hi]
         ids = np.array([t.client_id for t in tasks], dtype=np.int64)
+        grp = self._group(ids)
         px, py, idx = client_arrays(self.clients, ids, self.x_np, self.y_np, self.transform)
         x = self.x if px is None else torch.as_tensor(px).to(self.device)
         y = self.y if py is None else torch.as_tensor(py).to(self.device)
         out = train_clients(
-            self.model,
-            self.layout,
-            g,
+            self.models[grp],
+            self.layouts[grp],
+            self._global(g, grp),
             x,
             y,
             idx,
@@ -228,10 +257,37 @@ class ClientTrainer:
             state={k: self._tensor(v[lo:hi]) for k, v in req.state.items()},
             shared={k: self._tensor(v) for k, v in (shared or {}).items()},
         )
-        return out, np.array([len(i) for i in idx], dtype=np.int64)
+        return out, np.array([len(i) for i in idx], dtype=np.int64), grp
+
+    def _global(self, g: torch.Tensor, grp: int) -> torch.Tensor:
+        """Group ``grp``'s global model: its slice of the global state."""
+        if len(self.models) == 1:
+            return g
+        return g[int(self.offsets[grp]) : int(self.offsets[grp + 1])]
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.asarray(a), dtype=torch.float32).to(self.device)
+
+    def _rows(
+        self, out: TrainOutput, grp: int, g: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A chunk's rows (its shared update entries, or the output the algorithm sends
+        instead, popped from ``out.outputs``) and its kept-local entries after training (None
+        without any; with several groups padded with zeros to the widest group's)."""
+        upd, shared, local = out.updates, self.shared_index[grp], self.local_index[grp]
+        upload = getattr(self.spec.step, "upload", "update")
+        if upload != "update":  # the algorithm sends one of its outputs instead of its update
+            sent = out.outputs.pop(upload)
+            rows = sent.reshape(len(upd), -1).to(torch.float32)
+        else:
+            rows = upd if shared is None else upd[:, shared]
+        if local is None:
+            return rows, None
+        kept = upd[:, local] + self._global(g, grp)[local]
+        width = max((len(i) for i in self.local_index if i is not None), default=0)
+        if kept.shape[1] < width:
+            kept = torch.nn.functional.pad(kept, (0, width - kept.shape[1]))
+        return rows, kept
 
     def train(
         self,
@@ -247,33 +303,33 @@ class ClientTrainer:
         sizes = req.chunks if req.chunks is not None else [len(tasks)]
         if req.chunks is not None and (sum(sizes) != len(tasks) or min(sizes, default=1) < 1):
             raise ValueError(f"TrainRequest.chunks: sizes {sizes} do not split {len(tasks)} tasks")
+        if len(self.models) > 1:  # a stacked chunk trains one model: never two groups
+            ids = np.array([t.client_id for t in tasks], dtype=np.int64)
+            order, sizes = split_by_group(ids, sizes, len(self.models))
+            req = req.subset(order.tolist())
+            tasks = req.tasks
         ids = np.array([t.client_id for t in tasks], dtype=np.int64)
         g = self._tensor(global_flat)
-        outs, timings, at = [], [], 0
+        parts, timings, at = [], [], 0
         for n in sizes:
             c0 = time.perf_counter()
-            part = self._chunk(g, req, at, at + n, shared)
-            outs.append(part)
+            out, counts, grp = self._chunk(g, req, at, at + n, shared)
+            parts.append((out, counts, *self._rows(out, grp, g)))
             timings.append(
                 {
                     "clients": n,
-                    "max_steps": int(part[0].steps.max(initial=0)),
-                    "steps": int(part[0].steps.sum()),
-                    "samples": int(part[1].sum()),
+                    "max_steps": int(out.steps.max(initial=0)),
+                    "steps": int(out.steps.sum()),
+                    "samples": int(counts.sum()),
                     "start": c0 - t0,
                     "end": time.perf_counter() - t0,
                 }
             )
             at += n
-        out = outs[0][0] if len(outs) == 1 else _concat([o[0] for o in outs])
-        sample_counts = np.concatenate([o[1] for o in outs]) if outs else np.zeros(0, np.int64)
-        upd = out.updates
-        upload = getattr(self.spec.step, "upload", "update")
-        if upload != "update":  # the algorithm sends one of its outputs instead of its update
-            sent = out.outputs.pop(upload)
-            rows = sent.reshape(len(tasks), -1).to(torch.float32)
-        else:
-            rows = upd if self.shared_index is None else upd[:, self.shared_index]
+        out = parts[0][0] if len(parts) == 1 else _concat([p[0] for p in parts])
+        sample_counts = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+        rows = parts[0][2] if len(parts) == 1 else torch.cat([p[2] for p in parts])
+        local = parts[0][3] if len(parts) == 1 else _cat_local([p[3] for p in parts])
         finite = finite_rows(rows)
         summed = (
             torch.zeros(len(tasks), dtype=torch.bool, device=self.device)
@@ -315,7 +371,7 @@ class ClientTrainer:
         }
         if out.outputs:
             res["outputs"] = {k: v.cpu().numpy() for k, v in out.outputs.items()}
-        if self.local_index is not None:
-            res["local"] = (upd[:, self.local_index] + g[self.local_index]).cpu().numpy()
+        if local is not None:
+            res["local"] = local.cpu().numpy()
         res["seconds"] = time.perf_counter() - t0
         return res

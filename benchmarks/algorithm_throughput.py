@@ -20,6 +20,10 @@ caps MOON against the plain MLP near 1/3.5. Measure MOON against FedAvg on its o
 ``--algorithm moon:mu=0``. FedFM and FedFA add one forward of the model per epoch (the local
 anchors) or a few element-wise operations per stage, a ceiling of ~0.75 by FLOPs.
 
+An algorithm whose clients use the server's public set (KT-pFL) needs one: when any arm does
+and the task has none, every arm (FedAvg included) runs with :data:`PUBLIC_FRACTION` of the
+training set carved out as the public set, so all arms train on the same client data.
+
 Usage::
 
     python benchmarks/algorithm_throughput.py                      # moon, fedfm, fedfa
@@ -54,6 +58,18 @@ from simulator.run.federation import build_federation  # noqa: E402
 #: the algorithms the issue's bar names
 BAR_ALGORITHMS = ("moon", "fedfm", "fedfa")
 BAR = 0.7
+#: the public set of every arm when one of them uses it and the task has none
+PUBLIC_FRACTION = 0.1
+
+
+def with_public(base: Config, names: list[str]) -> Config:
+    """``base`` with a public set of :data:`PUBLIC_FRACTION` when an algorithm of ``names``
+    uses one and ``base`` has none (otherwise ``base``)."""
+    if base.data.public_fraction > 0 or not any(ALGORITHMS.get(n).uses_public for n in names):
+        return base
+    return dataclasses.replace(
+        base, data=dataclasses.replace(base.data, public_fraction=PUBLIC_FRACTION)
+    )
 
 
 def parse_arm(text: str) -> tuple[str, dict[str, str]]:
@@ -95,7 +111,7 @@ def measure(
     """One measurement, ``{arm: rates}``. In-process (``local``): every arm's engine rounds
     timed in turns. With ``ray`` each Simulation's actors hold the CPUs, so two cannot live at
     once: the arms are timed one after another instead (less robust to the machine's drift)."""
-    base = task_config(task, seed, actors)
+    base = with_public(task_config(task, seed, actors), [n for n, _ in arms.values()])
     if backend != base.execution.backend:
         base = dataclasses.replace(
             base, execution=dataclasses.replace(base.execution, backend=backend)

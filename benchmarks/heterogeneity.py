@@ -3,18 +3,24 @@
 Each case (one file in ``benchmarks/heterogeneity_study/cases/``, registered and found
 automatically) states a seed's claim, the arms that check it (FedSentry runs, ``backend local``,
 small enough for a 2-core CPU) and the comparisons: a method arm against a baseline arm on one
-metric, with the direction the seed predicts. Every arm runs for seeds ``0..N-1``; runs with
-identical configs (a baseline that two cases share) run once. The script prints a table (method
-and baseline mean +- std over seeds, the seed's predicted direction and our verdict) and writes
-into ``--out`` (default ``runs/heterogeneity``) the runs (``runs/<case>/<arm>-s<seed>/``) and
-one plot per case (``<case>.png``: accuracy vs round, mean over seeds with a +-1 std band, one
+metric, with the direction the seed predicts. Every arm runs for seeds ``0..N-1`` (5 by default,
+3 with ``--quick``); runs with identical configs (a baseline that two cases share) run once. The
+script prints a table (method and baseline mean +- std over seeds, the paired difference, the
+p-value, the verdict, the one-standard-deviation rule and the seeds won) and writes into
+``--out`` (default ``runs/heterogeneity``) the runs (``runs/<case>/<arm>-s<seed>/``) and one
+plot per case (``<case>.png``: accuracy vs round, mean over seeds with a +-1 std band, one
 panel per group of arms that the comparisons connect; the per-client mean accuracy for cases
 compared on per-client metrics).
 
-Verdict: with ``m``, ``b`` the method's and the baseline's means over seeds and ``s_m``, ``s_b``
-their sample standard deviations (ddof 1), ``d = m - b`` when the seed predicts *higher*
-(``b - m`` for *lower*); **reproduced** when ``d > max(s_m, s_b)``, else **not reproduced**
-(also when a run failed).
+Verdict: the arms of a seed share its partition, so each comparison is paired by seed. With
+``d_i`` the method's metric minus the baseline's on seed ``i`` (negated when the seed predicts
+*lower*), ``p`` is the one-sided exact sign-flip permutation p-value: the share of the ``2^n``
+sign patterns of the ``d_i`` whose mean is at least the observed mean (observed included).
+**reproduced** when ``p <= 0.05``; **inconclusive** when ``mean(d) > 0`` but ``p > 0.05``;
+**contradicted** otherwise; **failed** when a run failed. The smallest possible ``p`` is
+``1/2^n``: 1/8 with ``--quick``'s 3 seeds, so a quick verdict is at best "inconclusive"; the
+full run's 5 seeds reach 1/32. Beside it, the older rule (``reproduced`` in the JSON: the gain
+of the means exceeds the larger of the two standard deviations over seeds) and ``wins``.
 
 Usage::
 

@@ -63,6 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
                 help=help_,
                 default=None,
             )
+        elif t.startswith("tuple"):
+            groups[sec].add_argument(
+                flag,
+                dest=name,
+                nargs="+",
+                metavar=name.split("_")[-1].upper()[:-1],
+                help=f"{help_} (default: none)",
+                default=None,
+            )
         elif t.startswith("bool"):
             groups[sec].add_argument(
                 flag,

@@ -20,7 +20,7 @@ from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec, make_schedule
 from simulator.training.stacked import train_clients
-from simulator.training.step import Finish, Step
+from simulator.training.step import PUBLIC_INPUTS, Finish, Step
 
 
 def algo(name: str, **params: Any) -> Algorithm:
@@ -212,7 +212,7 @@ def test_vectorized_equals_sequential_every_algorithm(name: str, momentum: float
     idx = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
     gen = torch.Generator().manual_seed(1)
     n = layout.num_params
-    sizes = {"params": n, "model": layout.size}
+    sizes = {"params": n, "model": layout.size, "public": 12 * 10}  # 12 public images
     state = {
         t: 0.01
         * torch.randn(
@@ -224,6 +224,9 @@ def test_vectorized_equals_sequential_every_algorithm(name: str, momentum: float
     }
     init = a.init_server(g, n)
     shared = {t: init[t] + 0.01 * torch.randn(init[t].shape, generator=gen) for t in a.sends}
+    if a.uses_public:
+        shared[PUBLIC_INPUTS] = torch.rand(12, 1, 8, 8, generator=gen)
+        state = {t: v.abs() for t, v in state.items()}  # targets: non-negative
     spec = LocalSpec(lr=0.1, batch_size=10, weight_decay=0.001, step=a, momentum=momentum)
     kw = dict(state=state, shared=shared)
     vec = train_clients(

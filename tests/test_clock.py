@@ -41,10 +41,22 @@ def test_compute_seconds_exact() -> None:
 
 def test_transfer_seconds_exact() -> None:
     # 1 MB = 8000 kbit: 8000/8000 = 1 s down, 8000/1000 = 8 s up, 2 * 50 ms latency.
-    assert transfer_seconds(1_000_000, 1000.0, 8000.0, 0.0) == 9.0
-    assert transfer_seconds(1_000_000, 1000.0, 8000.0, 50.0) == 8.0 + 1.0 + 0.1
-    out = transfer_seconds(1_000_000, np.array([1000.0, 8000.0]), 8000.0, np.array([0.0, 0.0]))
+    mb = 1_000_000
+    assert transfer_seconds(mb, mb, up_kbps=1000.0, down_kbps=8000.0, latency_ms=0.0) == 9.0
+    t = transfer_seconds(mb, mb, up_kbps=1000.0, down_kbps=8000.0, latency_ms=50.0)
+    assert t == 8.0 + 1.0 + 0.1
+    out = transfer_seconds(
+        mb, mb, up_kbps=np.array([1000.0, 8000.0]), down_kbps=8000.0, latency_ms=np.zeros(2)
+    )
     np.testing.assert_array_equal(out, [9.0, 2.0])
+    # download and upload sizes differ (a compressed upload): 1 MB down at 8000 kbit/s is 1 s,
+    # 0.25 MB up at 1000 kbit/s is 2 s; per-client arrays broadcast
+    t = transfer_seconds(mb, mb / 4, up_kbps=1000.0, down_kbps=8000.0, latency_ms=0.0)
+    assert t == 3.0
+    out = transfer_seconds(
+        np.array([mb, 0.0]), np.array([0.0, mb]), up_kbps=1000.0, down_kbps=8000.0, latency_ms=0
+    )
+    np.testing.assert_array_equal(out, [1.0, 8.0])
 
 
 @pytest.mark.parametrize(
@@ -53,9 +65,19 @@ def test_transfer_seconds_exact() -> None:
         (lambda: compute_seconds(-1, 1, 5.0), "samples"),
         (lambda: compute_seconds(1, 1, np.nan), "ms_per_sample"),
         (lambda: compute_seconds(1, 1, 5.0, factor=0), "factor"),
-        (lambda: transfer_seconds(10, 0.0, 1.0, 0.0), "up_kbps"),
-        (lambda: transfer_seconds(10, 1.0, np.array([1.0, -2.0]), 0.0), "down_kbps"),
-        (lambda: transfer_seconds(10, 1.0, 1.0, -5.0), "latency_ms"),
+        (lambda: transfer_seconds(10, 10, up_kbps=0.0, down_kbps=1.0, latency_ms=0.0), "up_kbps"),
+        (
+            lambda: transfer_seconds(
+                10, 10, up_kbps=1.0, down_kbps=np.array([1.0, -2.0]), latency_ms=0.0
+            ),
+            "down_kbps",
+        ),
+        (lambda: transfer_seconds(10, 10, up_kbps=1, down_kbps=1, latency_ms=-5.0), "latency_ms"),
+        (lambda: transfer_seconds(-1, 10, up_kbps=1, down_kbps=1, latency_ms=0), "download_bytes"),
+        (
+            lambda: transfer_seconds(10, np.nan, up_kbps=1, down_kbps=1, latency_ms=0),
+            "upload_bytes",
+        ),
     ],
 )
 def test_cost_validation(call, name: str) -> None:

@@ -126,7 +126,11 @@ def test_wait_for_all_round_by_hand(make_config: MakeConfig) -> None:
         assert weights[int(c)] == pytest.approx(nk / n.sum(), abs=1e-8)
     pop = fed.population
     dur = compute_seconds(n, 1, pop.compute_ms_per_sample[sel], 3.0) + transfer_seconds(
-        4 * fed.layout.size, pop.up_kbps[sel], pop.down_kbps[sel], pop.latency_ms[sel]
+        4 * fed.layout.size,
+        4 * fed.layout.size,
+        up_kbps=pop.up_kbps[sel],
+        down_kbps=pop.down_kbps[sel],
+        latency_ms=pop.latency_ms[sel],
     )
     assert r.virtual_time == pytest.approx(float(np.max(dur)), rel=1e-12)
     assert rec is not None and len(rec.batches) == 1

@@ -153,7 +153,7 @@ def test_bytes_on_the_wire() -> None:
     for (mode, stage), (up, down) in want.items():
         alg = make_algorithm(AlgorithmConfig("fedma", {"mode": mode}))
         server = {"fedma_stage": torch.tensor([float(stage)])}
-        w = WireInfo(np.array([3, 7]), 23, 2, lambda: np.zeros((2, 2)), slices, server)
+        w = WireInfo(np.array([3, 7]), 23, 2, lambda: np.zeros((2, 2)), slices, server=server)
         got = alg.wire_bytes(w)
         assert got[0].tolist() == [up, up] and got[1].tolist() == [down, down]
     with pytest.raises(ValueError, match="needs the server state"):

@@ -94,7 +94,8 @@ def test_oneshot_merge_of_two_permuted_copies_is_the_model() -> None:
 def test_layerwise_stages_freeze_and_permute(tmp_path: Path) -> None:
     """mlp (2 hidden layers, 3 Linear layers): the stages run 0, 1, 2, 0; at stage 1 the rows
     are exact zeros on layer 1 and the global layer 1 does not move; at stage 2 on layers 1 and
-    2; every client's permutation row holds a permutation of each hidden layer's slots."""
+    2; every client's permutation row holds a permutation of each hidden layer's slots; the
+    round's bytes on the wire are the stage's (``wire_bytes`` sees the round's server state)."""
     cfg = small_config(
         tmp_path, algorithm="fedma", num_clients=4, clients_per_round=4, rounds=4, hidden=8
     )
@@ -109,6 +110,11 @@ def test_layerwise_stages_freeze_and_permute(tmp_path: Path) -> None:
             assert torch.count_nonzero(rec.rows.updates[:, :cut]) == 0
             assert torch.count_nonzero(rec.rows.updates[:, cut:]) > 0
             assert torch.equal(sim.global_flat[:cut], before[:cut])
+            # bytes on the wire (float32): the stage's layers and 10 class counts up, the model
+            # and, from stage 1 on, the last matched layer's permutation down; 4 clients
+            up = 4 * (net.span(frozen).stop - cut + 10)
+            down = 4 * (sim.space.shared_size + (net.hidden[frozen - 1] if frozen else 0))
+            assert (rec.extra["upload_bytes"], rec.extra["download_bytes"]) == (4 * up, 4 * down)
             perm, present = sim.store.get(PERM, np.arange(4))
             assert present.all()
             for block in np.split(perm, np.cumsum(net.hidden)[:-1], axis=1):

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.heterogeneity_study import cli, core, plots  # noqa: E402
+from benchmarks.heterogeneity_study import cli, core, plots, stats  # noqa: E402
 from benchmarks.heterogeneity_study.cases import (  # noqa: E402
     CASES,
     Case,
@@ -37,38 +37,107 @@ def use_case(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:
 # ------------------------------------------------------------------------------ verdict rule
 
 
-def test_verdict_reproduced_when_gain_exceeds_the_larger_std() -> None:
+def test_one_std_rule_and_wins_are_kept() -> None:
     """method 0.80, 0.82, 0.84: mean 0.82, sample std 0.02; baseline 0.70, 0.75, 0.80: mean
-    0.75, std 0.05. Gain 0.07 > max(0.02, 0.05) -> reproduced."""
-    v = core.verdict([0.80, 0.82, 0.84], [0.70, 0.75, 0.80], "higher")
+    0.75, std 0.05. Gain 0.07 > max(0.02, 0.05) -> the 1-std rule holds; wins 3/3; the paired
+    diffs 0.10, 0.07, 0.04 (mean 0.07, std 0.03) give p = 1/8: inconclusive with 3 seeds."""
+    v = stats.verdict([0.80, 0.82, 0.84], [0.70, 0.75, 0.80], "higher")
     assert v["method_mean"] == pytest.approx(0.82) and v["method_std"] == pytest.approx(0.02)
     assert v["baseline_mean"] == pytest.approx(0.75)
     assert v["baseline_std"] == pytest.approx(0.05)
     assert v["gain"] == pytest.approx(0.07) and v["reproduced"] is True
     assert v["wins"] == 3  # 0.80>0.70, 0.82>0.75, 0.84>0.80
-
-
-def test_verdict_not_reproduced_within_one_std_or_wrong_way() -> None:
-    # baseline 0.70, 0.78, 0.86: mean 0.78, std 0.08 > gain 0.04
-    v = core.verdict([0.80, 0.82, 0.84], [0.70, 0.78, 0.86], "higher")
-    assert v["gain"] == pytest.approx(0.04) and v["reproduced"] is False
-    assert v["wins"] == 2  # 0.84 < 0.86 on the third seed
-    # predicted lower, but the method is higher: gain -0.07
-    v = core.verdict([0.80, 0.82, 0.84], [0.70, 0.75, 0.80], "lower")
-    assert v["gain"] == pytest.approx(-0.07) and v["reproduced"] is False
-    assert v["wins"] == 0
-    assert core.verdict([0.8, 0.9], [0.7], "higher")["wins"] is None  # a run failed
-
-
-def test_verdict_lower_direction_and_single_seed() -> None:
-    # rounds to target: method 10, 12, 14 (mean 12, std 2) vs baseline 20, 21, 22 (21, 1)
-    v = core.verdict([10, 12, 14], [20, 21, 22], "lower")
-    assert v["gain"] == pytest.approx(9.0) and v["reproduced"] is True
-    # one seed: std 0, any strict gain reproduces, a tie does not
-    assert core.verdict([0.5], [0.4], "higher")["reproduced"] is True
-    assert core.verdict([0.5], [0.5], "higher")["reproduced"] is False
+    assert v["paired_diffs"] == pytest.approx([0.10, 0.07, 0.04])
+    assert v["paired_diff_mean"] == pytest.approx(0.07)
+    assert v["paired_diff_std"] == pytest.approx(0.03)
+    assert v["p_value"] == 0.125 and v["verdict"] == "inconclusive"
+    # baseline 0.70, 0.78, 0.86: std 0.08 > gain 0.04; the third seed lost
+    v = stats.verdict([0.80, 0.82, 0.84], [0.70, 0.78, 0.86], "higher")
+    assert v["gain"] == pytest.approx(0.04) and v["reproduced"] is False and v["wins"] == 2
     with pytest.raises(ValueError, match="direction must be"):
-        core.verdict([1.0], [0.0], "up")
+        stats.verdict([1.0], [0.0], "up")
+    with pytest.raises(ValueError, match="paired values: 2 method vs 1 baseline"):
+        stats.verdict([0.8, 0.9], [0.7], "higher")
+
+
+def test_sign_flip_p_by_hand() -> None:
+    """Exact enumeration of the 2^n sign patterns, the observed one included.
+
+    [1, 2, 3]: pattern sums 6, 4, 2, 0, 0, -2, -4, -6; only the observed reaches 6 -> 1/8.
+    [3, -1, 2, 2, 1]: |d| sums to 9, the observed sum is 7 = 9 - 2 * 1; a pattern reaches it
+    when the |d| it flips sum to <= 1: none, the first 1, the second 1 -> 3/32.
+    [1, 1, -1]: sums 3 (x1), 1 (x3), -1 (x3), -3 (x1); >= 1: 4 -> 1/2 (ties count).
+    [1, 1, 0]: flipping the 0 changes nothing: 2 patterns reach 2 -> 2/8.
+    [0, 0, 0]: every pattern ties -> 1. [-1, -2, -3]: every pattern reaches -6 -> 1.
+    """
+    assert stats.sign_flip_p([1, 2, 3]) == 1 / 8
+    assert stats.sign_flip_p([3, -1, 2, 2, 1]) == 3 / 32
+    assert stats.sign_flip_p([1, 1, -1]) == 0.5
+    assert stats.sign_flip_p([1, 1, 0]) == 0.25
+    assert stats.sign_flip_p([0, 0, 0]) == 1.0
+    assert stats.sign_flip_p([-1, -2, -3]) == 1.0
+    # floating-point ties: 0.1 + 0.2 - 0.3 is 5.6e-17, not 0, yet the patterns tying with the
+    # observed one still count
+    # ([1, 2, -3]: sum 0 = 6 - 2 * 3; flipped |d| <= 3: {}, {1}, {2}, {3}, {1, 2} -> 5/8)
+    assert stats.sign_flip_p([0.1, 0.2, -0.3]) == stats.sign_flip_p([1, 2, -3]) == 5 / 8
+    assert stats.sign_flip_p([1, 2, 3, 4, 5]) == 1 / 32
+    assert stats.smallest_p(3) == 1 / 8 and stats.smallest_p(5) == 1 / 32
+    with pytest.raises(ValueError, match="at most 16 seeds"):
+        stats.sign_flip_p([1.0] * 17)
+
+
+def test_paired_verdicts_by_hand() -> None:
+    """Method 4, 0, 3, 3, 2 vs baseline 1 on 5 seeds: diffs 3, -1, 2, 2, 1, mean 1.4, std
+    sqrt(9.2 / 4) = 1.5166, p = 3/32 > 0.05 -> inconclusive. Diffs 1..5: p = 1/32 ->
+    reproduced. Predicted lower, the same numbers swapped give the same diffs. A method that
+    loses on average is contradicted, and so is a tie."""
+    v = stats.verdict([4, 0, 3, 3, 2], [1, 1, 1, 1, 1], "higher")
+    assert v["paired_diffs"] == [3, -1, 2, 2, 1]
+    assert v["paired_diff_mean"] == pytest.approx(1.4)
+    assert v["paired_diff_std"] == pytest.approx((9.2 / 4) ** 0.5)
+    assert v["p_value"] == 3 / 32 and v["verdict"] == "inconclusive" and v["wins"] == 4
+    w = stats.verdict([1, 1, 1, 1, 1], [4, 0, 3, 3, 2], "lower")
+    assert w["paired_diffs"] == [3, -1, 2, 2, 1] and w["p_value"] == 3 / 32
+    v = stats.verdict([2, 3, 4, 5, 6], [1, 1, 1, 1, 1], "higher")
+    assert v["p_value"] == 1 / 32 and v["verdict"] == "reproduced"
+    # rounds to target: fewer is the claim; 10, 12, 14, 11, 9 vs 20, 21, 22, 20, 19
+    v = stats.verdict([10, 12, 14, 11, 9], [20, 21, 22, 20, 19], "lower")
+    assert v["paired_diffs"] == [10, 9, 8, 9, 10] and v["verdict"] == "reproduced"
+    # the method behind on average: diffs -0.1, 0.05, -0.02 (mean -0.0233) -> contradicted
+    v = stats.verdict([0.6, 0.75, 0.68], [0.7, 0.7, 0.7], "higher")
+    assert v["paired_diff_mean"] == pytest.approx(-0.07 / 3)
+    assert v["p_value"] == 0.75 and v["verdict"] == "contradicted"
+    assert stats.verdict([0.5], [0.5], "higher")["verdict"] == "contradicted"  # a tie
+    assert stats.classify(0.01, 0.05) == "reproduced"
+    assert stats.classify(0.01, 0.0625) == "inconclusive"
+    assert stats.classify(0.0, 0.03) == "contradicted"
+
+
+def test_compare_pairs_seeds_and_marks_failed_runs() -> None:
+    """Two seeds: a comparison whose runs all finished gets the paired fields; one whose
+    baseline run of seed 1 failed pairs seed 0 only and is 'failed' with the run's error."""
+    comparisons = (Comparison("b", "a"), Comparison("a", "c"))
+    case = Case("x", "claim", {}, {"a": {}, "b": {}, "c": {}}, comparisons)
+
+    def run(acc: float | None, error: str | None = None) -> dict[str, object]:
+        return {"error": error, "final_accuracy": acc}
+
+    index = {("x", arm, s): f"{arm}{s}" for arm in "abc" for s in (0, 1)}
+    records = {
+        "a0": run(0.5),
+        "a1": run(0.6),
+        "b0": run(0.7),
+        "b1": run(0.9),
+        "c0": run(0.5),
+        "c1": run(None, "RuntimeError: boom"),
+    }
+    b, a = core.compare([case], index, records, 2, quick=True)
+    assert b["method_values"] == [0.7, 0.9] and b["baseline_values"] == [0.5, 0.6]
+    assert b["paired_diffs"] == pytest.approx([0.2, 0.3]) and b["p_value"] == 0.25
+    assert b["verdict"] == "inconclusive" and b["error"] is None
+    assert a["method_values"] == [0.5] and a["baseline_values"] == [0.5]
+    assert a["verdict"] == "failed" and a["error"] == "RuntimeError: boom"
+    assert a["reproduced"] is False
 
 
 def test_rounds_to_baseline_pairs_seeds() -> None:
@@ -165,10 +234,46 @@ def test_case_declarations_are_checked() -> None:
         Comparison("b", "a", direction="up")
     with pytest.raises(CaseError, match="'seed' is set by the harness"):
         Case("x", "claim", {"seed": 1}, arms, versus("a", ["b"]))
-    with pytest.raises(CaseError, match=r"scores names 'speed'; valid: \['feature_silhouette'\]"):
+    with pytest.raises(
+        CaseError, match=r"scores names 'speed'; valid: \['feature_silhouette', 'class_affinity'\]"
+    ):
         Case("x", "claim", {}, arms, versus("a", ["b"]), scores={"speed": len})
     with pytest.raises(CaseError, match=r"b vs a on 'feature_silhouette' needs scores"):
         Case("x", "claim", {}, arms, versus("a", ["b"], "feature_silhouette"))
+
+
+def test_arm_sizes_override_the_case_sizes() -> None:
+    """An arm's own quick/full overrides come after the case's and the arm's; other arms keep
+    the case's sizes; unknown arms and harness keys are refused. The moon case's CNN arms run
+    their own rounds with E = 10, its MLP arms the shared 20/30 rounds with E = 5."""
+    arms = {"a": {"lr": 0.1}, "b": {"algorithm": "fedprox", "rounds": 7}}
+    c = Case(
+        "x",
+        "claim",
+        {"rounds": 1, "lr": 0.5},
+        arms,
+        versus("a", ["b"]),
+        quick={"rounds": 2},
+        full={"rounds": 9},
+        arm_quick={"b": {"rounds": 3}},
+        arm_full={"b": {"rounds": 4, "lr": 0.2}},
+    )
+    assert [c.flat(a, True)["rounds"] for a in "ab"] == [2, 3]
+    assert [c.flat(a, False)["rounds"] for a in "ab"] == [9, 4]
+    assert [c.flat(a, False)["lr"] for a in "ab"] == [0.1, 0.2]
+    with pytest.raises(CaseError, match=r"arm sizes name unknown arm 'z'; arms: \['a', 'b'\]"):
+        Case("x", "claim", {}, arms, versus("a", ["b"]), arm_full={"z": {}})
+    with pytest.raises(CaseError, match="'out' is set by the harness"):
+        Case("x", "claim", {}, arms, versus("a", ["b"]), arm_quick={"a": {"out": "d"}})
+    moon = CASES["moon"]
+    cnn, mlp = moon.flat("cnn-moon-b0.5", False), moon.flat("moon-b0.5", False)
+    assert (cnn["model"], cnn["local_epochs"], cnn["algorithm_params"]) == ("cnn", 10, {"mu": 5.0})
+    assert cnn["rounds"] == moon.arm_full["cnn-moon-b0.5"]["rounds"] != mlp["rounds"] == 30
+    head = moon.flat("cnn-fedavg-head-b0.5", False)
+    assert head["algorithm_params"] == {"mu": 0.0} and head["model"] == "cnn"
+    assert {k: v for k, v in head.items() if k != "algorithm_params"} == {
+        k: v for k, v in cnn.items() if k != "algorithm_params"
+    }
 
 
 def test_shared_runs_run_once(tmp_path: Path) -> None:
@@ -181,13 +286,14 @@ def test_shared_runs_run_once(tmp_path: Path) -> None:
 
 
 def test_shared_runs_carry_every_cases_scores(tmp_path: Path) -> None:
-    """moon (6 arms) and fedfm (9 arms) share the Dirichlet(0.5) fedavg and moon runs: 13
-    distinct runs per seed; the shared ones carry fedfm's silhouette score even though moon,
-    which has no scores, declared them first; moon's own fedavg-head runs carry none."""
+    """moon (8 arms: 2 CNN + 6 MLP) and fedfm (9 arms) share the Dirichlet(0.5) MLP fedavg
+    and moon runs: 15 distinct runs per seed; the shared ones carry fedfm's silhouette score
+    even though moon, which has no scores, declared them first; moon's own fedavg-head runs
+    carry none."""
     from benchmarks.heterogeneity_study.cases.fedfm import silhouette
 
     jobs, index = core.make_jobs([CASES["moon"], CASES["fedfm"]], True, 1, tmp_path)
-    assert len(jobs) == 13
+    assert len(jobs) == 15
     by_key = {j["key"]: j for j in jobs}
     shared = by_key[index[("moon", "fedavg-b0.5", 0)]]
     assert index[("fedfm", "fedavg-b0.5", 0)] == shared["key"]
@@ -268,6 +374,11 @@ def test_unknown_case_exits_2(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as e:
         main(["--seeds", "0"])
     assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main(["--seeds", "17"])
+    assert e.value.code == 2
+    assert "--seeds must be in 1..16" in capsys.readouterr().err
+    assert cli.parse_args(["--quick"]).seeds == 3 and cli.parse_args([]).seeds == 5
 
 
 def test_json_schema_of_a_tiny_run(
@@ -301,7 +412,10 @@ def test_json_schema_of_a_tiny_run(
         ]
     )
     assert rc == 0
-    assert "runs:" not in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "runs:" not in printed.err
+    assert "note: with 1 seed(s) the smallest possible p is 1/2 = 0.500 > 0.05" in printed.out
+    assert "paired diff" in printed.out and "1-std" in printed.out
     data = json.loads(js.read_text())
     assert list(data) == ["cases"] and len(data["cases"]) == 3
     required = {
@@ -313,12 +427,18 @@ def test_json_schema_of_a_tiny_run(
         "baseline_mean",
         "baseline_std",
         "reproduced",
+        "paired_diff_mean",
+        "paired_diff_std",
+        "p_value",
+        "verdict",
     }
     for row in data["cases"]:
         assert required <= set(row)
         assert row["case"] == "fedbn" and row["error"] is None
         assert isinstance(row["reproduced"], bool)
         assert row["method_std"] == 0.0 and 0.0 <= row["method_mean"] <= 1.0
+        assert row["paired_diff_std"] == 0.0 and row["p_value"] in (0.5, 1.0)
+        assert row["verdict"] in ("inconclusive", "contradicted")
     assert [(r["method"], r["baseline"]) for r in data["cases"]] == [
         ("fedbn", "fedavg"),
         ("fedbn", "fedprox"),

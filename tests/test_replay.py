@@ -155,6 +155,10 @@ def test_every_defense_replays_bit_for_bit(defense: str, tmp_path: Path) -> None
 def test_every_algorithm_replays_bit_for_bit(algorithm: str, tmp_path: Path) -> None:
     # FedBN with BatchNorm: its kept-local entries are not in the rows (row_size < model size)
     model = {"norm": "batch"} if algorithm == "fedbn" else {}
+    # an algorithm that sends no model updates (KT-pFL's predictions) runs with plain averaging
+    # and a data attack
+    updates = ALGORITHMS.get(algorithm).upload == "update"
+    plain_ok = updates and ALGORITHMS.get(algorithm).rules is None
     cfg = small_config(
         tmp_path,
         **{
@@ -163,8 +167,9 @@ def test_every_algorithm_replays_bit_for_bit(algorithm: str, tmp_path: Path) -> 
             **model,
             "algorithm": algorithm,
             # FedMA accepts only fedavg (Algorithm.rules)
-            "defense": "trimmedmean" if ALGORITHMS[algorithm].rules is None else "fedavg",
-            "defense_params": {"f": 2} if ALGORITHMS[algorithm].rules is None else {},
+            "defense": "trimmedmean" if plain_ok else "fedavg",
+            "defense_params": {"f": 2} if plain_ok else {},
+            **({} if updates else {"attack": "labelflip"}),
         },
     )
     initial, cap = run(cfg)

@@ -6,7 +6,11 @@ import argparse
 from pathlib import Path
 
 from benchmarks.heterogeneity_study.cases import CASES
+from benchmarks.heterogeneity_study.stats import MAX_SEEDS
 from simulator.cli import OneLineParser
+
+#: seeds per arm when ``--seeds`` is not given: quick, full
+SEEDS = {True: 3, False: 5}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -15,9 +19,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(
         description="Reproduce the seed papers' heterogeneity claims: one case "
         "per claim, FedSentry runs per arm and seed, a verdict per "
-        "comparison (reproduced when the method beats the baseline "
-        "in the predicted direction by more than the larger of the "
-        "two standard deviations over seeds)."
+        "comparison from the paired per-seed differences: reproduced when "
+        "a one-sided exact sign-flip test gives p <= 0.05 in the "
+        "predicted direction, inconclusive when the mean difference goes "
+        "that way but p > 0.05, contradicted otherwise."
     )
     p.add_argument(
         "--case",
@@ -29,11 +34,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="each case's quick settings (fewer rounds/epochs; all cases in "
-        "under 15 minutes on 2 cores) instead of its full ones",
+        help="each case's quick settings (fewer rounds/epochs, 3 seeds; all cases "
+        "in under 20 minutes on 2 cores) instead of its full ones (5 seeds)",
     )
     p.add_argument(
-        "--seeds", type=int, default=3, help="seeds per arm, 0..N-1 (default %(default)s)"
+        "--seeds",
+        type=int,
+        default=None,
+        help=f"seeds per arm, 0..N-1, 1 to {MAX_SEEDS} (default {SEEDS[True]} with --quick, "
+        f"else {SEEDS[False]}; the paired test needs 5 for p <= 0.05: its smallest p is "
+        "1/2^N)",
     )
     p.add_argument(
         "--workers",
@@ -73,8 +83,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [c for c in args.case or [] if c not in CASES]
     if unknown:
         p.error(f"unknown case {unknown[0]!r}; valid: {list(CASES)}")
-    if args.seeds < 1 or args.workers < 1:
-        p.error("--seeds and --workers must be >= 1")
+    if args.seeds is None:
+        args.seeds = SEEDS[args.quick]
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        p.error(f"--seeds must be in 1..{MAX_SEEDS} (the exact test enumerates 2^N patterns)")
+    if args.workers < 1:
+        p.error("--workers must be >= 1")
     args.case = list(dict.fromkeys(args.case or CASES))
     args.cases = [CASES[c] for c in args.case]
     return args

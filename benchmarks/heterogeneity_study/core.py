@@ -1,17 +1,24 @@
 """Runs, metrics and verdicts of ``benchmarks/heterogeneity.py`` (no argparse, no plotting), so
 that spawned worker processes import a plain module and the pieces are testable on their own.
 
-The verdict rule (:func:`verdict`): with ``m`` and ``b`` the means over seeds of the method's
-and the baseline's metric, ``s_m`` and ``s_b`` their sample standard deviations over seeds
-(``ddof = 1``; 0 with a single seed) and ``d = m - b`` for a ``higher`` prediction (``b - m``
-for ``lower``), the claim is *reproduced* when ``d > max(s_m, s_b)``: the method beats the
-baseline in the predicted direction by more than the larger of the two spreads. A tie, a
-smaller gain, a loss, or a run that failed is *not reproduced*.
+The verdict rule. The arms of one seed share its partition and initial model, so a comparison
+is paired by seed: with ``m_i`` and ``b_i`` the method's and the baseline's metric on seed ``i``
+(``n`` seeds), the paired difference is ``d_i = m_i - b_i`` for a ``higher`` prediction
+(``b_i - m_i`` for ``lower``), so that ``d_i > 0`` means the seed went the claimed way. The
+one-sided exact sign-flip permutation test asks how often a random sign pattern of the ``d_i``
+gives a mean at least the observed one: ``p`` = (patterns ``s`` in ``{-1, +1}^n`` with
+``mean(s * d) >= mean(d)``) / ``2^n``, the observed pattern included (ties count), so that
+``p >= 1 / 2^n``: 1/8 with 3 seeds, 1/32 with 5. The verdict is
 
-Beside the verdict, ``wins`` counts the seeds on which the method beats the baseline strictly in
-the predicted direction (the arms of one seed share its partition, so the pairing is by seed).
-It is information for the reader, not part of the rule: a method can win every seed and still
-not be reproduced when the baseline's seed-to-seed spread is larger than the gain.
+* **reproduced** when ``p <= 0.05`` (which needs ``mean(d) > 0``, and at least 5 seeds);
+* **inconclusive** when the direction holds (``mean(d) > 0``) but ``p > 0.05``;
+* **contradicted** otherwise (``mean(d) <= 0``);
+* **failed** when a run of the comparison failed (its error is in ``error``).
+
+Beside it, each row keeps the older one-standard-deviation rule (``reproduced``: the gain of
+the means exceeds the larger of the two sample standard deviations over seeds, ddof 1) and
+``wins``, the seeds on which the method is strictly ahead in the predicted direction. The
+arithmetic is in :mod:`benchmarks.heterogeneity_study.stats`.
 """
 
 from __future__ import annotations
@@ -19,13 +26,11 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks.heterogeneity_study.cases import Case, Comparison
+from benchmarks.heterogeneity_study.stats import verdict
 from benchmarks.robustness_study.grid import init_worker
 
 #: keys of a run record copied from the run's summary
@@ -36,50 +41,10 @@ SUMMARY_KEYS = (
     "client_accuracy_mean",
     "client_accuracy_std",
     "client_accuracy_worst10",
+    "upload_volume",
     "rounds",
     "run_seconds",
 )
-
-
-@dataclass(frozen=True)
-class Stat:
-    """Mean and sample standard deviation of a metric over seeds."""
-
-    mean: float
-    std: float
-
-
-def stat(values: list[float]) -> Stat:
-    """Mean and sample std (ddof 1; 0 for a single value) of ``values`` (ValueError if empty)."""
-    if not values:
-        raise ValueError("no values to summarize")
-    v = np.asarray(values, dtype=np.float64)
-    return Stat(float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0)
-
-
-def verdict(method: list[float], baseline: list[float], direction: str) -> dict[str, Any]:
-    """Means, stds, the signed gain ``d``, ``reproduced`` (the module docstring's rule) and
-    ``wins``: seeds won in the predicted direction, pairing the lists by position (None when
-    their lengths differ, i.e. a run failed)."""
-    if direction not in ("higher", "lower"):
-        raise ValueError(f"direction must be 'higher' or 'lower', got {direction!r}")
-    m, b = stat(method), stat(baseline)
-    sign = 1.0 if direction == "higher" else -1.0
-    gain = sign * (m.mean - b.mean)
-    wins = (
-        sum(sign * (x - y) > 0 for x, y in zip(method, baseline, strict=True))
-        if len(method) == len(baseline)
-        else None
-    )
-    return {
-        "method_mean": m.mean,
-        "method_std": m.std,
-        "baseline_mean": b.mean,
-        "baseline_std": b.std,
-        "gain": gain,
-        "reproduced": bool(gain > max(m.std, b.std)),
-        "wins": wins,
-    }
 
 
 # ------------------------------------------------------------------------------ jobs and runs
@@ -200,6 +165,18 @@ def run_all(
 
 # ------------------------------------------------------------------------------ comparisons
 
+#: the numeric fields of a comparison without a single paired seed (None in its row)
+EMPTY = (
+    "method_mean",
+    "method_std",
+    "baseline_mean",
+    "baseline_std",
+    "gain",
+    "paired_diff_mean",
+    "paired_diff_std",
+    "p_value",
+)
+
 
 def first_reach(rounds: list[Any], accs: list[Any], target: float, total: int) -> int:
     """First round whose accuracy is >= ``target`` (``total + 1`` if none)."""
@@ -212,15 +189,16 @@ def first_reach(rounds: list[Any], accs: list[Any], target: float, total: int) -
 def metric_values(
     c: Comparison, method: list[dict[str, Any]], baseline: list[dict[str, Any]]
 ) -> tuple[list[float], list[float]]:
-    """The metric of each successful method / baseline run (paired by seed for
-    ``rounds_to_baseline``: the target is the baseline run's final accuracy)."""
-    if c.metric != "rounds_to_baseline":
-        return (
-            [r[c.metric] for r in method if r.get(c.metric) is not None],
-            [r[c.metric] for r in baseline if r.get(c.metric) is not None],
-        )
+    """The metric of the method and the baseline run of each seed, paired by position: a seed
+    enters only when both runs have the metric (for ``rounds_to_baseline`` the target is the
+    baseline run's final accuracy of the same seed)."""
     mv, bv = [], []
     for m, b in zip(method, baseline, strict=True):
+        if c.metric != "rounds_to_baseline":
+            if m.get(c.metric) is not None and b.get(c.metric) is not None:
+                mv.append(float(m[c.metric]))
+                bv.append(float(b[c.metric]))
+            continue
         if m.get("curves") is None or b.get("curves") is None or b["final_accuracy"] is None:
             continue
         target = b["final_accuracy"]
@@ -260,19 +238,12 @@ def compare(
                 "baseline_values": bv,
             }
             errors = [r["error"] for r in m + b if r["error"]]
-            if mv and bv:
+            if mv:
                 row.update(verdict(mv, bv, c.direction))
             else:
-                row.update(
-                    method_mean=None,
-                    method_std=None,
-                    baseline_mean=None,
-                    baseline_std=None,
-                    gain=None,
-                    reproduced=False,
-                    wins=None,
-                )
+                row.update(dict.fromkeys(EMPTY), reproduced=False, wins=None, paired_diffs=[])
             row["error"] = errors[0] if errors else None
-            row["reproduced"] = bool(row["reproduced"]) and not errors
+            if errors or not mv:
+                row["reproduced"], row["verdict"] = False, "failed"
             rows.append(row)
     return rows

@@ -11,6 +11,7 @@ from benchmarks.heterogeneity_study import core
 from benchmarks.heterogeneity_study.cli import parse_args
 from benchmarks.heterogeneity_study.output import table, write_csv
 from benchmarks.heterogeneity_study.plots import plot_case
+from benchmarks.heterogeneity_study.stats import ALPHA, smallest_p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,10 +52,18 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(args.csv, rows)
     print(
         f"{len(cases)} case(s), {args.seeds} seed(s), {'quick' if args.quick else 'full'} "
-        f"settings, {len(jobs)} runs in {wall:.0f} s; mean±std over seeds; reproduced: the "
-        "method beats the baseline in the predicted direction by more than the larger std; "
-        "wins: seeds won in that direction (information, not the rule)"
+        f"settings, {len(jobs)} runs in {wall:.0f} s; mean±std over seeds; paired diff: "
+        "per-seed method minus baseline, signed so that positive is the predicted direction; "
+        f"p: one-sided exact sign-flip test; verdict: reproduced when p <= {ALPHA}, "
+        "inconclusive when the mean paired diff is positive but p is larger, contradicted "
+        "otherwise; 1-std: the gain exceeds the larger std; wins: seeds won"
     )
+    if smallest_p(args.seeds) > ALPHA:
+        print(
+            f"note: with {args.seeds} seed(s) the smallest possible p is "
+            f"1/{2**args.seeds} = {smallest_p(args.seeds):.3f} > {ALPHA}: no comparison can be "
+            "'reproduced', at best 'inconclusive' (the full run's 5 seeds can)"
+        )
     print(table(rows))
     for r in records.values():
         if r["error"]:

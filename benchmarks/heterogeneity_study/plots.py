@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.heterogeneity_study import core
 from benchmarks.heterogeneity_study.cases import Case
+from benchmarks.heterogeneity_study.stats import stat
 
 
 def panels(case: Case, arms: list[str]) -> list[list[str]]:
@@ -78,7 +78,7 @@ def _panel(ax: Any, runs: dict[str, list[dict[str, Any]]], key: str, cmap: Any) 
         if not xs:
             continue
         mean = np.array([np.mean(per_round[x]) for x in xs])
-        std = np.array([core.stat(per_round[x]).std for x in xs])
+        std = np.array([stat(per_round[x]).std for x in xs])
         color = cmap(i % 10)
         ax.plot(xs, mean, label=arm, color=color)
         ax.fill_between(xs, mean - std, mean + std, color=color, alpha=0.2)

@@ -137,7 +137,13 @@ def round_deadline(flat: dict[str, Any], percentile: float = DEADLINE_PERCENTILE
     epochs = np.full(fed.num_clients, cfg.algorithm.local_epochs)
     dur = compute_seconds(
         fed.client_sizes, epochs, pop.compute_ms_per_sample, c.compute_factor
-    ) + transfer_seconds(4 * fed.layout.size, pop.up_kbps, pop.down_kbps, pop.latency_ms)
+    ) + transfer_seconds(
+        4 * fed.layout.size,
+        4 * fed.layout.size,
+        up_kbps=pop.up_kbps,
+        down_kbps=pop.down_kbps,
+        latency_ms=pop.latency_ms,
+    )
     return round(float(np.percentile(np.atleast_1d(dur), percentile)), 3)
 
 

@@ -100,8 +100,13 @@ def deadline_for(fed: Any, cfg: Any, quantile: float) -> float:
         np.float64(cfg.clock.compute_factor),
         fed.model_spec.train_flops_per_sample(),
     )
+    dense = np.float64(4.0 * fed.layout.size)
     tr = transfer_seconds_unchecked(
-        np.float64(4.0 * fed.layout.size), pop.up_kbps[ids], pop.down_kbps[ids], pop.latency_ms[ids]
+        dense,
+        dense,
+        up_kbps=pop.up_kbps[ids],
+        down_kbps=pop.down_kbps[ids],
+        latency_ms=pop.latency_ms[ids],
     )
     return float(np.quantile(comp + tr, quantile))
 

@@ -56,8 +56,9 @@ import torch
 from simulator.config.fields import ConfigError
 from simulator.config.learning import AlgorithmConfig
 
-#: shapes a client-state table can declare: the trainable parameters, or the whole flat model
-STATE_SHAPES = ("params", "model")
+#: shapes a client-state table can declare: the trainable parameters, the whole flat model, or
+#: one entry per sample of the server's public set and class (``|D_r| x C``: predictions on it)
+STATE_SHAPES = ("params", "model", "public")
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,8 @@ class WireInfo:
     ----------
     client_ids : ``[K]`` the selected clients, sorted.
     shared_size : entries of one shared update row (the model's shared parameters).
+    row_size : entries of one row as a client sends it: ``shared_size`` for model updates,
+        :meth:`Algorithm.row_entries` resolved for other uploads (0: not given).
     num_classes : classes of the dataset.
     label_counts : ``() -> [K, C]`` int64 counts of each selected client's training labels
         (computed only when called).
@@ -164,6 +167,7 @@ class WireInfo:
     num_classes: int
     label_counts: Callable[[], np.ndarray]
     slices: dict[str, slice] = field(default_factory=dict)
+    row_size: int = 0
     #: the algorithm's server state as the round starts (read only; FedMA's stage)
     server: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -186,10 +190,11 @@ class Algorithm:
     #: the algorithm's parameters, ``--algorithm-param KEY=VALUE``
     params: ClassVar[dict[str, Param]] = {}
     #: per-client tensors kept in the client-state store: table -> shape ("params": the
-    #: trainable parameters, "model": the whole flat model, an int: that many entries, or a
-    #: callable ``(FlatLayout) -> int``: a size that depends on the model, e.g. FedALA's weights
-    #: on its top layers; an algorithm whose sizes depend on its parameters declares the dict
-    #: as a property); absent clients start at zero
+    #: trainable parameters, "model": the whole flat model, "public": one entry per public
+    #: sample and class, an int: that many entries, or a callable ``(FlatLayout) -> int``: a
+    #: size that depends on the model, e.g. FedALA's weights on its top layers; an algorithm
+    #: whose sizes depend on its parameters declares the dict as a property); absent clients
+    #: start at zero
     client_state: ClassVar[dict[str, str | int | Callable[[Any], int]]] = {}
     #: server-state tensors sent to every selected client each round
     sends: ClassVar[tuple[str, ...]] = ()
@@ -222,6 +227,17 @@ class Algorithm:
     #: the round policies (registered names) the server update can follow; None: any (e.g.
     #: only those whose rows were all trained from the round's global model)
     policies: ClassVar[tuple[str, ...] | None] = None
+    #: clients may hold models of different architectures (``--model-groups``: a model per
+    #: client group, each trained on its own). Such an algorithm's rows are not model updates
+    #: and have the same size for every group (:meth:`row_entries`), it keeps its clients'
+    #: models on the clients (:meth:`local_parameters`) and its client-state tables are not
+    #: model-shaped; the global model is the groups' flat models end to end
+    heterogeneous: ClassVar[bool] = False
+    #: the client step uses the server's public set (``--public-fraction`` > 0): the engine
+    #: sends its inputs to every selected client each round as the server tensor
+    #: :data:`~simulator.training.step.PUBLIC_INPUTS` (``Step.shared``, ``Finish.shared``), over
+    #: which :meth:`public_passes` passes run
+    uses_public: ClassVar[bool] = False
 
     def __init__(self, cfg: AlgorithmConfig, **params: Any) -> None:
         self.cfg = cfg
@@ -242,10 +258,11 @@ class Algorithm:
         recorded. Default: none."""
         return []
 
-    def row_entries(self, layout: Any) -> int | None:
+    def row_entries(self, layout: Any) -> int | str | None:
         """Entries of the row a client sends when :attr:`upload` is not ``"update"`` (``layout``:
-        the model's :class:`~simulator.training.flat.FlatLayout`); None for model updates,
-        whose rows hold the shared parameters."""
+        the model's :class:`~simulator.training.flat.FlatLayout`), or ``"public"`` for one entry
+        per sample of the server's public set and class (predictions on it); None for model
+        updates, whose rows hold the shared parameters."""
         if self.upload != "update":
             raise NotImplementedError(
                 f"algorithm {self.name!r} uploads {self.upload!r}: it must say how many "
@@ -275,6 +292,14 @@ class Algorithm:
         """Where a trained client-state table (:attr:`client_trainable`) starts this round, for
         ONE client (vmap-safe). Default: its stored value (zeros before the first round)."""
         return stored
+
+    def public_passes(self) -> tuple[int, int]:
+        """Passes over the public inputs each client takes ``(before, after)`` its local
+        epochs (needs :attr:`uses_public`): in batches of the run's batch size, each client in
+        its own seeded order, by the client optimizer with a fresh momentum buffer; the step
+        sees ``Step.public`` True, the batch's public rows in ``Step.index``, zero labels and a
+        zero ``ce``. Default: none."""
+        return (0, 0)
 
     def client_start(self, s: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Where ONE client's local steps start (``s``: a :class:`simulator.training.step.Start`;

@@ -118,6 +118,11 @@ def coerce(sec: str, name: str, typ: Any, value: Any) -> Any:
             if not isinstance(value, dict):
                 raise ConfigError(f"{sec}.{name}: expected a mapping, got {value!r}")
             return dict(value)
+        if t.startswith("tuple"):  # a list of strings: YAML list, repeated words of a flag
+            items = value.split() if isinstance(value, str) else value
+            if not isinstance(items, list | tuple):
+                raise ConfigError(f"{sec}.{name}: expected a list, got {value!r}")
+            return tuple(str(v) for v in items)
         if t.startswith("bool"):
             if isinstance(value, str):
                 low = value.lower()

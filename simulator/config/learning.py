@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.config.fields import ConfigError, check_choice, check_positive, field_of
+from simulator.config.groups import parse_groups
 from simulator.data.datasets import DATASETS, dataset_path
 from simulator.data.partitions import PARTITIONS
 from simulator.data.scheme_params import SHORTHAND, parameters_help, resolve_partition_params
@@ -163,10 +164,19 @@ class ModelConfig:
     model: str = field_of("mlp", "architecture", ("logreg", "mlp", "mlp1", "cnn"))
     hidden: int = field_of(64, "hidden width (MLP layers, CNN representation)")
     norm: str = field_of("none", "normalization layers", ("none", "batch"))
+    model_groups: tuple[str, ...] = field_of(
+        (),
+        "clients with different architectures: one model per group, NAME[:KEY=VALUE,...] "
+        "with NAME in logreg, mlp, cnn and KEY in hidden, norm (unset keys: --hidden, "
+        "--norm), e.g. --model-groups mlp:hidden=32 mlp:hidden=64; client k is in group "
+        "k mod G; several groups need an algorithm for heterogeneous models (ktpfl). "
+        "Empty: every client has --model",
+    )
 
     def __post_init__(self) -> None:
         check_choice("model", self)
         check_positive("model", self, ("hidden",))
+        parse_groups(self.model_groups, self.hidden, self.norm)
 
 
 @dataclass(frozen=True)
@@ -174,7 +184,8 @@ class AlgorithmConfig:
     algorithm: str = field_of(
         "fedavg",
         "federated algorithm (one file each in simulator/algorithms/: fedavg, fedprox, "
-        "feddyn, scaffold, fedbn, moon, fedfm, fedfm_lite, fedfa, fedufo, ditto, fedala)",
+        "feddyn, scaffold, fedbn, moon, fedfm, fedfm_lite, fedfa, fedufo, ditto, fedala, "
+        "fedvb, ktpfl)",
     )
     algorithm_params: dict[str, Any] = field_of(
         {},

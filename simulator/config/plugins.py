@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from attacks import ATTACKS, make_attack
-from simulator.algorithms import make_algorithm
+from simulator.algorithms import ALGORITHMS, make_algorithm
 from simulator.config.fields import ConfigError
-from simulator.config.learning import AlgorithmConfig, AttackConfig
+from simulator.config.learning import AlgorithmConfig, AttackConfig, DataConfig, ModelConfig
 from simulator.config.system import ClockConfig, ExecutionConfig
 from simulator.placement import PLACEMENTS, Placement, make_placement, predictor_of
 from simulator.policies import RoundPolicy, make_policy, policy_parameters
@@ -50,6 +50,29 @@ def check_algorithm(alg: AlgorithmConfig) -> None:
     """ConfigError on an unknown algorithm or parameter (listing the valid ones) or a bad
     parameter value (naming it and the rule)."""
     make_algorithm(alg)
+
+
+def check_model_groups(model: ModelConfig, alg: AlgorithmConfig) -> None:
+    """ConfigError when several model groups meet an algorithm that trains one architecture
+    (its rows are model updates averaged across clients), naming the valid algorithms."""
+    n = len(model.model_groups)
+    if n > 1 and not make_algorithm(alg).heterogeneous:
+        valid = [a for a in ALGORITHMS.names() if ALGORITHMS.get(a).heterogeneous]
+        raise ConfigError(
+            f"model.model_groups: {n} groups of different models, but algorithm "
+            f"{alg.algorithm!r} averages one model shared by every client; valid with several "
+            f"groups: {valid}"
+        )
+
+
+def check_public(data: DataConfig, alg: AlgorithmConfig) -> None:
+    """ConfigError when the algorithm's clients use the server's public set and the run has
+    none (``data.public_fraction`` 0)."""
+    if data.public_fraction == 0 and make_algorithm(alg).uses_public:
+        raise ConfigError(
+            f"data.public_fraction: algorithm {alg.algorithm!r} uses the server's public set; "
+            "give a fraction > 0 (e.g. --public-fraction 0.3)"
+        )
 
 
 def check_attack(attack: AttackConfig) -> None:

@@ -29,7 +29,14 @@ from simulator.config.learning import (
     ExperimentConfig,
     ModelConfig,
 )
-from simulator.config.plugins import check_algorithm, check_attack, placement_of, policy_of
+from simulator.config.plugins import (
+    check_algorithm,
+    check_attack,
+    check_model_groups,
+    check_public,
+    placement_of,
+    policy_of,
+)
 from simulator.config.system import (
     ClockConfig,
     DevicesConfig,
@@ -37,6 +44,7 @@ from simulator.config.system import (
     LedgerConfig,
     OutputConfig,
 )
+from simulator.config.wire import CompressionConfig, compressor_of
 
 SECTIONS: dict[str, type] = {
     "experiment": ExperimentConfig,
@@ -47,6 +55,7 @@ SECTIONS: dict[str, type] = {
     "algorithm": AlgorithmConfig,
     "defense": DefenseConfig,
     "attack": AttackConfig,
+    "compression": CompressionConfig,
     "execution": ExecutionConfig,
     "output": OutputConfig,
     "ledger": LedgerConfig,
@@ -65,12 +74,20 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     defense: DefenseConfig = field(default_factory=DefenseConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        """Every section as a plain mapping (tuples as lists, as YAML writes them)."""
+        return {
+            name: {
+                k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(getattr(self, name)).items()
+            }
+            for name in SECTIONS
+        }
 
     def save(self, path: str | Path) -> None:
         tmp = Path(f"{path}.tmp")  # a temporary file, then a rename: never half a config
@@ -130,7 +147,8 @@ def build_config(
 
 def validate(cfg: Config) -> None:
     """The checks no section can make alone: the plugins' names and parameters (round policy,
-    algorithm, attack, placement; :mod:`.plugins`), and a cohort no larger than the population.
+    algorithm, attack, placement: :mod:`.plugins`; the compressor: :mod:`.wire`), and a cohort
+    no larger than the population.
 
     Raises
     ------
@@ -139,6 +157,8 @@ def validate(cfg: Config) -> None:
     """
     policy_of(cfg.clock)
     check_algorithm(cfg.algorithm)
+    check_model_groups(cfg.model, cfg.algorithm)
+    check_public(cfg.data, cfg.algorithm)
     check_attack(cfg.attack)
     placement_of(cfg.execution)
     if cfg.experiment.client_finetune_epochs and not cfg.data.client_test_fraction:
@@ -146,6 +166,7 @@ def validate(cfg: Config) -> None:
             "experiment.client_finetune_epochs: fine-tunes for the per-client evaluation; "
             "give --client-test-fraction > 0"
         )
+    compressor_of(cfg.compression)
     k, n = cfg.experiment.clients_per_round, cfg.data.num_clients
     if k > n:  # selection would quietly take every device each round
         raise ConfigError(

@@ -60,33 +60,44 @@ def compute_seconds_unchecked(
 
 
 def transfer_seconds(
-    model_bytes: ArrayLike, up_kbps: ArrayLike, down_kbps: ArrayLike, latency_ms: ArrayLike
+    download_bytes: ArrayLike,
+    upload_bytes: ArrayLike,
+    *,
+    up_kbps: ArrayLike,
+    down_kbps: ArrayLike,
+    latency_ms: ArrayLike,
 ) -> np.ndarray | float:
-    """Time to download then upload a model of ``model_bytes`` bytes, in seconds.
+    """Time to download ``download_bytes`` then upload ``upload_bytes``, in seconds.
 
-    ``kbit / down_kbps + kbit / up_kbps + 2 * latency_ms / 1000`` with
-    ``kbit = model_bytes * 8 / 1000`` (one latency per transfer).  Broadcasts like
-    :func:`compute_seconds`.
+    ``8 * download_bytes / 1000 / down_kbps + 8 * upload_bytes / 1000 / up_kbps + 2 *
+    latency_ms / 1000`` (one latency per transfer). The two sizes differ when a transfer is
+    compressed (:mod:`simulator.compression`) or when an algorithm sends and receives different
+    things (:meth:`simulator.algorithms.base.Algorithm.wire_bytes`); every argument may be a
+    per-client array. Broadcasts like :func:`compute_seconds`.
     """
     return _result(
         transfer_seconds_unchecked(
-            _array("model_bytes", model_bytes),
-            _array("up_kbps", up_kbps, positive=True),
-            _array("down_kbps", down_kbps, positive=True),
-            _array("latency_ms", latency_ms),
+            _array("download_bytes", download_bytes),
+            _array("upload_bytes", upload_bytes),
+            up_kbps=_array("up_kbps", up_kbps, positive=True),
+            down_kbps=_array("down_kbps", down_kbps, positive=True),
+            latency_ms=_array("latency_ms", latency_ms),
         )
     )
 
 
 def transfer_seconds_unchecked(
-    model_bytes: float | np.ndarray,
+    download_bytes: float | np.ndarray,
+    upload_bytes: float | np.ndarray,
+    *,
     up_kbps: np.ndarray,
     down_kbps: np.ndarray,
     latency_ms: np.ndarray,
 ) -> np.ndarray:
     """:func:`transfer_seconds` of valid float64 arrays, without the checks."""
-    kbit = model_bytes * 8.0 / 1000.0
-    return kbit / down_kbps + kbit / up_kbps + 2.0 * latency_ms / 1000.0
+    down_kbit = download_bytes * 8.0 / 1000.0
+    up_kbit = upload_bytes * 8.0 / 1000.0
+    return down_kbit / down_kbps + up_kbit / up_kbps + 2.0 * latency_ms / 1000.0
 
 
 def arrivals_from_durations(

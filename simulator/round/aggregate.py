@@ -22,6 +22,7 @@ from simulator.rng import Stream, stream
 from simulator.round.collect import Collected, combine_linear, make_batch
 from simulator.round.plan import RoundPlan
 from simulator.round.server import ServerSide
+from simulator.round.wire import downlink
 
 
 def aggregate_round(
@@ -106,7 +107,8 @@ def server_step(
 ) -> torch.Tensor:
     """The algorithm's server update from the defended aggregate (shared entries), the
     verdicts of the ``arrived`` clients and their extras (and their rows, ``batch``, for an
-    algorithm that reads them); returns the next global model."""
+    algorithm that reads them); returns the next global model (of which a compressed download
+    keeps only the change it sends)."""
     v = {x.client_id: x for x in verdicts}
     ids = np.array(sorted(set(v) & {int(c) for c in arrived}), dtype=np.int64)
     rows = None
@@ -123,7 +125,7 @@ def server_step(
         if len(ids)
         else {}
     )
-    return side.algorithm.server_update(
+    new = side.algorithm.server_update(
         ServerRound(
             rnd,
             side.global_flat,
@@ -139,3 +141,4 @@ def server_step(
             rows,
         )
     )
+    return downlink(side.compression, side.space, side.global_flat, new)

@@ -22,8 +22,12 @@ from actors.trainer import TrainRequest, TrainTask
 from defenses import Defense, UpdateBatch, Verdict
 from simulator.rng import Stream, stream
 from simulator.round.context import RoundContext
+from simulator.round.grouped import local_starts, local_writes
 from simulator.round.plan import RoundPlan
 from simulator.round.types import InFlight
+from simulator.round.wire import compress_returned
+from simulator.training.groups import offsets
+from simulator.training.step import PUBLIC_INPUTS
 
 
 @dataclass
@@ -84,15 +88,14 @@ def train(
     # client state is fetched in group order, so each group's rows are a contiguous view
     ids = np.array([t.client_id for g in groups for t in g], dtype=np.int64)
     state = {t: ctx.store.get(t, ids)[0] for t in ctx.algorithm.client_state}
-    starts = dict(plan.starts)
-    if ctx.space.local is not None and len(ids):
-        local, present = ctx.store.get("local", ids)
-        g = global_flat.numpy()
-        for c, row, ok in zip(ids.tolist(), local, present.tolist(), strict=True):
-            if ok:
-                base = np.array(starts.get(c, g), dtype=np.float32, copy=True)
-                base[ctx.space.local] = row
-                starts[c] = base
+    starts = local_starts(
+        ctx.store,
+        ctx.spaces or (ctx.space,),
+        offsets(ctx.fed.groups),
+        ids,
+        global_flat,
+        dict(plan.starts),
+    )
     requests, at = [], 0
     for g, sizes in zip(groups, chunks, strict=True):
         gid = [t.client_id for t in g]
@@ -114,6 +117,8 @@ def train(
         )
         at += len(g)
     shared = {k: server_state[k].numpy() for k in ctx.algorithm.sends}
+    if ctx.algorithm.uses_public:  # the public inputs its step trains or predicts on
+        shared[PUBLIC_INPUTS] = ctx.fed.public_x.numpy()
 
     def replace(tasks: list[TrainTask], actors: list[int]) -> list[list[TrainTask]]:
         """A dead actor's tasks onto ``actors`` by the configured placement."""
@@ -126,9 +131,9 @@ def gather(ctx: RoundContext, plan: RoundPlan, res: dict[str, Any]) -> Gathered:
     """The clients' new state (to write), their rows with named extras, per-client info."""
     ids = res["client_ids"]
     tables = set(ctx.algorithm.client_state)
-    writes = [(t, ids, res["outputs"][t]) for t in ctx.algorithm.client_state]
+    writes = list(plan.writes) + [(t, ids, res["outputs"][t]) for t in ctx.algorithm.client_state]
     if res["local"] is not None and len(ids):
-        writes.append(("local", ids, res["local"]))
+        writes += local_writes(ctx.spaces or (ctx.space,), ids, res["local"])
     extra_keys = [k for k in res["outputs"] if k not in tables]
     extras = (
         {int(c): {k: res["outputs"][k][i] for k in extra_keys} for i, c in enumerate(ids.tolist())}
@@ -168,9 +173,10 @@ def settle(
     global_shared: torch.Tensor,
     where: str,
 ) -> tuple[Collected, list[InFlight]]:
-    """Apply the model attack to the malicious rows, then split the updates into what is
-    aggregated now (fresh and carried) and what stays in flight; returns the round's
-    :class:`Collected` (its ``placement`` is the engine's to fill) and the new in-flight list."""
+    """Apply the model attack to the malicious rows, compress the rows as their clients send
+    them (``--compression``), then split the updates into what is aggregated now (fresh and
+    carried) and what stays in flight; returns the round's :class:`Collected` (its
+    ``placement`` is the engine's to fill) and the new in-flight list."""
     returned, info = got.returned, got.info
     ctx.adversary.rewrite(
         plan.round,
@@ -179,6 +185,8 @@ def settle(
         plan.malicious,
         stream(ctx.cfg.experiment.seed, plan.round, Stream.MODEL_ATTACK),
     )
+    if plan.wire is not None:
+        compress_returned(ctx.compression, plan.wire, plan.selected, returned, global_shared)
     keys = {(a.client_id, a.base_round) for a in plan.outcome.arrived}
     carried = [f for f in in_flight if (f.arrival.client_id, f.arrival.base_round) in keys]
     pending = {(a.client_id, a.base_round) for a in plan.outcome.pending}

@@ -14,6 +14,7 @@ from typing import Any
 
 from defenses import Defense
 from simulator.algorithms.base import Algorithm
+from simulator.compression import Compressor
 from simulator.config.sections import Config
 from simulator.placement.runtime import Scheduler
 from simulator.policies import RoundPolicy
@@ -40,7 +41,11 @@ class RoundContext:
     scheduler : the placement of training tasks on actors (its learning is the engine's).
     server, client_eval : the server's evaluation and the per-client evaluation.
     flops_per_sample : the model's training FLOPs per sample (the clock's compute cost).
-    model_bytes : bytes of one shared update on the wire (the clock's transfer cost).
+    compression : what the transfers carry (:mod:`simulator.compression`); with the
+        algorithm's ``wire_bytes`` it sizes each client's download and upload
+        (:mod:`simulator.round.wire`), the clock's transfer cost.
+    spaces : with several model groups, each group's shared and kept-local entries (``space``
+        is group 0's); empty with one group.
     """
 
     cfg: Config
@@ -56,4 +61,5 @@ class RoundContext:
     server: ServerEval
     client_eval: ClientEval
     flops_per_sample: float
-    model_bytes: int
+    compression: Compressor
+    spaces: tuple[ParamSpace, ...] = ()

@@ -40,7 +40,13 @@ from simulator.round.adversary import Adversary
 from simulator.round.aggregate import aggregate_round, server_step
 from simulator.round.collect import gather, settle, train
 from simulator.round.context import RoundContext
-from simulator.round.parts import check_cohort, check_upload, make_scheduler, make_store
+from simulator.round.parts import (
+    check_cohort,
+    check_upload,
+    group_spaces,
+    make_scheduler,
+    make_store,
+)
 from simulator.round.plan import make_plan, plan_tasks
 from simulator.round.record import make_record
 from simulator.round.server import ServerSide
@@ -49,6 +55,7 @@ from simulator.round.workers import Workers
 from simulator.run.federation import Federation, build_federation, make_executor
 from simulator.state.store import ClientStore
 from simulator.training.evaluation import ClientEval
+from simulator.training.groups import train_flops
 
 log = logging.getLogger("fedsentry")
 
@@ -86,7 +93,13 @@ class Simulation:
         self.space, self.server = side.space, side.evaluation
         self.spec = self.server.spec  # the clean spec: built before any data attack
         self.global_flat, self.server_state = side.global_flat, side.server_state
-        self.store = make_store(cfg, self.algorithm, self.fed.layout, self.space)
+        self.compression = side.compression  # what the transfers carry (bytes on the wire)
+        #: each model group's entries (empty with one group: ``space`` is the model's)
+        public = self.fed.public_entries
+        self.spaces = group_spaces([g.layout for g in self.fed.groups], self.algorithm, public)
+        self.store = make_store(
+            cfg, self.algorithm, self.fed.layout, self.space, self.spaces, public
+        )
         side = self.defense.client_side
         self.client_side = side() if side is not None else None
         train_clients = self.fed.clients
@@ -95,7 +108,9 @@ class Simulation:
         self.train_clients = train_clients
         self._own_executor = executor is None
         self.executor = executor or make_executor(cfg, self.fed, train_clients)
-        self.client_eval = ClientEval.of(cfg, self.fed, self.space, self.store, self.algorithm)
+        self.client_eval = ClientEval.of(
+            cfg, self.fed, self.space, self.store, self.algorithm, self.spaces
+        )
         self.adversary = Adversary(
             self.attack, cfg.attack, self.fed.num_clients, cfg.experiment.seed
         )
@@ -109,8 +124,7 @@ class Simulation:
         self.in_flight: list[InFlight] = []
         self.history: dict[int, torch.Tensor] = {}  # round -> global model it started from
         self.next_round = 0
-        self.model_bytes = 4 * self.space.size
-        self.flops_per_sample = self.fed.model_spec.train_flops_per_sample()
+        self.flops_per_sample = train_flops(self.fed.groups)
         self.scheduler = make_scheduler(cfg, self.flops_per_sample)
         self.wall_offset = 0.0
         self.workers = Workers(
@@ -121,6 +135,7 @@ class Simulation:
             self.spec,
             self.space,
             self.flops_per_sample,
+            self.spaces,
         )
 
     # -- helpers the round steps use ---------------------------------------------------------
@@ -167,6 +182,7 @@ class Simulation:
             self.server_state,
             self.history,
             self.store,
+            self.compression,
         )
 
     def context(self) -> RoundContext:
@@ -185,7 +201,8 @@ class Simulation:
             self.server,
             self.client_eval,
             self.flops_per_sample,
-            self.model_bytes,
+            self.compression,
+            self.spaces,
         )
 
     # -- one round -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@ tables the algorithm declares, and the scheduler that places training tasks on a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from defenses import Defense
@@ -12,6 +13,7 @@ from simulator.config.sections import Config
 from simulator.placement.runtime import Scheduler
 from simulator.state.store import ClientStore
 from simulator.training.flat import FlatLayout
+from simulator.training.groups import table_name
 from simulator.training.space import ParamSpace
 
 
@@ -69,26 +71,63 @@ def check_upload(algorithm: Algorithm, defense: Defense, attack: object, policy:
         )
 
 
+def group_spaces(
+    layouts: Sequence[FlatLayout], algorithm: Algorithm, public_entries: int = 0
+) -> tuple[ParamSpace, ...]:
+    """Each model group's shared and kept-local entries; empty for one group (the engine's
+    ``space`` is then the model's). With several groups the algorithm must declare
+    :attr:`~Algorithm.heterogeneous` and send rows of one size for every group (ValueError
+    naming why otherwise)."""
+    if len(layouts) <= 1:
+        return ()
+    spaces = tuple(ParamSpace.of(la, algorithm, public_entries) for la in layouts)
+    if not algorithm.heterogeneous or spaces[0].updates:
+        raise ValueError(
+            f"model groups: algorithm {algorithm.name!r} averages one model shared by every "
+            "client; several model groups need an algorithm for heterogeneous models"
+        )
+    sizes = sorted({s.size for s in spaces})
+    if len(sizes) > 1:
+        raise ValueError(
+            f"model groups: algorithm {algorithm.name!r} sends rows of {sizes} entries for "
+            "the groups' models; rows must have one size"
+        )
+    return spaces
+
+
 def make_store(
-    cfg: Config, algorithm: Algorithm, layout: FlatLayout, space: ParamSpace
+    cfg: Config,
+    algorithm: Algorithm,
+    layout: FlatLayout,
+    space: ParamSpace,
+    spaces: Sequence[ParamSpace] = (),
+    public_entries: int = 0,
 ) -> ClientStore:
     """The run's client-state store, with the algorithm's tables (``client_state``: a shape of
-    ``'params'``, ``'model'``, an int or a callable of the layout) and the kept-local entries'
-    table ``local``."""
+    ``'params'``, ``'model'``, ``'public'`` (``public_entries``: public samples x classes), an
+    int or a callable of the layout) and the kept-local entries' table ``local`` (one per model
+    group, :func:`~simulator.training.groups.table_name`, where ``spaces`` lists several)."""
     store = ClientStore(cfg.execution.state_memory_bytes, Path(cfg.output.out) / "state" / "spill")
-    sizes = {"params": layout.num_params, "model": layout.size}
+    sizes = {"params": layout.num_params, "model": layout.size, "public": public_entries}
     for table, shape in algorithm.client_state.items():
-        if isinstance(shape, str) and shape not in sizes:
+        if isinstance(shape, str) and (shape not in sizes or sizes[shape] < 1):
             raise ValueError(
                 f"algorithm {algorithm.name!r}: client_state table {table!r} has "
-                f"shape {shape!r}; valid: 'params', 'model', an int or a callable"
+                f"shape {shape!r}; valid: 'params', 'model', 'public' (with a public set), "
+                "an int or a callable"
+            )
+        if (shape in ("params", "model") or callable(shape)) and len(spaces) > 1:
+            raise ValueError(
+                f"algorithm {algorithm.name!r}: client_state table {table!r} has shape "
+                f"{shape!r}, which differs between model groups; use an int shape"
             )
         size = (
             sizes[shape] if isinstance(shape, str) else shape(layout) if callable(shape) else shape
         )
         store.declare(table, (int(size),))
-    if space.local is not None:
-        store.declare("local", (len(space.local),))
+    for g, sp in enumerate(spaces or [space]):
+        if sp.local is not None:
+            store.declare(table_name("local", g), (len(sp.local),))
     return store
 
 

@@ -1,7 +1,8 @@
 """Step 1 of a round, the plan: who trains, when their updates arrive, how they are aggregated.
 
 Everything here is decided before any training runs: the clients (among devices online and idle
-now), the malicious ones, each client's local work, the virtual clock's arrival times and the
+now), the malicious ones, each client's local work, its bytes on the wire (what it downloads and
+uploads, compressed or not: :mod:`simulator.round.wire`), the virtual clock's arrival times and the
 round policy's verdict on them (arrive now, later, or never), and, for a linear rule whose rows
 nobody needs, each client's aggregation weight, computed once here and used both by the actors'
 partial sums and by the verdicts.
@@ -23,6 +24,7 @@ from simulator.population.selection import next_online_time, select_clients
 from simulator.rng import Stream, client_seeds, stream
 from simulator.round.context import RoundContext
 from simulator.round.types import InFlight
+from simulator.round.wire import WireBytes, plan_wire
 
 
 @dataclass
@@ -52,6 +54,9 @@ class RoundPlan:
         unjudged (Siren's paper rule; its client side sets them from the store); the batch
         carries them as the signal ``"banned"``.
     tasks : the training tasks (``now`` and ``hold`` clients, in selection order).
+    wire : each selected client's download and upload bytes (:mod:`simulator.round.wire`).
+    writes : client-state rows the plan implies (table, ids, rows; the collect step hands
+        them to the engine with the clients' new state): who holds which global model.
     """
 
     round: int
@@ -75,6 +80,8 @@ class RoundPlan:
     alarms: dict[int, bool] = field(default_factory=dict)
     banned: set[int] = field(default_factory=set)
     tasks: list[TrainTask] = field(default_factory=list)
+    wire: WireBytes | None = None
+    writes: list[tuple[str, np.ndarray, np.ndarray]] = field(default_factory=list)
 
     @property
     def trained(self) -> np.ndarray:
@@ -122,8 +129,10 @@ def arrivals(
     epochs: np.ndarray,
     sizes: np.ndarray,
     start: float,
+    wire: WireBytes,
 ) -> list[Arrival]:
-    """When each selected client's update reaches the server (compute + transfer)."""
+    """When each selected client's update reaches the server: compute, plus its download and
+    upload (``wire``: the compressed sizes when transfers are compressed)."""
     pop, c = ctx.fed.population, ctx.cfg.clock
     # the population's arrays were validated when it was built; sizes and epochs are counts
     # ms/sample, or the model's training FLOPs over the device's GFLOP/s where it declares one
@@ -135,10 +144,11 @@ def arrivals(
         ctx.flops_per_sample,
     )
     dur = comp + transfer_seconds_unchecked(
-        np.float64(ctx.model_bytes),
-        pop.up_kbps[selected],
-        pop.down_kbps[selected],
-        pop.latency_ms[selected],
+        wire.download,
+        wire.upload,
+        up_kbps=pop.up_kbps[selected],
+        down_kbps=pop.down_kbps[selected],
+        latency_ms=pop.latency_ms[selected],
     )
     return [
         Arrival(int(k), rnd, start + float(d), float(s))
@@ -162,7 +172,8 @@ def make_plan(
     mal = ctx.adversary.malicious(selected, stream(seed, rnd, Stream.ATTACK))
     epochs = ctx.algorithm.client_epochs(len(selected), stream(seed, rnd, Stream.EPOCHS))
     sizes = ctx.train_clients.sizes(selected)
-    new = arrivals(ctx, rnd, selected, epochs, sizes, start)
+    wire, writes = plan_wire(ctx, rnd, selected, server_state)
+    new = arrivals(ctx, rnd, selected, epochs, sizes, start, wire)
     dropout, lost_s = dropouts(ctx, start, new) if cfg.clock.dropout else ([], 0.0)
     if dropout:
         gone = set(dropout)
@@ -195,8 +206,11 @@ def make_plan(
         now,
         hold,
         verdicts,
-        linear,
+        # rows the driver still has to compress cannot be pre-aggregated on the actors
+        linear and not ctx.compression.upload,
         dropout,
+        wire=wire,
+        writes=writes,
     )
     dropped_s = sum(a.compute_s for a in outcome.dropped)
     plan.wasted_seconds = dropped_s + partial_s + lost_s

@@ -14,6 +14,7 @@ from simulator.round.collect import Collected
 from simulator.round.context import RoundContext
 from simulator.round.plan import RoundPlan
 from simulator.round.types import RoundRecord
+from simulator.round.wire import carried_upload
 
 
 def make_record(
@@ -54,6 +55,7 @@ def make_record(
             v.reason for v in verdicts if v.reason.startswith("precondition")
         )
     staleness = [rnd - a.base_round for a in plan.outcome.arrived]
+    extra.update(wire_figures(ctx, plan, col))
     return RoundRecord(
         round=rnd,
         virtual_time=now,
@@ -88,3 +90,23 @@ def make_record(
         },
         rows=batch,
     )
+
+
+def wire_figures(ctx: RoundContext, plan: RoundPlan, col: Collected) -> dict[str, Any]:
+    """The round's bytes on the wire: the downloads of every selected client (each gets the
+    round's model when the round starts) and the uploads that reached the server this round
+    (fresh and carried, each update counted once, in the round it lands; an update dropped at a
+    deadline or lost to dropout is not counted); also both uncompressed, and how many
+    downloads were the whole model."""
+    w = plan.wire
+    if w is None:
+        return {}
+    fresh = w.of(plan.selected, plan.now)
+    old = carried_upload(ctx, [f.arrival.client_id for f in col.carried])
+    return {
+        "upload_bytes": fresh["upload"] + old["upload"],
+        "download_bytes": float(w.download.sum()),
+        "upload_bytes_uncompressed": fresh["full"] + old["full"],
+        "download_bytes_uncompressed": float(w.download_full.sum()),
+        "dense_downloads": int(w.dense_download.sum()),
+    }

@@ -19,6 +19,8 @@ import torch
 from defenses import Defense, make_defense
 from simulator.algorithms import make_algorithm
 from simulator.algorithms.base import Algorithm
+from simulator.compression import Compressor, make_compressor
+from simulator.round.wire import check_compression
 from simulator.training.evaluation import ServerEval
 from simulator.training.flat import FlatLayout
 from simulator.training.space import ParamSpace
@@ -75,6 +77,9 @@ class ServerSide:
     store : ClientStore or None
         The run's client-state store, handed to the algorithm's server update
         (``ServerRound.store``); None where no run holds one (the ledger's replay).
+    compression : Compressor
+        What the transfers carry; a compressed download is part of the server step (the
+        ledger's replay re-applies it).
     """
 
     defense: Defense
@@ -90,6 +95,7 @@ class ServerSide:
     server_state: dict[str, torch.Tensor]
     history: dict[int, torch.Tensor] = field(default_factory=dict)
     store: ClientStore | None = None
+    compression: Compressor = field(default_factory=Compressor)
 
     @classmethod
     def of(
@@ -117,10 +123,12 @@ class ServerSide:
         seed = cfg.experiment.seed
         evaluation = ServerEval(fed, seed, cfg.algorithm.local_epochs, local_spec(cfg, alg))
         g = fed.initial.clone()  # not the template: a shared federation
+        comp = make_compressor(cfg.compression.compression, **cfg.compression.compression_params)
+        check_compression(alg, comp)
         return cls(
             rule,
             alg,
-            ParamSpace.of(fed.layout, alg),
+            ParamSpace.of(fed.layout, alg, fed.public_entries),
             evaluation,
             fed.public_x,
             fed.public_y,
@@ -129,6 +137,7 @@ class ServerSide:
             seed,
             g,
             alg.init_server(g, fed.layout.num_params),
+            compression=comp,
         )
 
     @property

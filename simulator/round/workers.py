@@ -4,6 +4,7 @@ for a round too small to pay for a Ray call (``--inline``)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from actors.pool import LocalExecutor
@@ -29,6 +30,7 @@ class Workers:
     spec : the clients' local training spec, with a data attack if the run has one.
     space : shared and kept-local entries of the flat model.
     flops_per_sample : training FLOPs per sample (a round's size against the threshold).
+    spaces : with several model groups, each group's entries (``space`` is group 0's).
     """
 
     def __init__(
@@ -40,13 +42,22 @@ class Workers:
         spec: Any,
         space: ParamSpace,
         flops_per_sample: float,
+        spaces: Sequence[ParamSpace] = (),
     ) -> None:
         self.cfg, self.fed, self.train_clients = cfg, fed, train_clients
         self.executor, self.spec, self.space = executor, spec, space
+        self.spaces = list(spaces) or [space]
         self.flops_per_sample = flops_per_sample
         self.driver: LocalExecutor | None = None
         self.configured: set[int] = set()
         self.where = ""
+
+    def indices(self) -> tuple[Any, Any]:
+        """The shared and kept-local entries a trainer is configured with: index arrays, or
+        one per model group."""
+        if len(self.spaces) == 1:
+            return self.space.shared, self.space.local
+        return tuple(s.shared for s in self.spaces), tuple(s.local for s in self.spaces)
 
     def for_plan(self, plan: RoundPlan) -> tuple[Any, str]:
         """The trainer of round ``plan`` and where it runs (``"driver"`` or ``"actors"``)."""
@@ -58,7 +69,7 @@ class Workers:
         if inline and self.driver is None:
             f = self.fed
             self.driver = LocalExecutor(
-                f.model_spec, f.x_train, f.y_train, self.train_clients, f.transform
+                f.specs, f.x_train, f.y_train, self.train_clients, f.transform
             )
         target, where = (self.driver, "driver") if inline else (self.executor, "actors")
         if where != self.where:
@@ -72,6 +83,6 @@ class Workers:
             )
             self.where = where
         if id(target) not in self.configured:
-            target.configure(self.spec, ex.vectorize, self.space.shared, self.space.local)
+            target.configure(self.spec, ex.vectorize, *self.indices())
             self.configured.add(id(target))
         return target, where

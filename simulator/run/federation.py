@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from simulator.population.availability import (
 from simulator.population.devices import Population, generate_population_arrays
 from simulator.population.traces import load_trace
 from simulator.training.flat import FlatLayout
+from simulator.training.groups import ModelGroup, build_groups
 from simulator.training.models import ModelSpec, SplitModel
 
 log = logging.getLogger("fedsentry")
@@ -61,12 +62,34 @@ class Federation:
     local_test: ClientData | None = None
     local_test_pool: str = "test"
     #: the model's initial flat state (seeded): every simulation of this federation starts from
-    #: it, whatever an earlier simulation sharing the federation left in ``model``
+    #: it, whatever an earlier simulation sharing the federation left in ``model``; with
+    #: several model groups, the groups' initial states end to end
     initial: torch.Tensor | None = None
+    #: the model of each client group (``--model-groups``; client k is in group k mod G);
+    #: group 0 is ``model_spec`` / ``model`` / ``layout``. Empty: one group of those
+    groups: list[ModelGroup] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.initial is None:
             self.initial = self.layout.flatten(self.model).clone()
+        if not self.groups:
+            self.groups = [ModelGroup(self.model_spec, self.model, self.layout, self.initial)]
+
+    @property
+    def num_groups(self) -> int:
+        """G, the number of model groups (1 unless ``--model-groups`` names several)."""
+        return len(self.groups)
+
+    @property
+    def public_entries(self) -> int:
+        """Public samples times classes: the entries of one client's predictions on the
+        server's public set (0 without one)."""
+        return 0 if self.public_y is None else len(self.public_y) * self.dataset.num_classes
+
+    @property
+    def specs(self) -> ModelSpec | tuple[ModelSpec, ...]:
+        """What a trainer is built from: the model spec, or one spec per group."""
+        return self.model_spec if self.num_groups == 1 else tuple(g.spec for g in self.groups)
 
     @property
     def num_clients(self) -> int:
@@ -241,16 +264,7 @@ def build_federation(cfg: Config) -> Federation:
     ds, generated = _load(cfg)
     public_idx, rest = split_public(ds.y_train, d.public_fraction, seed=seed)
     clients = generated if generated is not None else _client_data(cfg, ds, rest)
-    m = cfg.model
-    if m.model == "cnn" and len(ds.input_shape) != 3:
-        raise ConfigError(
-            f"model.model: 'cnn' needs image data; dataset {d.dataset!r} has "
-            f"input shape {ds.input_shape}; use 'mlp' or 'logreg'"
-        )
-    spec = ModelSpec(
-        m.model, tuple(ds.input_shape), ds.num_classes, m.hidden, m.norm, model_extension(cfg)
-    )
-    model = spec.build(seed=seed)
+    groups = build_groups(cfg.model, ds.input_shape, ds.num_classes, model_extension(cfg), seed)
     pub_x = torch.from_numpy(ds.x_train[public_idx]) if len(public_idx) else None
     pub_y = torch.from_numpy(ds.y_train[public_idx]) if len(public_idx) else None
     transform = ClientTransform(seed, d.feature_shift) if d.feature_shift > 0 else None
@@ -268,12 +282,14 @@ def build_federation(cfg: Config) -> Federation:
         torch.from_numpy(ds.x_test.astype(np.float32)),
         torch.from_numpy(ds.y_test.astype(np.int64)),
         pop,
-        spec,
-        model,
-        FlatLayout(model),
+        groups[0].spec,
+        groups[0].model,
+        groups[0].layout,
         avail,
         local_test,
         pool,
+        torch.cat([g.initial for g in groups]) if len(groups) > 1 else groups[0].initial,
+        groups,
     )
 
 
@@ -301,14 +317,14 @@ def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = Non
     if ex.backend == "local":
         n = sum(k.count for k in kinds) if kinds else max(ex.num_actors, 1)
         return LocalExecutor(
-            fed.model_spec, fed.x_train, fed.y_train, clients, fed.transform, num_workers=n
+            fed.specs, fed.x_train, fed.y_train, clients, fed.transform, num_workers=n
         )
     from actors.ray_setup import ensure_ray
 
     ensure_ray(ex.ray_address)
     if kinds:
         return RayPool(
-            fed.model_spec,
+            fed.specs,
             fed.x_train,
             fed.y_train,
             clients,
@@ -327,7 +343,7 @@ def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = Non
         n = max(1, int(gpus / share))
     else:
         n = max(1, int(res.get("CPU", os.cpu_count() or 1)))
-    return RayPool(fed.model_spec, fed.x_train, fed.y_train, clients, n, share, fed.transform)
+    return RayPool(fed.specs, fed.x_train, fed.y_train, clients, n, share, fed.transform)
 
 
 def model_extension(cfg: Config) -> Any:

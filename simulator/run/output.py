@@ -29,6 +29,16 @@ CSV_FIELDS = (
     "dropped",
     "stale",
     "rejected",
+    "upload_bytes",
+    "download_bytes",
+)
+
+#: the events' byte counts the summary totals (``total_<key>``)
+WIRE_FIELDS = (
+    "upload_bytes",
+    "download_bytes",
+    "upload_bytes_uncompressed",
+    "download_bytes_uncompressed",
 )
 
 
@@ -119,6 +129,7 @@ class RunSummary:
         self.first_ban: dict[int, int] = {}
         self.clients: dict[str, Any] = {}
         self.series: list[dict[str, Any]] = []  # one CSV row per round
+        self.wire = dict.fromkeys(WIRE_FIELDS, 0.0)  # bytes on the wire, summed
 
     def add(self, e: dict[str, Any]) -> None:
         """Account for one round's event."""
@@ -140,6 +151,8 @@ class RunSummary:
         )
         for k in self.det:
             self.det[k] += e.get("detection", {}).get(k, 0)
+        for k in WIRE_FIELDS:
+            self.wire[k] += e.get(k) or 0.0
         if e.get("attack_success_rate") is not None:
             self.asr = e["attack_success_rate"]
         for v in e.get("verdicts", []):
@@ -171,9 +184,21 @@ class RunSummary:
             "detection_recall": tp / (tp + fn) if tp + fn else None,
             "detection_f1": 2 * tp / (2 * tp + fp + fn) if tp else (0.0 if fp + fn else None),
             "benign_false_rejection": fp / (fp + tn) if fp + tn else None,
+            **self.wire_totals(),
             # round at which each banned client was first refused as banned (Siren's penalty)
             "first_ban_round": dict(sorted(self.first_ban.items())),
             **self.clients,
+        }
+
+    def wire_totals(self) -> dict[str, float | None]:
+        """Bytes on the wire over the run, and each direction's volume: the bytes sent over
+        the bytes the same transfers take uncompressed (1 without compression)."""
+        w = self.wire
+        up, down = w["upload_bytes_uncompressed"], w["download_bytes_uncompressed"]
+        return {
+            **{f"total_{k}": v for k, v in w.items()},
+            "upload_volume": w["upload_bytes"] / up if up else None,
+            "download_volume": w["download_bytes"] / down if down else None,
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -134,7 +134,11 @@ class ClientStep:
         logits: torch.Tensor,
         ce: torch.Tensor,
         state: dict,
+        index: torch.Tensor | None = None,
+        public: bool = False,
     ) -> torch.Tensor:
+        """The step's ``client_loss`` on one batch; ``public`` for a pass over the public set,
+        ``index`` its rows there."""
         pflat = pvec[: self.p] if self.aux else pvec
 
         def forward(p: dict, xx: torch.Tensor) -> Any:
@@ -162,6 +166,8 @@ class ClientStep:
                 self.shared,
                 forward,
                 self.split_aux(pvec),
+                public,
+                index,
             )
         )
 

@@ -13,6 +13,7 @@ import torch
 from simulator.rng import client_seeds
 from simulator.run.federation import Federation
 from simulator.training.flat import evaluate, score_models
+from simulator.training.groups import group_of, offsets, table_name
 from simulator.training.spec import LocalSpec
 from simulator.training.stacked import train_clients
 
@@ -28,10 +29,15 @@ class ServerEval:
     def __init__(self, fed: Federation, seed: int, local_epochs: int, spec: LocalSpec) -> None:
         self.fed, self.seed, self.local_epochs, self.spec = fed, seed, local_epochs, spec
 
+    def first(self, flat: torch.Tensor) -> torch.Tensor:
+        """The first model group's part of a global state (the whole state with one group):
+        with several groups the global test figures are group 0's model's."""
+        return flat if self.fed.num_groups == 1 else flat[: self.fed.layout.size]
+
     def test(self, flat: torch.Tensor) -> tuple[float, float]:
-        """Accuracy and loss on the test set."""
+        """Accuracy and loss on the test set (with model groups: group 0's global model)."""
         f = self.fed
-        return evaluate(f.model, f.layout, flat, f.test_x, f.test_y)
+        return evaluate(f.model, f.layout, self.first(flat), f.test_x, f.test_y)
 
     def score_models(self, models: torch.Tensor) -> dict[str, np.ndarray]:
         """Accuracy, loss and mean softmax entropy of each model row on the public set."""
@@ -87,10 +93,22 @@ class ServerEval:
         from attacks.backdoor import attack_success_rate
 
         f = self.fed
-        f.layout.load(f.model, global_flat)
+        f.layout.load(f.model, self.first(global_flat))
         f.model.eval()
         pred = f.model(trigger.stamp(f.test_x)).argmax(1)
         return attack_success_rate(pred, f.test_y, trigger.target)
+
+
+def summarize(acc: np.ndarray) -> dict[str, Any]:
+    """Mean, standard deviation and worst-10% mean (the lowest ceil(n / 10)) of the clients'
+    accuracies, and how many clients were evaluated."""
+    worst = np.sort(acc)[: max(1, -(-len(acc) // 10))]
+    return {
+        "client_accuracy_mean": float(acc.mean()),
+        "client_accuracy_std": float(acc.std()),
+        "client_accuracy_worst10": float(worst.mean()),
+        "clients_evaluated": len(acc),
+    }
 
 
 #: the "round" of the fine-tuning seeds of the per-client evaluation: past any real round
@@ -110,7 +128,8 @@ class ClientEval:
     evaluation; the run's state is untouched): "FedAvg + fine-tuning". Reports the mean,
     the standard deviation and the worst-10% mean (the lowest ceil(n / 10) accuracies) of the
     clients' accuracies. Cost: the sample's test rows (and, fine-tuning, its training rows),
-    never the population.
+    never the population. With several model groups (``spaces``: each group's entries) each
+    client is scored with its group's model (no fine-tuning).
     """
 
     def __init__(
@@ -121,8 +140,10 @@ class ClientEval:
         store: ClientStore,
         algorithm: Any = None,
         finetune: tuple[int, LocalSpec, int] | None = None,
+        spaces: tuple[ParamSpace, ...] = (),
     ) -> None:
         self.fed, self.clients, self.space, self.store = fed, clients, space, store
+        self.spaces = spaces
         #: evaluates each client with its personal model (the algorithm's ``personal`` table)
         self.algorithm = algorithm if getattr(algorithm, "personal", None) is not None else None
         data = fed.arrays(fed.local_test, clients, fed.local_test_pool) if len(clients) else []
@@ -143,20 +164,21 @@ class ClientEval:
         space: ParamSpace,
         store: ClientStore,
         algorithm: Any = None,
+        spaces: tuple[ParamSpace, ...] = (),
     ) -> ClientEval:
         n = min(fed.num_clients, cfg.experiment.eval_clients)
         a = cfg.algorithm
         spec = LocalSpec(a.lr, a.batch_size, a.weight_decay, momentum=a.momentum)
         tune = (cfg.experiment.client_finetune_epochs, spec, cfg.experiment.seed)
         if fed.local_test is None or n == 0:
-            return cls(fed, np.zeros(0, np.int64), space, store, algorithm, tune)
+            return cls(fed, np.zeros(0, np.int64), space, store, algorithm, tune, spaces)
         rng = np.random.default_rng([cfg.experiment.seed, 0xE7A1])
         ids = (
             np.arange(n)
             if n == fed.num_clients
             else np.sort(rng.choice(fed.num_clients, n, replace=False))
         )
-        return cls(fed, ids.astype(np.int64), space, store, algorithm, tune)
+        return cls(fed, ids.astype(np.int64), space, store, algorithm, tune, spaces)
 
     @torch.no_grad()
     def models(self, global_flat: torch.Tensor) -> torch.Tensor | None:
@@ -207,6 +229,8 @@ class ClientEval:
         if self.x is None:
             return {}
         f = self.fed
+        if len(self.spaces) > 1:
+            return summarize(self.grouped(global_flat))
         flats = self.models(global_flat)
         if self.finetune is not None:
             with torch.enable_grad():
@@ -225,10 +249,28 @@ class ClientEval:
                     f.model, f.layout, flats[i], self.x[off : off + n], self.y[off : off + n]
                 )[0]
                 off += n
-        worst = np.sort(acc)[: max(1, -(-len(acc) // 10))]
-        return {
-            "client_accuracy_mean": float(acc.mean()),
-            "client_accuracy_std": float(acc.std()),
-            "client_accuracy_worst10": float(worst.mean()),
-            "clients_evaluated": len(acc),
-        }
+        return summarize(acc)
+
+    def grouped(self, global_flat: torch.Tensor) -> np.ndarray:
+        """Each client's accuracy with its model group's model: the group's global model with
+        the client's kept-local entries from the group's ``local`` table (if it has any)."""
+        f, n_groups = self.fed, len(self.spaces)
+        offs = offsets(f.groups)
+        grp = group_of(self.clients, n_groups)
+        local: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for g, sp in enumerate(self.spaces):
+            if sp.local is not None and (grp == g).any():
+                local[g] = self.store.get(table_name("local", g), self.clients[grp == g])
+        at = np.zeros(n_groups, np.int64)  # each client's row in its group's fetch
+        acc = np.empty(len(self.clients))
+        off = 0
+        for i, n in enumerate(self.counts.tolist()):
+            g = int(grp[i])
+            mg, flat = f.groups[g], global_flat[offs[g] : offs[g + 1]].clone()
+            if g in local and local[g][1][at[g]]:
+                flat[torch.from_numpy(self.spaces[g].local)] = torch.from_numpy(local[g][0][at[g]])
+            at[g] += 1
+            xs, ys = self.x[off : off + n], self.y[off : off + n]
+            acc[i] = evaluate(mg.model, mg.layout, flat, xs, ys)[0]
+            off += n
+        return acc

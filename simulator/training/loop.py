@@ -6,6 +6,7 @@ one client at a time (the sequential reference)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 import torch
@@ -16,8 +17,9 @@ from torch.func import vmap
 from simulator.training.client_step import ClientStep
 from simulator.training.flat import FlatLayout
 from simulator.training.noise import START_TAG, client_noise
+from simulator.training.phases import Phase, public_phase
 from simulator.training.spec import LocalSpec, make_schedule
-from simulator.training.step import PLAIN
+from simulator.training.step import PLAIN, PUBLIC_INPUTS
 
 
 class LocalTraining:
@@ -72,6 +74,7 @@ class LocalTraining:
             else 0
         )
         self.noise = client_noise(seeds, mask.shape[1], n_noise, device)
+        self.private = Phase(xs, ys, mask_t, self.noise)
         self.cs = ClientStep(model, layout, step_obj, gflat, shared, self.aux, noisy=n_noise > 0)
         # the start's draws ([K, D]), from each client's own stream apart from its steps'
         n_start = (
@@ -80,6 +83,7 @@ class LocalTraining:
             else 0
         )
         self.start_noise = client_noise(seeds, 1, n_start, device, tag=START_TAG)[:, 0]
+        self.before, self.after = self.public_phases(step_obj, shared, seeds, spec, n_noise)
         self.randomness = "different" if getattr(step_obj, "random", False) else "error"
         self.grad_mask = self.make_grad_mask(step_obj, shared)
         self.lr, self.wd, self.mom = spec.lr, spec.weight_decay, spec.momentum
@@ -111,42 +115,92 @@ class LocalTraining:
         ones = [torch.ones(n, dtype=m.dtype, device=m.device) for n in self.aux.values()]
         return torch.cat([m, *ones]) if ones else m
 
+    def public_phases(
+        self,
+        step_obj: object,
+        shared: dict[str, torch.Tensor],
+        seeds: Sequence[int],
+        spec: LocalSpec,
+        n_noise: int,
+    ) -> tuple[Phase | None, Phase | None]:
+        """The passes over the public inputs (the sent tensor :data:`PUBLIC_INPUTS`) the
+        step takes before and after its local epochs (``public_passes``); None for none."""
+        passes = step_obj.public_passes() if hasattr(step_obj, "public_passes") else (0, 0)
+        if not any(passes):
+            return None, None
+        if PUBLIC_INPUTS not in shared:
+            raise ValueError(
+                f"public passes: the server sent no {PUBLIC_INPUTS!r} (the public set's inputs)"
+            )
+        if self.cs.plain:
+            raise ValueError("public passes need the step's own client_loss (no labels there)")
+        x, works = shared[PUBLIC_INPUTS], (self.mask_t.sum((1, 2)) > 0).cpu().numpy()
+        return tuple(  # type: ignore[return-value]
+            public_phase(x, seeds, n, spec.batch_size, n_noise, works) if n else None
+            for n in passes
+        )
+
     def start_aux(self, name: str, stored: torch.Tensor) -> torch.Tensor:
         """Where the trained client-state table ``name`` starts (the step's rule)."""
         return self.step_obj.trainable_start(name, stored, self.gflat)
 
-    def sgd(
+    def run(
         self, pvec: torch.Tensor, buffers: dict, sl: slice | int, batched: bool, own: dict
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The local SGD steps of the clients ``sl`` (all K stacked when ``batched``, else one)
-        from ``pvec``; buffers are updated in place. Returns the trained vector(s) and the sum
-        of the losses over the steps taken."""
+        """The public passes before, the local epochs, the public passes after (each phase
+        with a fresh momentum buffer); the loss sum is the local epochs'."""
+        if self.before is not None:
+            pvec = self.sgd(pvec, buffers, sl, batched, own, self.before)[0].requires_grad_(True)
+        pvec, loss_sum = self.sgd(pvec, buffers, sl, batched, own, self.private)
+        if self.after is not None:
+            pvec = self.sgd(pvec.requires_grad_(True), buffers, sl, batched, own, self.after)[0]
+        return pvec, loss_sum
+
+    def sgd(
+        self,
+        pvec: torch.Tensor,
+        buffers: dict,
+        sl: slice | int,
+        batched: bool,
+        own: dict,
+        phase: Phase,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The SGD steps of ``phase`` of the clients ``sl`` (all K stacked when ``batched``,
+        else one) from ``pvec``; buffers are updated in place. Returns the trained vector(s)
+        and the sum of the losses over the steps taken."""
         cs, p_num, aux, mom = self.cs, self.p_num, self.aux, self.mom
         lr, wd, randomness = self.lr, self.wd, self.randomness
-        xs, ys, mask_t, noise, active = self.xs, self.ys, self.mask_t, self.noise, self.active
+        active, public = phase.active, phase.public
         lead = (pvec.shape[0],) if batched else ()
         fwd = cs.forward if cs.contextual else cs.forward_unmasked
         forward = vmap(fwd, randomness=randomness) if batched else fwd
-        term = vmap(cs.loss, randomness=randomness) if batched else cs.loss
+        loss_fn = partial(cs.loss, public=True) if public else cs.loss
+        term = vmap(loss_fn, randomness=randomness) if batched else loss_fn
         loss_sum = torch.zeros(lead, device=self.device)
         buf = torch.zeros_like(pvec) if mom else None
-        for s in range(self.n_steps):
+        for s in range(phase.steps):
             act = active[sl, s]
             if not bool(act.any()):
                 break
             params = cs.split(pvec[..., :p_num] if aux else pvec)
             old = {n: b.clone() for n, b in buffers.items()}
-            x, y, m, nz = xs[sl, s], ys[sl, s], mask_t[sl, s], noise[sl, s]
+            x, y, m, nz = phase.batch(sl, s)
             out = (
                 forward(params, buffers, x, m, nz) if cs.contextual else forward(params, buffers, x)
             )
             feats, logits = (None, out) if cs.plain else out
-            ce = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none"
-            ).reshape(m.shape)
-            loss = (ce * m).sum(-1) / m.sum(-1).clamp_min(1.0)
-            if not cs.plain:
-                loss = term(pvec, buffers, x, y, m, nz, feats, logits, loss, own)
+            if public:  # no labels: the step's own objective, from a zero cross-entropy
+                zero = torch.zeros(lead, device=self.device)
+                loss = term(
+                    pvec, buffers, x, y, m, nz, feats, logits, zero, own, phase.index[sl, s]
+                )
+            else:
+                ce = F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none"
+                ).reshape(m.shape)
+                loss = (ce * m).sum(-1) / m.sum(-1).clamp_min(1.0)
+                if not cs.plain:
+                    loss = term(pvec, buffers, x, y, m, nz, feats, logits, loss, own)
             (grad,) = torch.autograd.grad(loss.sum(), pvec)
             a = act.to(pvec.dtype)
             am = a.unsqueeze(-1) if batched else a
@@ -229,7 +283,7 @@ class LocalTraining:
                 dim=1,
             )
         pflat.requires_grad_(True)
-        new_p, loss_sum = self.sgd(pflat, buffers, slice(None), True, state)
+        new_p, loss_sum = self.run(pflat, buffers, slice(None), True, state)
         losses = (loss_sum / self.steps.clamp_min(1)).cpu().numpy()
         with torch.no_grad():
             outputs = (
@@ -273,7 +327,7 @@ class LocalTraining:
             p0, begun = self.begin(init[:p_num], state, buffers, i)
             pflat = torch.cat([p0] + [self.start_aux(t, own[t]) for t in self.trainable])
             pflat = pflat.clone().requires_grad_(True)
-            new_p, loss_sum = self.sgd(pflat, buffers, i, False, own)
+            new_p, loss_sum = self.run(pflat, buffers, i, False, own)
             bufs = [buffers[n].reshape(-1) for n in layout.buffer_names]
             out_rows.append(torch.cat([new_p[:p_num], *bufs]) - global_flat)
             out_losses.append(float(loss_sum) / max(int(self.steps[i]), 1))

@@ -38,9 +38,19 @@ class ParamSpace:
     row: int | None = None
 
     @classmethod
-    def of(cls, layout: FlatLayout, algorithm: Any) -> ParamSpace:
+    def of(cls, layout: FlatLayout, algorithm: Any, public_entries: int = 0) -> ParamSpace:
+        """The entries of ``layout`` for ``algorithm``; ``public_entries``: the run's public
+        samples times classes (what a row of ``row_entries`` ``"public"`` holds; 0 without a
+        public set)."""
         upload = getattr(algorithm, "upload", "update")
         row = algorithm.row_entries(layout) if upload != "update" else None
+        if row == "public":
+            if public_entries < 1:
+                raise ValueError(
+                    f"algorithm {algorithm.name!r}: its rows hold predictions on the server's "
+                    "public set; the run has none (--public-fraction > 0)"
+                )
+            row = public_entries
         if row is not None and (not isinstance(row, int) or row < 1):
             raise ValueError(f"algorithm {algorithm.name!r}: row_entries must be >= 1, got {row!r}")
         base = cls._model(layout, algorithm)

@@ -16,6 +16,10 @@ from typing import Any
 
 import torch
 
+#: the name under which the server's public set's inputs reach the client step (``Step.shared``,
+#: ``Finish.shared``) of an algorithm that uses them (``Algorithm.uses_public``)
+PUBLIC_INPUTS = "public_x"
+
 
 @dataclass(frozen=True)
 class Start:
@@ -77,6 +81,11 @@ class Step:
         (:attr:`~simulator.algorithms.base.Algorithm.client_trainable`), their current values
         (Ditto's personal model); the gradient of the returned loss moves them by the same
         optimizer. Empty for most algorithms.
+    public : True on a pass over the server's public set
+        (:meth:`~simulator.algorithms.base.Algorithm.public_passes`): ``x`` are public inputs,
+        ``y`` zeros, ``ce`` zero; the same for every client of the call (a plain branch).
+    index : on a public pass, ``[B]`` the rows of the public set in ``x`` (to look up a
+        per-row target); None otherwise.
     """
 
     params: dict[str, torch.Tensor]
@@ -93,6 +102,8 @@ class Step:
     shared: dict[str, torch.Tensor]
     forward: Callable[[dict[str, torch.Tensor], torch.Tensor], Any]
     aux: dict[str, torch.Tensor] = field(default_factory=dict)
+    public: bool = False
+    index: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

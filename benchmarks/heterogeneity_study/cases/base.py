@@ -11,11 +11,14 @@ A case declares
   (:data:`METRICS`) and in which direction the seed predicts (``higher`` / ``lower``);
   :func:`versus` builds the usual "every method against one baseline" list;
 * ``quick`` and ``full``: the overrides of the two run sizes (rounds, clients, epochs);
+* ``arm_quick`` and ``arm_full`` (optional): arm name -> that arm's own overrides of the run
+  size, for a case whose arms run at different sizes (the ``moon`` case's CNN arms);
 * ``scores`` (optional): metric name (one of :data:`SCORED_METRICS`) -> a module-level function
   of a finished run's directory returning a number, for a metric no run summary has (FedFM's
   feature silhouette). The harness calls it in the worker right after the run.
 
-A run's flat config is ``RUN_DEFAULTS | base | quick-or-full | arm | {seed, out}``.
+A run's flat config is ``RUN_DEFAULTS | base | quick-or-full | arm | arm_quick-or-arm_full[arm]
+| {seed, out}``.
 """
 
 from __future__ import annotations
@@ -41,11 +44,16 @@ METRICS: dict[str, str] = {
     "client_accuracy_worst10": "mean of the lowest 10% (at least one) client accuracies",
     "rounds_to_baseline": "first round (1-based) whose global test accuracy reaches the "
     "baseline's final accuracy of the same seed (rounds + 1 if never)",
+    "upload_volume": "bytes the clients uploaded over the bytes the same uploads take "
+    "uncompressed (1 without --compression; a fraction of FedAvg's)",
     "feature_silhouette": "silhouette score (test labels as clusters, euclidean) of the final "
     "global model's test-set features (a case's ``scores`` computes it)",
+    "class_affinity": "share of the clients whose knowledge coefficients (KT-pFL's final c) "
+    "weigh the peers sharing a class with them more, on average, than the other peers (a "
+    "case's ``scores`` computes it)",
 }
 #: metrics no run summary has: a case comparing on one computes it with its ``scores``
-SCORED_METRICS = ("feature_silhouette",)
+SCORED_METRICS = ("feature_silhouette", "class_affinity")
 
 DIRECTIONS = ("higher", "lower")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -97,6 +105,8 @@ class Case:
     quick: dict[str, Any] = field(default_factory=dict)
     full: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, Callable[[Path], float]] = field(default_factory=dict)
+    arm_quick: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arm_full: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -110,6 +120,11 @@ class Case:
                         f"case {self.name}: comparison names unknown arm {arm!r}; "
                         f"arms: {list(self.arms)}"
                     )
+        for arm in [*self.arm_quick, *self.arm_full]:
+            if arm not in self.arms:
+                raise CaseError(
+                    f"case {self.name}: arm sizes name unknown arm {arm!r}; arms: {list(self.arms)}"
+                )
         for m in self.scores:
             if m not in SCORED_METRICS:
                 raise CaseError(
@@ -128,6 +143,7 @@ class Case:
                 | set(self.quick)
                 | set(self.full)
                 | {k for a in self.arms.values() for k in a}
+                | {k for a in [*self.arm_quick.values(), *self.arm_full.values()] for k in a}
             )
         )
         if bad:
@@ -140,6 +156,7 @@ class Case:
             **self.base,
             **(self.quick if quick else self.full),
             **self.arms[arm],
+            **(self.arm_quick if quick else self.arm_full).get(arm, {}),
         }
 
 
