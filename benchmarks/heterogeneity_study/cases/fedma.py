@@ -28,6 +28,13 @@ global test accuracy, which no run summary reports; it is not checked here.
 
 Quick and full runs are the same setting (one merge is already cheap); the full run takes
 more seeds (``--seeds``).
+
+Result (5 seeds, ``--case fedma --seeds 5``; paired diff = oneshot - naive, sign-flip p):
+IID 0.830 +- 0.014 vs 0.688 +- 0.083, +0.142 +- 0.087, p 0.031, 5/5 seeds; Dirichlet(0.5)
+0.738 +- 0.060 vs 0.488 +- 0.131, +0.249 +- 0.108, p 0.031, 5/5. The direction is reproduced
+in both; the 20-point margin under Dirichlet(0.5) only (IID: 14 points, the naive average
+being less hurt when the 4 clients see the same label mix). One layer-wise pass from a common
+initialisation: 0.828 +- 0.013.
 """
 
 from benchmarks.heterogeneity_study.cases.base import CASES, Case, Comparison
