@@ -191,3 +191,13 @@ def test_refusals_are_one_line(tmp_path: Path, kw: dict, message: str) -> None:
     with pytest.raises((ValueError, ConfigError), match="^" + message.replace("[", r"\[")) as e:
         Simulation(small_config(tmp_path, **cfg)).close()
     assert "\n" not in str(e.value)
+
+
+def test_accepted_policies_are_registered() -> None:
+    """The round policies FedMA names (every row trained from the round's global model) exist:
+    a misspelt name would refuse a valid policy."""
+    from simulator.algorithms.fedma import SYNCHRONOUS
+    from simulator.policies import POLICIES
+
+    assert set(SYNCHRONOUS) <= set(POLICIES)
+    assert "fedbuff" not in SYNCHRONOUS and "deadline_carryover" not in SYNCHRONOUS
