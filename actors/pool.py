@@ -7,25 +7,26 @@ object store once; the global model once per round. Results are collected as act
 (``ray.wait``) and merged in request order. When an actor dies mid-round its clients re-run on
 the idle actors (split evenly, or as a ``replace`` callback places them) and a replacement of
 the same kind is started. Each actor reports the Ray node it runs on once, when it starts
-(:meth:`RayPool.actor_nodes`). :class:`LocalExecutor` runs the same trainer in this process
-(small rounds, tests, debugging).
+(:meth:`RayPool.actor_nodes`). :class:`actors.local.LocalExecutor` runs the same trainer in
+this process (small rounds, tests, debugging).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from actors.client_inputs import ClientTransform
 from actors.kinds import ActorKind, check_schedulable, total_demand
-from actors.merge import chunk_timings as chunk_timings  # re-exported
-from actors.merge import expand as expand  # re-exported
 from actors.merge import merge_results
+from actors.replace import Replace, regroup
+from actors.request import TrainRequest
 from actors.startup import started, wait_for_free
-from actors.trainer import ClientTrainer, ClientTransform, TrainRequest, TrainTask
+from actors.trainer import ClientTrainer
 from simulator.config.fields import ConfigError
 from simulator.data.clients import ClientData
 from simulator.training.models import ModelSpec
@@ -33,34 +34,6 @@ from simulator.training.models import ModelSpec
 log = logging.getLogger("fedsentry.actors")
 
 INLINE_BYTES = 100 * 1024  # Ray's default max_direct_call_object_size
-#: fault re-placement: (the dead actor's tasks, candidate actor indices) -> one group per
-#: candidate, together holding each of the tasks once
-Replace = Callable[[list[TrainTask], list[int]], list[list[TrainTask]]]
-
-
-def regroup(tasks: list[TrainTask], groups: list[list[TrainTask]], n: int) -> list[list[int]]:
-    """Positions in ``tasks`` of each of ``groups`` (a ``replace`` callback's answer for ``n``
-    candidate actors); ValueError unless there are ``n`` groups holding each task once."""
-    if len(groups) != n:
-        raise ValueError(f"replace: returned {len(groups)} groups for {n} candidate actors")
-    pos = {t.client_id: i for i, t in enumerate(tasks)}
-    seen: set[int] = set()
-    out: list[list[int]] = []
-    for g in groups:
-        out.append([])
-        for t in g:
-            if t.client_id not in pos:
-                raise ValueError(
-                    f"replace: client {t.client_id} is not among the dead actor's tasks"
-                )
-            if t.client_id in seen:
-                raise ValueError(f"replace: client {t.client_id} placed twice")
-            seen.add(t.client_id)
-            out[-1].append(pos[t.client_id])
-    missing = sorted(set(pos) - seen)
-    if missing:
-        raise ValueError(f"replace: clients {missing} of the dead actor were not placed")
-    return out
 
 
 class PoolTrainer(ClientTrainer):
@@ -71,53 +44,6 @@ class PoolTrainer(ClientTrainer):
         import ray
 
         return ray.get_runtime_context().get_node_id()
-
-
-class LocalExecutor:
-    """Runs every request in this process, one after another."""
-
-    def __init__(
-        self,
-        model_spec: ModelSpec | Sequence[ModelSpec],
-        x: np.ndarray,
-        y: np.ndarray,
-        clients: ClientData,
-        transform: ClientTransform | None = None,
-        num_workers: int = 1,
-    ) -> None:
-        self.trainer = ClientTrainer(model_spec, x, y, clients, transform, threads=None)
-        self.num_workers = num_workers
-
-    def configure(self, *settings: Any) -> None:
-        self.trainer.configure(*settings)
-
-    def actor_nodes(self) -> list[str]:
-        """Always empty: there are no actors, every request runs in this process."""
-        return []
-
-    def kinds(self) -> list[str]:
-        """``"local"`` for each worker."""
-        return ["local"] * self.num_workers
-
-    def run(
-        self,
-        requests: list[TrainRequest],
-        global_flat: np.ndarray,
-        shared: dict[str, np.ndarray] | None = None,
-        replace: Replace | None = None,
-    ) -> dict[str, Any]:
-        """Train the requests one after another; each answer is tagged with its request index
-        as ``actor`` and kind ``"local"`` (``replace`` is unused: nothing dies here)."""
-        order = [t.client_id for r in requests for t in r.tasks]
-        parts = [
-            {**self.trainer.train(global_flat, r, shared), "actor": i, "kind": "local"}
-            for i, r in enumerate(requests)
-            if r.tasks
-        ]
-        return merge_results(parts, order)
-
-    def shutdown(self) -> None:
-        pass
 
 
 class RayPool:
@@ -249,8 +175,9 @@ class RayPool:
         When an actor dies, a replacement of its kind is started and its clients re-run on the
         candidate actors (idle ones, the replacement included): ``replace(tasks, candidates)``
         gives one group per candidate; None splits the tasks evenly in order. Each answer is
-        tagged with its actor, kind and finishing time (:func:`chunk_timings`); the merge
-        follows request order (then re-placement order), whatever order answers arrive in.
+        tagged with its actor, kind and finishing time (:func:`actors.merge.chunk_timings`);
+        the merge follows request order (then re-placement order), whatever order answers
+        arrive in.
         """
         ray = self._ray
         if self._settings is None:

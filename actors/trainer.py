@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from actors.client_inputs import ClientTransform, client_arrays
+from actors.request import TrainRequest
 from defenses.base import finite_rows
 from simulator.data.clients import ClientData
 from simulator.training.flat import FlatLayout
@@ -30,81 +31,6 @@ from simulator.training.groups import group_of, split_by_group
 from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec, TrainOutput
 from simulator.training.stacked import train_clients
-
-
-@dataclass(frozen=True)
-class TrainTask:
-    """One selected client's work this round."""
-
-    client_id: int
-    epochs: int
-    seed: int
-    num_samples: int = 0
-    poisoned: bool = False  # a malicious client under a data attack
-
-
-@dataclass
-class TrainRequest:
-    """One worker's share of a round.
-
-    Attributes
-    ----------
-    tasks : the clients to train, in order.
-    summed : ``[n]`` bool, or None: True where the update is added, times ``weights``, into the
-        worker's partial sum instead of being returned as a row (linear rules; never for rows
-        a model attack, a defense or the ledger needs).
-    weights : ``[n]`` float64 aggregation weights of the summed updates (from the defense).
-    starts : client id -> ``[P]`` start model, for clients that do not start from the global
-        model (Siren's alarming clients, parameters kept on the client).
-    state : table -> ``[n, ...]`` client-state rows of the tasks' clients, in task order.
-    chunks : sizes of the consecutive stacked chunks the tasks are trained in (summing to ``n``),
-        or None for one chunk of all of them (a placement's sort-and-chunk schedule).
-    """
-
-    tasks: list[TrainTask]
-    summed: np.ndarray | None = None
-    weights: np.ndarray | None = None
-    starts: dict[int, np.ndarray] = field(default_factory=dict)
-    state: dict[str, np.ndarray] = field(default_factory=dict)
-    chunks: list[int] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        # tasks travel as one int64 array: cheaper to pickle than n objects, seeds stay exact
-        packed = np.array(
-            [(t.client_id, t.epochs, t.seed, t.num_samples, t.poisoned) for t in self.tasks],
-            dtype=np.int64,
-        ).reshape(-1, 5)
-        return {**self.__dict__, "tasks": packed}
-
-    def __setstate__(self, st: dict[str, Any]) -> None:
-        st = dict(st)
-        st["tasks"] = [TrainTask(c, e, sd, n, bool(p)) for c, e, sd, n, p in st["tasks"].tolist()]
-        self.__dict__.update(st)
-
-    def subset(self, keep: list[int]) -> TrainRequest:
-        """The request restricted to task positions ``keep``, in that order (fault
-        re-placement, model groups' order; one chunk)."""
-        ids = {self.tasks[i].client_id for i in keep}
-        return TrainRequest(
-            [self.tasks[i] for i in keep],
-            None if self.summed is None else self.summed[keep],
-            None if self.weights is None else self.weights[keep],
-            {c: v for c, v in self.starts.items() if c in ids},
-            {k: v[keep] for k, v in self.state.items()},
-        )
-
-
-@dataclass(frozen=True)
-class ClientTransform:
-    """A per-client input transform applied to a client's gathered rows (feature shift)."""
-
-    seed: int
-    strength: float
-
-    def __call__(self, x: np.ndarray, client: int) -> np.ndarray:
-        from simulator.data import feature_shift
-
-        return feature_shift(x, client, seed=self.seed, strength=self.strength)
 
 
 def _concat(outs: list[TrainOutput]) -> TrainOutput:
@@ -116,29 +42,6 @@ def _concat(outs: list[TrainOutput]) -> TrainOutput:
         np.concatenate([o.steps for o in outs]),
         {k: torch.cat([o.outputs[k] for o in outs]) for k in outs[0].outputs},
     )
-
-
-def client_arrays(
-    clients: ClientData,
-    ids: np.ndarray,
-    x: np.ndarray,
-    y: np.ndarray,
-    transform: ClientTransform | None = None,
-) -> tuple[np.ndarray | None, np.ndarray | None, list[np.ndarray]]:
-    """``(pool_x, pool_y, index)`` of clients ``ids``: ``index[k]`` are client k's rows of the
-    pool; ``pool_x`` is None when the rows index ``x``/``y`` themselves (no transform, no
-    generated data)."""
-    r = clients.rows(ids)
-    px, py = (r.x, r.y) if r.x is not None else (x, y)
-    if transform is None:
-        return r.x, r.y, r.index
-    parts = [transform(px[rows], int(c)) for c, rows in zip(ids, r.index, strict=True)]
-    sizes = np.array([len(p) for p in parts], np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    index = [s + np.arange(n, dtype=np.int64) for s, n in zip(starts, sizes, strict=True)]
-    xs = np.concatenate(parts) if parts else px[:0]
-    ys = np.concatenate([py[rows] for rows in r.index]) if parts else py[:0]
-    return xs.astype(np.float32), ys.astype(np.int64), index
 
 
 def _cat_local(parts: list[torch.Tensor | None]) -> torch.Tensor | None:

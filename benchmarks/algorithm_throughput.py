@@ -1,7 +1,9 @@
 """Client-update throughput of federated algorithms against FedAvg's, on one throughput task.
 
-The issue's bar: MOON, FedFM and FedFA keep >= 0.7 of FedAvg's client-updates/s on the digits
-MLP k100 task (vectorized). This script runs that task of ``benchmarks/throughput.py`` (same
+By default every registered algorithm, and MOON also on its own model (``moon:mu=0``). The
+bars (:data:`BARS`): FedFM, FedFA, FedALA and the multi-branch classifier (FedVB) keep >= 0.7 of
+FedAvg's client-updates/s on the digits MLP k100 task (vectorized); MOON >= 0.7 of FedAvg on
+MOON's own model. This script runs that task of ``benchmarks/throughput.py`` (same
 config: 100 clients, all 100 a round, E = 1, B = 10, lr 0.05) once per algorithm, FedAvg
 included, through full engine rounds (selection, training with the algorithm's vectorized
 client step, its server update), and times them **in turns**
@@ -26,7 +28,7 @@ training set carved out as the public set, so all arms train on the same client 
 
 Usage::
 
-    python benchmarks/algorithm_throughput.py                      # moon, fedfm, fedfa
+    python benchmarks/algorithm_throughput.py                      # every algorithm
     python benchmarks/algorithm_throughput.py --algorithm ditto --algorithm fedprox:mu=0.01
     python benchmarks/algorithm_throughput.py --quick --json alg.json
 """
@@ -48,6 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.fused import interleaved  # noqa: E402
+from benchmarks.throughput_study.algorithm_rows import BAR, best_rows, print_rows  # noqa: E402
 from benchmarks.throughput_study.tasks import EPOCHS, TASKS, Task, task_config  # noqa: E402
 from simulator.algorithms import ALGORITHMS  # noqa: E402
 from simulator.config.fields import ConfigError  # noqa: E402
@@ -55,9 +58,13 @@ from simulator.config.sections import Config  # noqa: E402
 from simulator.round.engine import Simulation  # noqa: E402
 from simulator.run.federation import build_federation  # noqa: E402
 
-#: the algorithms the issue's bar names
-BAR_ALGORITHMS = ("moon", "fedfm", "fedfa")
-BAR = 0.7
+
+def default_arms() -> list[str]:
+    """Every registered algorithm but FedAvg (always timed), and MOON on its own model."""
+    out = [a for a in sorted(ALGORITHMS) if a != "fedavg"]
+    return out + (["moon:mu=0"] if "moon" in ALGORITHMS else [])
+
+
 #: the public set of every arm when one of them uses it and the task has none
 PUBLIC_FRACTION = 0.1
 
@@ -162,8 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="NAME[:K=V,...]",
-        help="an algorithm to compare with FedAvg (repeatable; default: those of "
-        f"{list(BAR_ALGORITHMS)} that are registered)",
+        help="an algorithm to compare with FedAvg (repeatable; default: every registered "
+        "algorithm, and moon:mu=0, FedAvg on MOON's model, MOON's bar reference)",
     )
     p.add_argument("--task", default="digits-mlp-k100", choices=[t.name for t in TASKS])
     p.add_argument(
@@ -202,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     exit code (2 on bad input, with a one-line error)."""
     args = build_parser().parse_args(argv)
     try:
-        wanted = args.algorithm or [a for a in BAR_ALGORITHMS if a in ALGORITHMS]
+        wanted = args.algorithm or default_arms()
         arms = {"fedavg": ("fedavg", {})}
         for text in wanted:
             if text != "fedavg":
@@ -254,38 +261,6 @@ def main(argv: list[str] | None = None) -> int:
         }
         Path(args.json).write_text(json.dumps({"algorithms": rows, "meta": meta}, indent=2))
     return 0
-
-
-def best_rows(runs: list[dict[str, dict[str, Any]]], arms: list[str]) -> list[dict[str, Any]]:
-    """One row per arm: its best rate over the measurements, the ratio to FedAvg's best, every
-    measurement's rate and the best samples/s."""
-    best = {a: max(r[a]["updates_per_s"] for r in runs) for a in arms}
-    return [
-        {
-            "algorithm": a,
-            "updates_per_s": best[a],
-            "ratio_to_fedavg": best[a] / best["fedavg"],
-            "repeats": [r[a]["updates_per_s"] for r in runs],
-            "samples_per_s": max(r[a]["samples_per_s"] for r in runs),
-        }
-        for a in arms
-    ]
-
-
-def print_rows(rows: list[dict[str, Any]]) -> None:
-    """The table: updates/s, ratio to FedAvg and whether it meets :data:`BAR`."""
-    hdr = f"{'algorithm':<24} {'updates/s':>10} {'/ fedavg':>9}  bar"
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows:
-        bar = (
-            ""
-            if r["algorithm"] == "fedavg"
-            else ("ok" if r["ratio_to_fedavg"] >= BAR else f"below {BAR}")
-        )
-        print(
-            f"{r['algorithm']:<24} {r['updates_per_s']:>10.1f} {r['ratio_to_fedavg']:>9.2f}  {bar}"
-        )
 
 
 if __name__ == "__main__":

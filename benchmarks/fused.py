@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.trainer import client_arrays
+from actors.client_inputs import client_arrays
 from simulator.config.sections import Config
 from simulator.population.selection import select_clients
 from simulator.rng import Stream, client_seeds, stream

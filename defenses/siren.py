@@ -9,7 +9,8 @@ Official code: github.com/AISIGSJTU/Siren (``server_detect`` and the ``siren`` b
 
 The client side (holdout test, alarms, alarming clients training from their own previous model,
 strikes and bans) is ``defenses/siren_client.py`` and runs in the engine; the screenings are in
-``defenses/siren_screen.py``, the decision rules in ``defenses/siren_rules.py``.
+``defenses/siren_screen.py``, the decision rules in ``defenses/siren_rules.py``, the variants
+and the choice of screening in ``defenses/siren_variants.py``.
 
 Where state lives: per-client state (each client's previous local model and its strikes, hence
 its ban) is in the run's client-state store, kept by the client side (tables ``siren_prev`` and
@@ -54,7 +55,6 @@ from defenses.krum import check_count
 from defenses.siren_client import SirenClient
 from defenses.siren_reputation import BANNED
 from defenses.siren_rules import (
-    Screen,
     kept_mean,
     kept_weights,
     paper_rule,
@@ -62,24 +62,13 @@ from defenses.siren_rules import (
     rollback_base,
     row_flags,
 )
-from defenses.siren_screen import margin_of, root_accuracy, screen, screen_robust
+from defenses.siren_screen import margin_of, root_accuracy
+from defenses.siren_variants import PARTS, VARIANTS, screening_of
 
 __all__ = ["ROLLBACK", "SirenDefense"]
 
 #: note on kept rows of a round whose aggregate was applied to the previous round's global model
 ROLLBACK = "rollback"
-#: the parts a variant stands for, with their choices
-PARTS = (
-    ("alarm", ["mcnemar", "paper"]),
-    ("screen", ["robust", "paper"]),
-    ("rule", ["population", "paper"]),
-    ("weighting", ["samples", "uniform"]),
-)
-#: the variants and the (alarm, screen, rule, weighting) each stands for
-VARIANTS = {
-    "calibrated": ("mcnemar", "robust", "population", "samples"),
-    "paper": ("paper", "paper", "paper", "uniform"),
-}
 
 
 @DEFENSES.register
@@ -248,7 +237,7 @@ class SirenDefense(Defense):
         acc = np.full(n, np.nan)
         if len(live):
             acc[live] = root_accuracy(batch, ctx, live, self.name)
-        screening = self._screening(batch, ctx, acc, alarm)
+        screening = screening_of(self.screen, batch, ctx, acc, alarm, self.cs, self.z)
         if paper:
             reasons = paper_rule(live, alarm, screening, self.cs)
             for r in np.flatnonzero(banned):
@@ -274,19 +263,6 @@ class SirenDefense(Defense):
             for r, c in enumerate(ids)
         )
         return AggregateResult(delta, verdicts)
-
-    def _screening(
-        self, batch: UpdateBatch, ctx: DefenseContext, acc: np.ndarray, alarm: np.ndarray
-    ) -> Screen:
-        """The round's screening of a set of rows: :func:`~defenses.siren_screen.screen`
-        (``screen="paper"``) or :func:`~defenses.siren_screen.screen_robust`."""
-        if self.screen == "paper":
-            return lambda rows: screen(rows, acc, batch.updates, batch.client_ids, self.cs)
-        assert ctx.public_y is not None
-        n_root = len(ctx.public_y)
-        return lambda rows: screen_robust(
-            rows, acc, batch.updates, batch.client_ids, alarm, n_root, self.cs, self.z
-        )
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

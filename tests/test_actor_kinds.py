@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from actors.kinds import ActorKind, parse_actor_kinds
+from actors.local import LocalExecutor
 from actors.merge import chunk_timings, expand, merge_results
-from actors.pool import LocalExecutor, RayPool, regroup
-from actors.trainer import TrainRequest, TrainTask
+from actors.pool import RayPool
+from actors.replace import regroup
+from actors.request import TrainRequest, TrainTask
 from simulator.config.fields import ConfigError
 from simulator.config.sections import build_config, load_config
 from simulator.data.clients import PartitionData

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from actors.local import LocalExecutor
 from actors.merge import expand, merge_results
-from actors.pool import LocalExecutor, RayPool
-from actors.trainer import ClientTrainer, TrainRequest, TrainTask
+from actors.pool import RayPool
+from actors.request import TrainRequest, TrainTask
+from actors.trainer import ClientTrainer
 from simulator.algorithms import make_algorithm
 from simulator.config.learning import AlgorithmConfig
 from simulator.config.sections import Config, build_config

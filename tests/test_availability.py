@@ -17,7 +17,8 @@ from simulator.population.availability import (
 )
 from simulator.population.availability_trace import load_availability_trace
 from simulator.population.clock import compute_seconds_unchecked
-from simulator.population.devices import Population, generate_population_arrays
+from simulator.population.devices import Population
+from simulator.population.generate import generate_population_arrays
 from simulator.population.online_intervals import IntervalTrace
 from simulator.population.selection import next_online_time, select_clients
 from simulator.population.traces import TraceError

@@ -12,9 +12,8 @@ from simulator.population.devices import (
     FIELDS,
     DeviceProfile,
     Population,
-    generate_population,
-    generate_population_arrays,
 )
+from simulator.population.generate import generate_population, generate_population_arrays
 from simulator.population.traces import TraceError, load_trace
 
 CSV_GOOD = """device_id,compute_ms_per_sample,up_kbps,down_kbps,latency_ms,availability

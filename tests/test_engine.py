@@ -141,7 +141,8 @@ def test_wait_for_all_round_by_hand(make_config: MakeConfig) -> None:
 def test_rows_belong_to_their_clients(make_config: MakeConfig) -> None:
     """Each aggregated row is its client's own update: same sample count, and the same vector
     as training that client alone from the round's global model with its round seed."""
-    from actors.trainer import ClientTrainer, TrainRequest, TrainTask
+    from actors.request import TrainRequest, TrainTask
+    from actors.trainer import ClientTrainer
     from simulator.rng import client_seeds
 
     cfg = make_config(rounds=2)
@@ -539,7 +540,7 @@ def test_busy_clients_are_not_selected_again(make_config: MakeConfig) -> None:
 
 
 def test_close_keeps_a_callers_executor(make_config: MakeConfig) -> None:
-    from actors.pool import LocalExecutor
+    from actors.local import LocalExecutor
 
     cfg = make_config(rounds=1)
     fed = build_federation(cfg)

@@ -110,7 +110,31 @@ def test_paired_verdicts_by_hand() -> None:
     assert stats.verdict([0.5], [0.5], "higher")["verdict"] == "contradicted"  # a tie
     assert stats.classify(0.01, 0.05) == "reproduced"
     assert stats.classify(0.01, 0.0625) == "inconclusive"
-    assert stats.classify(0.0, 0.03) == "contradicted"
+
+
+def test_paired_verdicts_with_a_margin_by_hand() -> None:
+    """A claim with a size ("+2 or more") tests diff - margin. Diffs 3, 4, 5, 6, 7 (method
+    4..8 vs 1): margin 2 -> 1..5, p = 1/32, reproduced; margin 4 -> -1, 0, 1, 2, 3: mean 1,
+    and a flip keeps the sum >= 5 when the flipped values sum to <= 0: {}, {-1}, {0}, {-1, 0},
+    {-1, 1}, {-1, 0, 1}, p = 6/32, inconclusive; margin 6 -> -3..1, mean -1, contradicted. The
+    raw diffs are reported unchanged. "At most 2 lost" (margin -2): diffs -1, -1, -1 -> 1, 1,
+    1, p = 1/8. The one-std rule judges gain - margin: gain 5, stds 1.58 / 0 -> yes at
+    margin 2, no at 4."""
+    m, b = [4, 5, 6, 7, 8], [1, 1, 1, 1, 1]
+    v = stats.verdict(m, b, "higher", margin=2)
+    assert v["paired_diffs"] == [3, 4, 5, 6, 7] and v["paired_diff_mean"] == 5
+    assert v["p_value"] == 1 / 32 and v["verdict"] == "reproduced" and v["margin"] == 2
+    assert v["reproduced"]
+    v = stats.verdict(m, b, "higher", margin=4)
+    assert v["p_value"] == 6 / 32 and v["verdict"] == "inconclusive"
+    assert not v["reproduced"]
+    v = stats.verdict(m, b, "higher", margin=6)
+    assert v["verdict"] == "contradicted" and v["paired_diff_mean"] == 5
+    v = stats.verdict([1, 2, 3], [2, 3, 4], "higher", margin=-2)
+    assert v["paired_diffs"] == [-1, -1, -1] and v["p_value"] == 1 / 8
+    assert v["verdict"] == "inconclusive"
+    with pytest.raises(ValueError, match="margin must be finite"):
+        stats.verdict(m, b, "higher", margin=float("nan"))
 
 
 def test_compare_pairs_seeds_and_marks_failed_runs() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.pool import LocalExecutor
-from actors.trainer import TrainRequest, TrainTask
+from actors.local import LocalExecutor
+from actors.request import TrainRequest, TrainTask
 from simulator.config.fields import ConfigError
 from simulator.config.sections import build_config
 from simulator.placement import PlaceContext, make_placement, placement_names

@@ -13,7 +13,7 @@ import torch
 
 from simulator.config.fields import ConfigError
 from simulator.config.sections import build_config
-from simulator.population.devices import generate_population_arrays
+from simulator.population.generate import generate_population_arrays
 from simulator.population.selection import FULL_PASS_MAX, select_clients
 from simulator.round.engine import Simulation
 from simulator.run.budget import check_budget, estimate
@@ -185,7 +185,7 @@ def test_trace_longer_than_the_population_uses_its_first_devices(tmp_path: Path)
 
 
 def test_gpu_share_zero_forces_cpu_actors() -> None:
-    from simulator.run.federation import actor_gpu_share
+    from simulator.run.executor import actor_gpu_share
 
     assert actor_gpu_share(None, cluster_gpus=4.0) == 0.25
     assert actor_gpu_share(0.0, cluster_gpus=4.0) == 0.0

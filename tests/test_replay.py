@@ -215,7 +215,7 @@ def test_replayer_builds_no_simulation(tmp_path: Path, monkeypatch: pytest.Monke
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("Replayer built a client-side part")
 
-    import simulator.run.federation as setup
+    import simulator.run.executor as setup
     import simulator.state.store as state
     import simulator.training.evaluation as evaluation
 

@@ -16,6 +16,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.robustness_study import cli, core, grid  # noqa: E402
 from benchmarks.robustness_study.main import FIELDS, main  # noqa: E402
+from benchmarks.robustness_study.worker import run_job  # noqa: E402
 
 TINY = [
     "--seeds",
@@ -139,7 +140,7 @@ def test_midrun_precondition_error_is_recorded(tmp_path: Path) -> None:
         plots=False,
         out=str(tmp_path / "r"),
     )
-    rec = grid.run_job(
+    rec = run_job(
         {"attack": "none", "defense": "krum", "malicious_fraction": 0.0, "seed": 0, "flat": flat}
     )
     assert rec["error"].startswith("ValueError") and "2f + 2" in rec["error"]

@@ -409,7 +409,7 @@ def test_repeat_mape_by_hand() -> None:
     """One chunk seen in both repeats at 1.0 s and 1.25 s: |1 - 1.25| / 1.25 = 0.2 and
     / 1.0 = 0.25, mean 0.225; round 0 and chunks seen once are ignored."""
     from benchmarks.scheduler_study.live import Run
-    from benchmarks.scheduler_study.predictor import repeat_mape
+    from benchmarks.scheduler_study.timing_noise import repeat_mape
 
     def ev(rnd: int, secs: float, clients: int = 3) -> dict:
         return {
@@ -431,7 +431,7 @@ def test_pair_bound_by_hand() -> None:
     each; the second, 0. Mean over the pairs (0.1 + 0) / 2 = 0.05; and no predictor does
     better: p = 1.0 scores exactly 0.05."""
     from benchmarks.scheduler_study.live import Run
-    from benchmarks.scheduler_study.predictor import pair_bound
+    from benchmarks.scheduler_study.timing_noise import pair_bound
 
     def ev(rnd: int, secs: float, clients: int) -> dict:
         return {

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from cluster_helper import helper_run
 
-from actors.pool import LocalExecutor, RayPool
+from actors.local import LocalExecutor
+from actors.pool import RayPool
 from simulator.data.clients import PartitionData
 from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec

@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.heterogeneity_study.cases import Case, Comparison
 from benchmarks.heterogeneity_study.stats import verdict
-from benchmarks.robustness_study.grid import init_worker
+from benchmarks.robustness_study.worker import init_worker
 
 #: keys of a run record copied from the run's summary
 SUMMARY_KEYS = (
@@ -239,9 +239,10 @@ def compare(
             }
             errors = [r["error"] for r in m + b if r["error"]]
             if mv:
-                row.update(verdict(mv, bv, c.direction))
+                row.update(verdict(mv, bv, c.direction, c.margin))
             else:
                 row.update(dict.fromkeys(EMPTY), reproduced=False, wins=None, paired_diffs=[])
+                row["margin"] = c.margin
             row["error"] = errors[0] if errors else None
             if errors or not mv:
                 row["reproduced"], row["verdict"] = False, "failed"

@@ -67,18 +67,27 @@ def classify(diff_mean: float, p: float) -> str:
     return "contradicted"
 
 
-def verdict(method: list[float], baseline: list[float], direction: str) -> dict[str, Any]:
+def verdict(
+    method: list[float], baseline: list[float], direction: str, margin: float = 0.0
+) -> dict[str, Any]:
     """One comparison of per-seed values paired by position (seed ``i`` of both lists).
+
+    ``margin``: by how much the method must beat the baseline in the predicted direction (a
+    claim of "+2 points or more" is ``margin`` 0.02; "at most 6 points lost" is -0.06): the
+    paired test and the one-std rule judge ``diff - margin``; ``paired_diffs`` and
+    ``paired_diff_mean`` stay the raw differences.
 
     Returns today's fields (``method_mean``/``_std``, ``baseline_mean``/``_std``, the signed
     ``gain`` of the means, ``reproduced``: the one-standard-deviation rule, ``wins``: seeds on
     which the method is strictly ahead in the predicted direction) and the paired test's:
     ``paired_diffs`` (per seed, method minus baseline, negated for a ``lower`` prediction),
     ``paired_diff_mean``, ``paired_diff_std`` (ddof 1), ``p_value`` (:func:`sign_flip_p`) and
-    ``verdict`` (:func:`classify`).
+    ``verdict`` (:func:`classify`, on the mean of ``diff - margin``), and ``margin``.
     """
     if direction not in ("higher", "lower"):
         raise ValueError(f"direction must be 'higher' or 'lower', got {direction!r}")
+    if not np.isfinite(margin):
+        raise ValueError(f"margin must be finite, got {margin!r}")
     if len(method) != len(baseline):
         raise ValueError(f"paired values: {len(method)} method vs {len(baseline)} baseline")
     m, b = stat(method), stat(baseline)
@@ -86,20 +95,22 @@ def verdict(method: list[float], baseline: list[float], direction: str) -> dict[
     gain = sign * (m.mean - b.mean)
     diffs = [sign * (x - y) for x, y in zip(method, baseline, strict=True)]
     d = stat(diffs)
-    p = sign_flip_p(diffs)
+    tested = [x - margin for x in diffs]
+    p = sign_flip_p(tested)
     return {
         "method_mean": m.mean,
         "method_std": m.std,
         "baseline_mean": b.mean,
         "baseline_std": b.std,
         "gain": gain,
-        "reproduced": bool(gain > max(m.std, b.std)),
+        "reproduced": bool(gain - margin > max(m.std, b.std)),
         "wins": sum(x > 0 for x in diffs),
         "paired_diffs": diffs,
         "paired_diff_mean": d.mean,
         "paired_diff_std": d.std,
         "p_value": p,
-        "verdict": classify(d.mean, p),
+        "verdict": classify(float(np.mean(tested)), p),
+        "margin": margin,
     }
 
 

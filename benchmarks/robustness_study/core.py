@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from benchmarks.robustness_study import grid
+from benchmarks.robustness_study.worker import GridWorker, init_worker, run_job
 
 
 def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, Any]]:
@@ -55,8 +56,8 @@ def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, 
 def run_all(
     jobs: list[dict[str, Any]], workers: int, ray_address: str | None = None
 ) -> list[dict[str, Any]]:
-    """Every job's record (:func:`grid.run_job`), in the order of ``jobs``: in this process
-    with ``workers`` 1, else on ``workers`` Ray actors."""
+    """Every job's record (:func:`~benchmarks.robustness_study.worker.run_job`), in the order
+    of ``jobs``: in this process with ``workers`` 1, else on ``workers`` Ray actors."""
     from tqdm import tqdm
 
     results: list[dict[str, Any]] = []
@@ -65,10 +66,10 @@ def run_all(
         import torch
 
         threads = torch.get_num_threads()
-        grid.init_worker()
+        init_worker()
         try:
             for j in jobs:
-                results.append(grid.run_job(j))
+                results.append(run_job(j))
                 bar.update()
         finally:
             torch.set_num_threads(threads)
@@ -93,7 +94,7 @@ def _on_ray(
     import ray
     from ray.util import ActorPool
 
-    worker = ray.remote(num_cpus=1)(grid.GridWorker)
+    worker = ray.remote(num_cpus=1)(GridWorker)
     actors = [worker.remote() for _ in range(workers)]
     try:
         yield from ActorPool(actors).map_unordered(lambda a, j: a.run.remote(j), jobs)

@@ -142,7 +142,8 @@ def record(
     """
     from simulator.config.sections import build_config
     from simulator.run.budget import check_budget
-    from simulator.run.federation import build_federation, make_executor
+    from simulator.run.executor import make_executor
+    from simulator.run.federation import build_federation
 
     base = task_config(task, rounds, seed, extra)
     cfg0 = build_config(flat=dict(base, out=str(out or "runs/scheduler")))

@@ -26,7 +26,8 @@ chunks, the held-out ones included (how well these features can describe this ru
 all); ``mape_repeat`` compares the chunks measured in both repeats of a placement; and
 ``pair_bound`` is the least MAPE that any predictor can score on those chunks (a hard bound:
 one prediction for two different measurements). The benchmark's proposed bar judges GBDT
-against the oracle (:func:`predictor_checks`).
+against the oracle (:func:`predictor_checks`). These yardsticks are computed in
+:mod:`benchmarks.scheduler_study.timing_noise`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.scheduler_study.live import Run, TaskSetup
+from benchmarks.scheduler_study.timing_noise import oracle_predictions, pair_bound, repeat_mape
 from simulator.scheduler.predictor import GBDTPredictor, LinearPredictor, features, mape
 
 HELD_OUT = 0.3  # share of each run's last rounds held out
@@ -103,7 +105,7 @@ def regret(
 ) -> list[float]:
     """Decision regret of every distinct held-out round with the ``predictor`` fitted on the
     training rounds (see the module docstring)."""
-    from actors.trainer import TrainTask
+    from actors.request import TrainTask
     from simulator.placement import PlaceContext, make_placement
     from simulator.placement.base import predict_groups
     from simulator.scheduler.chunking import ChunkCost
@@ -137,62 +139,6 @@ def regret(
                 spans.append(max(judged, default=0.0))
             out.append(spans[0] / spans[1] if spans[1] > 0 else 1.0)
     return out
-
-
-def _pairs(runs: Sequence[Run]) -> list[tuple[float, float]]:
-    """Seconds of every chunk measured in both repeats of the same placement (same round,
-    clients, steps and samples; round 0, which also pays start-up costs, left out)."""
-    seen: dict[tuple[Any, ...], dict[int, float]] = {}
-    for r in runs:
-        for e in r.events:
-            if int(e["round"]) == 0:
-                continue  # the first round also pays start-up costs
-            for c in e["chunks"]:
-                key = (
-                    r.task,
-                    r.label,
-                    int(e["round"]),
-                    c["clients"],
-                    c["max_steps"],
-                    c["steps"],
-                    c["samples"],
-                )
-                seen.setdefault(key, {})[r.repeat] = float(c["seconds"])
-    return [
-        (a, b)
-        for t in seen.values()
-        if len(t) == 2
-        for a, b in [tuple(t.values())]
-        if a > 0 and b > 0
-    ]
-
-
-def repeat_mape(runs: Sequence[Run]) -> float | None:
-    """The repeat-to-repeat noise: MAPE of predicting a chunk's seconds by the seconds of the
-    identical chunk in the other repeat of the same placement, both ways; None without such
-    pairs. With independent noise of each measurement this is ~sqrt(2) times the MAPE of a
-    predictor that knew each chunk's expected time (the difference of two noisy measurements
-    carries both noises)."""
-    errs = [e for a, b in _pairs(runs) for e in (abs(a - b) / b, abs(a - b) / a)]
-    return float(np.mean(errs)) if errs else None
-
-
-def pair_bound(runs: Sequence[Run]) -> float | None:
-    """The least MAPE that *any* predictor (a function of the chunk's features) scores on the
-    chunks measured twice: one prediction ``p`` for both measurements ``a < b`` costs
-    ``|p - a| / a + |p - b| / b >= (b - a) / b`` (at ``p = a``), so per chunk at least
-    ``(b - a) / (2 b)``; None without pairs. A hard bound, not an estimate."""
-    errs = [abs(a - b) / (2 * max(a, b)) for a, b in _pairs(runs)]
-    return float(np.mean(errs)) if errs else None
-
-
-def oracle_predictions(x: np.ndarray, y: np.ndarray, held: np.ndarray, seed: int) -> np.ndarray:
-    """Predictions for the held-out chunks of a GBDT fitted on *all* chunks, held-out ones
-    included: what these features allow on this run's timing noise (not a predictor that
-    could be deployed; the yardstick of the proposed bar)."""
-    model = GBDTPredictor(seed=seed)
-    model.observe(x, y)
-    return model.predict(x[held])
 
 
 def evaluate(

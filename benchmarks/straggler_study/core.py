@@ -247,7 +247,8 @@ def _federation(
     """The data, devices and (on Ray) actor pool that every run of ``seed`` shares."""
     from simulator.config.sections import build_config
     from simulator.run.budget import check_budget
-    from simulator.run.federation import build_federation, make_executor
+    from simulator.run.executor import make_executor
+    from simulator.run.federation import build_federation
 
     if old is not None:
         old.shutdown()

@@ -26,7 +26,7 @@ from simulator.scheduler.chunking import (
 )
 
 if TYPE_CHECKING:
-    from actors.trainer import TrainTask
+    from actors.request import TrainTask
 
 
 @dataclass

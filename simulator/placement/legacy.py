@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from simulator.placement.base import PlaceContext, Placed, Placement, predict_groups
 
 if TYPE_CHECKING:
-    from actors.trainer import TrainTask
+    from actors.request import TrainTask
 
 
 def _cost(t: TrainTask) -> float:

@@ -21,7 +21,7 @@ from simulator.scheduler.chunking import ChunkCost
 from simulator.scheduler.predictor import FEATURES
 
 if TYPE_CHECKING:
-    from actors.trainer import TrainTask
+    from actors.request import TrainTask
 
 
 class Scheduler:

@@ -6,25 +6,24 @@ The file formats are described in :mod:`simulator.population.availability`.
 parses a file vectorized (pandas for CSV, so 10^6 rows take well under a second) and only when
 something is wrong goes back over the file to find the first bad row's line.  Errors are
 :class:`~simulator.population.traces.TraceError` with a one-line ``FILE:LINE: what is wrong``
-message.
+message. The JSON reader is :mod:`simulator.population.availability_json`; both readers end in
+:func:`simulator.population.availability_rows.finish_rows`.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import math
-import re
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from simulator.population.online_intervals import IntervalTrace, build, first_problem, period_of
+from simulator.population.availability_json import read_json
+from simulator.population.availability_rows import finish_rows
+from simulator.population.online_intervals import IntervalTrace, period_of
 from simulator.population.traces import TraceError, open_trace
 
 COLUMNS = ("device_id", "start_s", "end_s")
-_WS = re.compile(r"[ \t\n\r]*")
 
 
 # ------------------------------------------------------------------------------ reading files
@@ -63,29 +62,8 @@ def load_availability_trace(path: str | Path, period_s: float = 0.0) -> Interval
     ):
         raise ValueError(f"period_s must be a finite number >= 0, got {period_s!r}")
     path = Path(path)
-    reader, text = open_trace(path, {".csv": _read_csv, ".json": _read_json}, "availability trace")
+    reader, text = open_trace(path, {".csv": _read_csv, ".json": read_json}, "availability trace")
     return reader(path, text, period_s)
-
-
-def _finish(
-    path: Path,
-    rows: tuple[np.ndarray, np.ndarray, np.ndarray],
-    period: float,
-    line_of: Callable[[int], int],
-    pending: tuple[int, str] | None,
-    traced: np.ndarray | None = None,
-) -> IntervalTrace:
-    """Validate parsed rows; the first bad one wins over a parse error (``pending``: line,
-    message) found after them."""
-    dev, st, en = rows
-    found = first_problem(dev, st, en, period, lambda r: f"line {line_of(r)}")
-    if found:
-        raise TraceError(f"{path}:{line_of(found[0])}: {found[1]}")
-    if pending:
-        raise TraceError(f"{path}:{pending[0]}: {pending[1]}")
-    if not len(dev):
-        raise TraceError(f"{path}:{line_of(-1)}: empty trace: no online intervals")
-    return build(dev, st, en, period, traced)
 
 
 def _number(name: str, tok: str) -> float | str:
@@ -145,7 +123,7 @@ def _read_csv(path: Path, text: str, period_s: float) -> IntervalTrace:
             data = [i for i, ln in enumerate(lines[head + 1 :], head + 2) if ln.strip()]
             return data[r] if data else head + 1
 
-        return _finish(
+        return finish_rows(
             path, fast, period_of(period_s, fast[2]) if len(fast[2]) else 1.0, line_of, None
         )
     dev: list[int] = []
@@ -175,7 +153,7 @@ def _read_csv(path: Path, text: str, period_s: float) -> IntervalTrace:
         nums.append(no)
     rows = (np.array(dev, np.int64), np.array(st, np.float64), np.array(en, np.float64))
     period = period_of(period_s, rows[2]) if len(rows[2]) else 1.0
-    return _finish(path, rows, period, lambda r: nums[r] if nums else head + 1, pending)
+    return finish_rows(path, rows, period, lambda r: nums[r] if nums else head + 1, pending)
 
 
 def _fast_csv(body: str, where: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -200,104 +178,3 @@ def _fast_csv(body: str, where: list[int]) -> tuple[np.ndarray, np.ndarray, np.n
     if dev.dtype != np.int64 or not (np.isfinite(st).all() and np.isfinite(en).all()):
         return None
     return dev, st.astype(np.float64), en.astype(np.float64)
-
-
-def _read_json(path: Path, text: str, period_s: float) -> IntervalTrace:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("devices"), list):
-        raise TraceError(f'{path}:1: expected {{"period_s": ..., "devices": [...]}}')
-    extra = sorted(set(doc) - {"period_s", "devices"})
-    if extra:
-        raise TraceError(f"{path}:1: unexpected key {extra[0]!r}; expected period_s, devices")
-    if "period_s" in doc:
-        p = doc["period_s"]
-        if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p) or p <= 0:
-            line = text.count("\n", 0, max(text.find('"period_s"'), 0)) + 1
-            raise TraceError(f"{path}:{line}: period_s must be a finite number > 0, got {p!r}")
-        period_s = float(p)
-    dev, st, en, entry, traced = [], [], [], [], []
-    pending = None
-    for i, item in enumerate(doc["devices"]):
-        why = _json_entry(item, i, dev, st, en, entry)
-        if why:
-            pending = (i, why)
-            break
-        traced.append(item["device_id"])
-    rows = (np.array(dev, np.int64), np.array(st, np.float64), np.array(en, np.float64))
-    period = period_of(period_s, rows[2]) if len(rows[2]) else 1.0
-    cache: dict[int, int] = {}
-
-    def line_of(r: int) -> int:
-        k = entry[r] if 0 <= r < len(entry) else -1
-        if k not in cache:
-            cache[k] = _json_entry_line(text, k)
-        return cache[k]
-
-    if pending:
-        pending = (_json_entry_line(text, pending[0]), pending[1])
-    return _finish(path, rows, period, line_of, pending, np.array(traced, np.int64))
-
-
-def _json_entry(
-    item: object, i: int, dev: list[int], st: list[float], en: list[float], entry: list[int]
-) -> str | None:
-    """Append device entry ``i``'s intervals; what is wrong with it, or None."""
-    if not isinstance(item, dict):
-        return f"device entry #{i} is not an object"
-    for key in ("device_id", "online"):
-        if key not in item:
-            return f"device entry #{i}: missing key {key!r}"
-    extra = sorted(set(item) - {"device_id", "online"})
-    if extra:
-        return f"device entry #{i}: unexpected key {extra[0]!r}; expected device_id, online"
-    d = item["device_id"]
-    if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < 2**63:
-        return f"device_id is not an int >= 0: {d!r}"
-    if not isinstance(item["online"], list):
-        return f"device {d}: 'online' must be a list of [start_s, end_s] pairs"
-    for pair in item["online"]:
-        if not (
-            isinstance(pair, list)
-            and len(pair) == 2
-            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
-        ):
-            return f"device {d}: interval {pair!r} is not a [start_s, end_s] pair of numbers"
-        try:
-            a, b = float(pair[0]), float(pair[1])
-        except OverflowError:
-            a = b = math.inf
-        if not (math.isfinite(a) and math.isfinite(b)):
-            return f"device {d}: interval {pair!r} is not finite"
-        dev.append(d)
-        st.append(a)
-        en.append(b)
-        entry.append(i)
-    return None
-
-
-def _json_entry_line(text: str, k: int) -> int:
-    """Line where device entry ``k`` of the (valid JSON) document starts; -1: the document."""
-    dec = json.JSONDecoder()
-    pos = _WS.match(text, 0).end() + 1  # past the top-level "{"
-    start = 0
-    while k >= 0:
-        pos = _WS.match(text, pos).end()
-        key, pos = dec.raw_decode(text, pos)
-        pos = _WS.match(text, pos).end() + 1  # past ":"
-        pos = _WS.match(text, pos).end()
-        if key != "devices":
-            _, pos = dec.raw_decode(text, pos)
-            pos = _WS.match(text, pos).end() + 1  # past "," (or the closing "}")
-            continue
-        pos += 1  # past "["
-        for _ in range(k + 1):
-            pos = _WS.match(text, pos).end()
-            if text[pos] == ",":
-                pos = _WS.match(text, pos + 1).end()
-            start = pos
-            _, pos = dec.raw_decode(text, pos)
-        break
-    return text.count("\n", 0, start) + 1

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.trainer import TrainRequest, TrainTask
+from actors.request import TrainRequest, TrainTask
 from defenses import Defense, UpdateBatch, Verdict
 from simulator.rng import Stream, stream
 from simulator.round.context import RoundContext

@@ -24,7 +24,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,12 +31,12 @@ import torch
 from attacks import make_attack
 from defenses import make_defense
 from simulator.algorithms import make_algorithm
-from simulator.config.fields import ConfigError
 from simulator.config.plugins import policy_of
 from simulator.config.sections import Config
 from simulator.population.clock import VirtualClock
 from simulator.round.adversary import Adversary
 from simulator.round.aggregate import aggregate_round, server_step
+from simulator.round.checkpoint import Checkpointed
 from simulator.round.collect import gather, settle, train
 from simulator.round.context import RoundContext
 from simulator.round.parts import (
@@ -52,15 +51,15 @@ from simulator.round.record import make_record
 from simulator.round.server import ServerSide
 from simulator.round.types import InFlight, RoundCallback, RoundRecord
 from simulator.round.workers import Workers
-from simulator.run.federation import Federation, build_federation, make_executor
-from simulator.state.store import ClientStore
+from simulator.run.executor import make_executor
+from simulator.run.federation import Federation, build_federation
 from simulator.training.evaluation import ClientEval
 from simulator.training.groups import train_flops
 
 log = logging.getLogger("fedsentry")
 
 
-class Simulation:
+class Simulation(Checkpointed):
     """One federated run.
 
     Parameters
@@ -284,70 +283,6 @@ class Simulation:
                 bar.set_postfix(acc=f"{rec.accuracy:.3f}")
         bar.close()
         return records
-
-    # -- checkpoint state ----------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "next_round": self.next_round,
-            "global": self.global_flat.clone(),
-            "now": self.clock.now,
-            "server_state": dict(self.server_state),
-            "defense": self.defense.state_dict(),
-            "in_flight": [
-                (f.arrival, f.row, f.num_samples, f.loss, f.malicious, f.alarm, f.extras)
-                for f in self.in_flight
-            ],
-            "wall_time": self.wall_offset,
-            "history": dict(self.history),
-            "scheduler": self.scheduler.state_dict(),
-        }
-
-    def save_checkpoint(self, directory: Path, wall_time: float, **extra: Any) -> Path:
-        """Atomically write ``checkpoint.pt`` (write to a temporary file, then rename).
-
-        The client-state store first writes what changed since its last save into
-        ``state/checkpoint/``; the manifest it returns goes into ``checkpoint.pt``, whose rename
-        is the one commit point (a crash before it leaves the previous checkpoint and its store
-        files intact). ``extra`` entries (the run summary) are saved beside the simulation
-        state.
-        """
-        directory.mkdir(parents=True, exist_ok=True)
-        st = self.state_dict()
-        st["store"] = self.store.save(directory / "state" / "checkpoint")
-        st["wall_time"] = wall_time
-        st.update(extra)
-        tmp = directory / "checkpoint.pt.tmp"
-        torch.save(st, tmp)
-        final = directory / "checkpoint.pt"
-        tmp.replace(final)
-        return final
-
-    def load_state_dict(self, st: dict[str, Any], store_dir: Path | None = None) -> None:
-        if "server_state" not in st:
-            raise ConfigError(
-                "output.resume: the checkpoint was written by a FedSentry before "
-                "engine v2 and cannot be resumed; run it again"
-            )
-        self.next_round = int(st["next_round"])
-        self.global_flat = st["global"].clone()
-        self.clock = VirtualClock()
-        self.clock.advance_to(float(st["now"]))
-        self.server_state = dict(st["server_state"])
-        self.defense.load_state_dict(st["defense"])
-        self.in_flight = [InFlight(*f) for f in st["in_flight"]]
-        self.wall_offset = float(st.get("wall_time", 0.0))
-        self.history = dict(st.get("history", {}))
-        if "scheduler" in st:
-            self.scheduler.load_state_dict(st["scheduler"])
-        if st.get("store") is not None and store_dir is not None:
-            self.store.close()
-            self.store = ClientStore.load(
-                store_dir,
-                self.cfg.execution.state_memory_bytes,
-                Path(self.cfg.output.out) / "state" / "spill",
-                manifest=st["store"],
-            )
-            self.client_eval.store = self.store
 
     def close(self) -> None:
         """Shut down the executor if this simulation created it; close the store."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.trainer import TrainTask
+from actors.request import TrainTask
 from defenses import Verdict
 from simulator.policies import Arrival, RoundOutcome
 from simulator.population.clock import transfer_seconds_unchecked

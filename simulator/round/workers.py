@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from actors.pool import LocalExecutor
+from actors.local import LocalExecutor
 from simulator.config.sections import Config
 from simulator.round.plan import RoundPlan
 from simulator.run.federation import Federation

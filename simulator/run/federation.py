@@ -1,34 +1,28 @@
 """Building a run's parts from its config: the federation (the population's devices and client
-data, the server's public and test sets, the model) and the executors (Ray actor pool, and the
-in-process trainer that small rounds use)."""
+data, the server's public and test sets, the model). The devices and their availability are
+built in :mod:`simulator.run.devices`, the executors in :mod:`simulator.run.executor`."""
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from actors.trainer import ClientTransform, client_arrays
+from actors.client_inputs import ClientTransform, client_arrays
 from simulator.config.fields import ConfigError
 from simulator.config.sections import Config
 from simulator.data import Dataset, load_dataset, partition, split_public
 from simulator.data.clients import ClientData, NaturalData, PartitionData, with_local_test
 from simulator.population.availability import (
-    AVAILABILITY_PERIOD_S,
     Availability,
-    make_availability,
 )
-from simulator.population.devices import Population, generate_population_arrays
-from simulator.population.traces import load_trace
+from simulator.population.devices import Population
+from simulator.run.devices import availability_of, population_of
 from simulator.training.flat import FlatLayout
 from simulator.training.groups import ModelGroup, build_groups
 from simulator.training.models import ModelSpec, SplitModel
-
-log = logging.getLogger("fedsentry")
 
 
 @dataclass
@@ -210,49 +204,6 @@ def _load(cfg: Config) -> tuple[Dataset, ClientData | None]:
     return ds, None
 
 
-def population_of(cfg: Config) -> Population:
-    """The N devices: a trace (its first N devices) or a generated population."""
-    dv, n = cfg.devices, cfg.data.num_clients
-    if dv.device_trace:
-        pop = load_trace(dv.device_trace)
-        if len(pop) < n:
-            raise ConfigError(
-                f"devices.device_trace: {dv.device_trace} has {len(pop)} devices, "
-                f"fewer than data.num_clients={n}"
-            )
-        if len(pop) > n:
-            log.info("device trace has %d devices; the population uses the first %d", len(pop), n)
-            pop = pop.prefix(n)
-        return pop
-    return generate_population_arrays(
-        n,
-        seed=cfg.experiment.seed,
-        compute_ms_median=dv.compute_ms_median,
-        compute_sigma=dv.compute_sigma,
-        up_kbps_median=dv.up_kbps_median,
-        down_kbps_median=dv.down_kbps_median,
-        bandwidth_sigma=dv.bandwidth_sigma,
-        latency_ms_median=dv.latency_ms_median,
-        availability_low=dv.availability_low,
-        gflops_median=dv.gflops_median,
-        gflops_sigma=dv.gflops_sigma,
-    )
-
-
-def availability_of(cfg: Config, pop: Population) -> Availability:
-    """When the devices are online: the ``--availability-trace`` file's intervals, or the diurnal
-    model (seeded by the experiment, period :data:`AVAILABILITY_PERIOD_S`).  A bad trace raises
-    TraceError (``FILE:LINE: ...``)."""
-    dv = cfg.devices
-    return make_availability(
-        pop,
-        seed=cfg.experiment.seed,
-        period_s=AVAILABILITY_PERIOD_S,
-        trace=dv.availability_trace or None,
-        trace_period_s=dv.availability_period_s,
-    )
-
-
 def build_federation(cfg: Config) -> Federation:
     """Load, split and place everything a run needs; deterministic in ``cfg.experiment.seed``.
 
@@ -291,59 +242,6 @@ def build_federation(cfg: Config) -> Federation:
         torch.cat([g.initial for g in groups]) if len(groups) > 1 else groups[0].initial,
         groups,
     )
-
-
-def actor_gpu_share(gpus_per_actor: float | None, cluster_gpus: float) -> float:
-    """GPU share of each actor: the configured one (0 forces CPU actors even on a GPU
-    cluster), or, unset, a quarter GPU when the cluster has GPUs and none otherwise."""
-    if gpus_per_actor is None:
-        return 0.25 if cluster_gpus > 0 else 0.0
-    return float(gpus_per_actor)
-
-
-def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = None):  # noqa: ANN201 (RayPool | LocalExecutor)
-    """The configured executor: a Ray actor pool (default) or the in-process trainer.
-
-    With ``execution.actor_kinds`` the pool holds those kinds (checked against the cluster
-    before any actor starts; the local backend then has as many workers as the kinds have
-    actors). ``clients`` overrides the federation's client source (e.g. Siren's training rows
-    without the holdouts)."""
-    from actors.kinds import parse_actor_kinds
-    from actors.pool import LocalExecutor, RayPool
-
-    ex = cfg.execution
-    clients = clients or fed.clients
-    kinds = parse_actor_kinds(ex.actor_kinds) if ex.actor_kinds else None
-    if ex.backend == "local":
-        n = sum(k.count for k in kinds) if kinds else max(ex.num_actors, 1)
-        return LocalExecutor(
-            fed.specs, fed.x_train, fed.y_train, clients, fed.transform, num_workers=n
-        )
-    from actors.ray_setup import ensure_ray
-
-    ensure_ray(ex.ray_address)
-    if kinds:
-        return RayPool(
-            fed.specs,
-            fed.x_train,
-            fed.y_train,
-            clients,
-            0,
-            transform=fed.transform,
-            kinds=kinds,
-        )
-    import ray
-
-    res = ray.cluster_resources()
-    gpus = float(res.get("GPU", 0.0))
-    share = actor_gpu_share(ex.gpus_per_actor, gpus)
-    if ex.num_actors:
-        n = ex.num_actors
-    elif share > 0:
-        n = max(1, int(gpus / share))
-    else:
-        n = max(1, int(res.get("CPU", os.cpu_count() or 1)))
-    return RayPool(fed.specs, fed.x_train, fed.y_train, clients, n, share, fed.transform)
 
 
 def model_extension(cfg: Config) -> Any:

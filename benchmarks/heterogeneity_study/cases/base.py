@@ -66,12 +66,15 @@ class CaseError(ValueError):
 @dataclass(frozen=True)
 class Comparison:
     """One verdict: ``method`` arm against ``baseline`` arm on ``metric``, the seed predicting
-    the method ``direction`` (higher or lower) than the baseline."""
+    the method ``direction`` (higher or lower) than the baseline, by at least ``margin`` (in the
+    metric's units, signed so that positive is the predicted direction: "+2 points or more" is
+    0.02, "at most 6 points lost" is -0.06; 0: strictly ahead)."""
 
     method: str
     baseline: str
     metric: str = "final_accuracy"
     direction: str = "higher"
+    margin: float = 0.0
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:

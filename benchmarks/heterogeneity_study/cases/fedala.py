@@ -14,8 +14,8 @@ epoch" (the same FedAvg runs' global model, fine-tuned on each client's training
 epoch before its local test: ``--client-finetune-epochs 1``); FedALA (each client's local
 model). The claim (the notes' pass rule; the seed reports FedALA 99.88 against FedAvg 97.93 on
 MNIST's pathological split, +1.95): FedALA's mean local-test accuracy is at least FedAvg's + 2
-points and at least the fine-tune arm's - 0.5. The comparisons below test the directions
-(FedALA above FedAvg; FedALA above the fine-tune arm, the stricter side of "at least - 0.5");
+points and at least the fine-tune arm's - 0.5. The comparisons below carry these margins
+(FedALA above FedAvg by 0.02; FedALA above the fine-tune arm minus 0.005);
 the margins are read off the table.
 """
 
@@ -51,8 +51,8 @@ CASE = CASES.register(
             },
         },
         comparisons=(
-            Comparison("fedala", "fedavg", "client_accuracy_mean"),
-            Comparison("fedala", "fedavg-ft1", "client_accuracy_mean"),
+            Comparison("fedala", "fedavg", "client_accuracy_mean", margin=0.02),
+            Comparison("fedala", "fedavg-ft1", "client_accuracy_mean", margin=-0.005),
         ),
         quick={"rounds": 20},
         full={"rounds": 40},

@@ -1,0 +1,98 @@
+"""The one-run worker of ``benchmarks/robustness.py``: runs one grid cell and returns its result
+record (in this process, or on a Ray actor, :class:`GridWorker`).
+
+Kept apart from the script so that spawned worker processes import a plain module (no argparse,
+no plotting).
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def init_worker() -> None:
+    """Worker processes train on one thread each (``--workers`` processes share the cores)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+class GridWorker:
+    """A Ray actor that runs grid cells one after another on one torch thread."""
+
+    def __init__(self) -> None:
+        init_worker()
+
+    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        return run_job(job)
+
+
+def _server_seconds(events: list[dict[str, Any]]) -> float | None:
+    """Mean per-round wall time not spent in client training: (last cumulative wall_time -
+    sum of slowest_train_seconds) / rounds. Includes defense, clock, bookkeeping and evaluation."""
+    if not events:
+        return None
+    wall = events[-1].get("wall_time") or 0.0
+    train = sum(e.get("slowest_train_seconds") or 0.0 for e in events)
+    return max(wall - train, 0.0) / len(events)
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Run one grid cell (a dict made by the script) and return its result record; a failure
+    (precondition ValueError mid-run, anything else) is recorded in ``error``, never raised."""
+    rec = {k: job[k] for k in ("attack", "defense", "malicious_fraction", "seed")}
+    rec.update(
+        final_accuracy=None,
+        last5_accuracy=None,
+        attack_success_rate=None,
+        detection_precision=None,
+        detection_recall=None,
+        benign_false_rejection=None,
+        server_seconds_per_round=None,
+        rounds=None,
+        stale_total=None,
+        precondition_rounds=None,
+        run_seconds=None,
+        ledger_seconds=None,
+        defense_params=job["flat"].get("defense_params", {}),
+        error=job.get("error"),
+        run_dir=job["flat"]["out"],
+    )
+    if rec["error"]:
+        return rec
+    try:
+        from simulator.config.sections import build_config
+        from simulator.run.experiment import run_experiment
+        from simulator.run.output import read_events
+
+        cfg = build_config(flat=job["flat"])
+        s = run_experiment(cfg, progress=False)
+        events = read_events(Path(cfg.output.out) / "events.jsonl")
+        rec.update(
+            {
+                k: s.get(k)
+                for k in (
+                    "final_accuracy",
+                    "last5_accuracy",
+                    "detection_precision",
+                    "detection_recall",
+                    "benign_false_rejection",
+                    "rounds",
+                    "stale_total",
+                    "precondition_rounds",
+                )
+            }
+        )
+        rec["attack_success_rate"] = s.get("attack_success_rate")
+        rec["run_seconds"] = s.get("run_seconds")
+        rec["ledger_seconds"] = (s.get("ledger") or {}).get("ledger_seconds")
+        rec["server_seconds_per_round"] = _server_seconds(events)
+    except ValueError as e:  # ConfigError and defense preconditions are ValueErrors
+        rec["error"] = f"{type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001 - one bad cell must not end the grid
+        rec["error"] = f"{type(e).__name__}: {e}"
+        Path(job["flat"]["out"]).mkdir(parents=True, exist_ok=True)
+        (Path(job["flat"]["out"]) / "error.txt").write_text(traceback.format_exc())
+    return rec
