@@ -22,7 +22,8 @@ pairs as the L2 cost does: an ``oneshot`` arm with ``cost=l2`` gave the same mat
 same accuracies on all 3 quick seeds, so it is not a separate arm.
 
 Claim (the notes' pass rule): the matched model's global test accuracy is at least the naive
-average's + 20 points. The comparisons test the direction; the margin is read off the table.
+average's + 20 points: the one-shot comparisons carry that margin (the paired test judges the
+difference less 0.20); the layer-wise row tests the direction only.
 The notes' second rule (within 5 points of the mean local model) needs each local model's
 global test accuracy, which no run summary reports; it is not checked here.
 
@@ -31,10 +32,11 @@ more seeds (``--seeds``).
 
 Result (5 seeds, ``--case fedma --seeds 5``; paired diff = oneshot - naive, sign-flip p):
 IID 0.830 +- 0.014 vs 0.688 +- 0.083, +0.142 +- 0.087, p 0.031, 5/5 seeds; Dirichlet(0.5)
-0.738 +- 0.060 vs 0.488 +- 0.131, +0.249 +- 0.108, p 0.031, 5/5. The direction is reproduced
-in both; the 20-point margin under Dirichlet(0.5) only (IID: 14 points, the naive average
-being less hurt when the 4 clients see the same label mix). One layer-wise pass from a common
-initialisation: 0.828 +- 0.013.
+0.738 +- 0.060 vs 0.488 +- 0.131, +0.249 +- 0.108, p 0.031, 5/5 (p of the plain direction).
+Against the 20-point margin: IID contradicted (14 points, p 0.938: the naive average is less
+hurt when the 4 clients see the same label mix), Dirichlet(0.5) inconclusive (25 points on
+average, p 0.188: one seed of 5 at +7). One layer-wise pass from a common initialisation:
+0.828 +- 0.013, reproduced (direction, p 0.031).
 """
 
 from benchmarks.heterogeneity_study.cases.base import CASES, Case, Comparison
@@ -74,8 +76,8 @@ CASE = CASES.register(
             },
         },
         comparisons=(
-            Comparison("oneshot-iid", "naive-iid"),
-            Comparison("oneshot-dir", "naive-dir"),
+            Comparison("oneshot-iid", "naive-iid", margin=0.20),
+            Comparison("oneshot-dir", "naive-dir", margin=0.20),
             Comparison("layerwise-dir", "naive-dir"),
         ),
     )
