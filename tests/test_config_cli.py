@@ -129,7 +129,7 @@ def test_section_must_be_mapping() -> None:
         ("partition", "foo", "data.partition", tuple(PARTITIONS)),
         ("dataset", "imagenet", "data.dataset", tuple(DATASETS)),
         ("round_policy", "async", "clock.round_policy", tuple(POLICIES)),
-        ("model", "resnet", "model.model", ("logreg", "mlp", "cnn")),
+        ("model", "resnet", "model.model", ("logreg", "mlp", "mlp1", "cnn")),
         ("norm", "layer", "model.norm", ("none", "batch")),
         ("algorithm", "fedsgd", "algorithm.algorithm", ("fedavg", "feddyn", "fedprox", "scaffold")),
         ("backend", "dask", "execution.backend", ("ray", "local")),

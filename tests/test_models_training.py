@@ -82,7 +82,7 @@ def test_cnn_needs_image_input() -> None:
         ModelSpec("cnn", (60,), 10).build()
     with pytest.raises(ValueError, match="smaller than 8x8"):
         ModelSpec("cnn", (1, 4, 4), 10).build()
-    with pytest.raises(ValueError, match=r"valid: \['cnn', 'logreg', 'mlp'\]"):
+    with pytest.raises(ValueError, match=r"valid: \['cnn', 'logreg', 'mlp', 'mlp1'\]"):
         ModelSpec("resnet", (1, 8, 8), 10).build()
 
 

@@ -19,8 +19,10 @@ An algorithm is a class registered by name (:func:`simulator.algorithms.register
   the client's store rows, its batches of one epoch, ``forward`` and ``split``) it
   returns the start parameters and store rows to write (FedALA's adaptive local aggregation);
   :meth:`Algorithm.start_iterations` bounds, per chunk and outside vmap, the iterations it may
-  take. The trainer (:mod:`simulator.training.loop`) calls it after placing the given starts and
-  before the local steps, in both paths, only where a class overrides it; the start's rows join
+  take, and :meth:`Algorithm.start_noise_size` the standard normals it draws from the client's
+  own seeded stream (FedMA's own initialisations). The trainer
+  (:mod:`simulator.training.loop`) calls it after placing the given starts and before the
+  local steps, in both paths, only where a class overrides it; the start's rows join
   the client's outputs, the finish's rows win on a shared key;
 * **its optimizer** (:meth:`Algorithm.optimizer`): SGD with momentum and weight decay;
 * **what the server sends**: the server-state tensors named in :attr:`Algorithm.sends` go to
@@ -29,7 +31,11 @@ An algorithm is a class registered by name (:func:`simulator.algorithms.register
 * **its server update** (:meth:`Algorithm.server_update`), which sees the defended aggregate, the
   rows, the verdicts and the extras in a :class:`ServerRound`;
 * **which parameters are shared** (aggregated, defended, recorded on the ledger) and which stay on
-  the client (:meth:`Algorithm.local_parameters`, e.g. FedBN's BatchNorm).
+  the client (:meth:`Algorithm.local_parameters`, e.g. FedBN's BatchNorm);
+* **which defenses and round policies it accepts** (:attr:`Algorithm.rules`,
+  :attr:`Algorithm.policies`; None: any): a server update that reads the raw rows in its own
+  way (FedMA's matching) names the few whose result it can use, and a run with another one is
+  refused in one line.
 
 State lives outside the algorithm object: per-client tensors in the run's
 :class:`~simulator.state.store.ClientStore`, server tensors in the ``server`` dict the engine keeps
@@ -161,6 +167,7 @@ class WireInfo:
     label_counts : ``() -> [K, C]`` int64 counts of each selected client's training labels
         (computed only when called).
     slices : where each named tensor of the flat model lies.
+    server : the algorithm's server state as the round starts (read only).
     """
 
     client_ids: np.ndarray
@@ -169,6 +176,8 @@ class WireInfo:
     label_counts: Callable[[], np.ndarray]
     slices: dict[str, slice] = field(default_factory=dict)
     row_size: int = 0
+    #: the algorithm's server state as the round starts (read only; FedMA's stage)
+    server: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -222,6 +231,12 @@ class Algorithm:
     #: parameters) that multiplies each client's gradient: 1 trains an entry, 0 freezes it
     #: (and its momentum and weight decay); None trains every entry
     train_mask: ClassVar[str | None] = None
+    #: the defenses (registered names) whose result the server update can use; None: any. A
+    #: run with another defense is refused in one line (:func:`simulator.round.parts.check_upload`)
+    rules: ClassVar[tuple[str, ...] | None] = None
+    #: the round policies (registered names) the server update can follow; None: any (e.g.
+    #: only those whose rows were all trained from the round's global model)
+    policies: ClassVar[tuple[str, ...] | None] = None
     #: clients may hold models of different architectures (``--model-groups``: a model per
     #: client group, each trained on its own). Such an algorithm's rows are not model updates
     #: and have the same size for every group (:meth:`row_entries`), it keeps its clients'
@@ -336,6 +351,12 @@ class Algorithm:
         for each client alone); the start sees it as ``Start.iterations``. A client's start
         must give the same result under any bound at least its own (extra iterations frozen
         per client), so the two paths agree. Default: 0."""
+        return 0
+
+    def start_noise_size(self, layout: Any) -> int:
+        """Standard-normal draws :meth:`client_start` reads as ``Start.noise`` (``layout``: the
+        model's :class:`~simulator.training.flat.FlatLayout`), from each client's own seeded
+        stream (apart from its steps' noise), so both paths see the same draws. Default: 0."""
         return 0
 
     def optimizer(self) -> Optimizer:

@@ -161,7 +161,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str = field_of("mlp", "architecture", ("logreg", "mlp", "cnn"))
+    model: str = field_of("mlp", "architecture", ("logreg", "mlp", "mlp1", "cnn"))
     hidden: int = field_of(64, "hidden width (MLP layers, CNN representation)")
     norm: str = field_of("none", "normalization layers", ("none", "batch"))
     model_groups: tuple[str, ...] = field_of(

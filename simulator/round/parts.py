@@ -24,10 +24,30 @@ def check_cohort(defense: Defense, cohort: int) -> None:
         raise ValueError(f"defense {defense.name!r}: needs {why} with {cohort} clients a round")
 
 
+def check_accepted(algorithm: Algorithm, defense: Defense, policy: object) -> None:
+    """Refuse a defense or a round policy the algorithm does not name among those it accepts
+    (:attr:`~simulator.algorithms.base.Algorithm.rules`, ``policies``; None: any): one line
+    naming the accepted ones."""
+    rules, policies = algorithm.rules, algorithm.policies
+    if rules is not None and defense.name not in rules:
+        raise ValueError(
+            f"defense {defense.name!r}: algorithm {algorithm.name!r} accepts only the "
+            f"defenses {list(rules)} (its server update reads the rows its own way)"
+        )
+    name = getattr(policy, "name", None)
+    if policies is not None and name not in policies:
+        raise ValueError(
+            f"round policy {name!r}: algorithm {algorithm.name!r} accepts only the round "
+            f"policies {list(policies)}"
+        )
+
+
 def check_upload(algorithm: Algorithm, defense: Defense, attack: object, policy: object) -> None:
-    """Refuse a defense, a model attack or a row-adjusting round policy that only makes sense
-    on model updates when the algorithm's clients send something else (predictions, condensed
+    """Refuse a defense or round policy the algorithm does not accept (:func:`check_accepted`),
+    and a defense, a model attack or a row-adjusting round policy that only makes sense on
+    model updates when the algorithm's clients send something else (predictions, condensed
     data): one line naming why."""
+    check_accepted(algorithm, defense, policy)
     upload = algorithm.upload
     if upload == "update":
         return

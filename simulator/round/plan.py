@@ -172,7 +172,7 @@ def make_plan(
     mal = ctx.adversary.malicious(selected, stream(seed, rnd, Stream.ATTACK))
     epochs = ctx.algorithm.client_epochs(len(selected), stream(seed, rnd, Stream.EPOCHS))
     sizes = ctx.train_clients.sizes(selected)
-    wire, writes = plan_wire(ctx, rnd, selected)
+    wire, writes = plan_wire(ctx, rnd, selected, server_state)
     new = arrivals(ctx, rnd, selected, epochs, sizes, start, wire)
     dropout, lost_s = dropouts(ctx, start, new) if cfg.clock.dropout else ([], 0.0)
     if dropout:

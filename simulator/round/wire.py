@@ -70,8 +70,11 @@ def label_counts(ctx: RoundContext, ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def dense_bytes(ctx: RoundContext, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The algorithm's ``(upload, download)`` bytes of clients ``ids`` (sorted), checked."""
+def dense_bytes(
+    ctx: RoundContext, ids: np.ndarray, server: dict[str, torch.Tensor] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The algorithm's ``(upload, download)`` bytes of clients ``ids`` (sorted), checked;
+    ``server``: the algorithm's server state as the round starts (``WireInfo.server``)."""
     w = WireInfo(
         ids,
         ctx.space.shared_size,
@@ -79,6 +82,7 @@ def dense_bytes(ctx: RoundContext, ids: np.ndarray) -> tuple[np.ndarray, np.ndar
         lambda: label_counts(ctx, ids),
         dict(ctx.fed.layout.slices),
         row_size=ctx.space.size,
+        server=dict(server or {}),
     )
     up, down = ctx.algorithm.wire_bytes(w)
     up, down = np.asarray(up, np.float64), np.asarray(down, np.float64)
@@ -99,12 +103,16 @@ def held_previous(store: ClientStore, ids: np.ndarray, rnd: int) -> np.ndarray:
 
 
 def plan_wire(
-    ctx: RoundContext, rnd: int, selected: np.ndarray
+    ctx: RoundContext,
+    rnd: int,
+    selected: np.ndarray,
+    server: dict[str, torch.Tensor] | None = None,
 ) -> tuple[WireBytes, list[tuple[str, np.ndarray, np.ndarray]]]:
     """The round's transfers, and the client-state writes they imply (who now holds round
-    ``rnd``'s model, when downloads are compressed)."""
+    ``rnd``'s model, when downloads are compressed); ``server``: the algorithm's server state
+    as the round starts."""
     comp, row, model = ctx.compression, ctx.space.size, ctx.space.shared_size
-    up, down = dense_bytes(ctx, selected)
+    up, down = dense_bytes(ctx, selected, server)
     writes: list[tuple[str, np.ndarray, np.ndarray]] = []
     holds = np.zeros(len(selected), bool)
     if comp.download and len(selected):

@@ -193,10 +193,12 @@ class ClientStep:
         y: torch.Tensor,
         m: torch.Tensor,
         buffers: dict,
+        noise: torch.Tensor,
         iterations: int,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The step's ``client_start`` for one client: its start ``[P]`` and store rows;
-        ``x, y, m`` are its batches of one epoch, ``m`` marking each sample once."""
+        ``x, y, m`` are its batches of one epoch, ``m`` marking each sample once; ``noise``
+        its start's draws (``[D]``)."""
         start, rows = self.step.client_start(
             Start(
                 pflat,
@@ -209,6 +211,7 @@ class ClientStep:
                 self.eval_forward(buffers),
                 self.split,
                 iterations,
+                noise,
             )
         )
         return start, dict(rows)

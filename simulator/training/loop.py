@@ -16,7 +16,7 @@ from torch.func import vmap
 
 from simulator.training.client_step import ClientStep
 from simulator.training.flat import FlatLayout
-from simulator.training.noise import client_noise
+from simulator.training.noise import START_TAG, client_noise
 from simulator.training.phases import Phase, public_phase
 from simulator.training.spec import LocalSpec, make_schedule
 from simulator.training.step import PLAIN, PUBLIC_INPUTS
@@ -77,6 +77,13 @@ class LocalTraining:
         self.noise = client_noise(seeds, mask.shape[1], n_noise, device)
         self.private = Phase(xs, ys, mask_t, self.noise)
         self.cs = ClientStep(model, layout, step_obj, gflat, shared, self.aux, noisy=n_noise > 0)
+        # the start's draws ([K, D]), from each client's own stream apart from its steps'
+        n_start = (
+            int(step_obj.start_noise_size(layout))
+            if self.cs.starts and hasattr(step_obj, "start_noise_size")
+            else 0
+        )
+        self.start_noise = client_noise(seeds, 1, n_start, device, tag=START_TAG)[:, 0]
         self.before, self.after = self.public_phases(step_obj, shared, seeds, spec, n_noise)
         self.randomness = "different" if getattr(step_obj, "random", False) else "error"
         self.grad_mask = self.make_grad_mask(step_obj, shared)
@@ -228,12 +235,21 @@ class LocalTraining:
         if i is None:
             n_it = int(self.step_obj.start_iterations(state))
             new, rows = vmap(
-                lambda *a: cs.start(*a, n_it), in_dims=(0 if own else None, 0, 0, 0, 0, 0)
-            )(pflat if own else self.gflat, state, self.xs1, self.ys1, self.first, buffers)
+                lambda *a: cs.start(*a, n_it), in_dims=(0 if own else None, 0, 0, 0, 0, 0, 0)
+            )(
+                pflat if own else self.gflat,
+                state,
+                self.xs1,
+                self.ys1,
+                self.first,
+                buffers,
+                self.start_noise,
+            )
         else:
             n_it = int(self.step_obj.start_iterations({n: t[i : i + 1] for n, t in state.items()}))
             own = {n: t[i] for n, t in state.items()}
-            new, rows = cs.start(pflat, own, self.xs1[i], self.ys1[i], self.first[i], buffers, n_it)
+            x, y, m, nz = self.xs1[i], self.ys1[i], self.first[i], self.start_noise[i]
+            new, rows = cs.start(pflat, own, x, y, m, buffers, nz, n_it)
         return new.detach().contiguous(), {t: v.detach() for t, v in rows.items()}
 
     def stacked(

@@ -138,6 +138,16 @@ def mlp(
     return SplitModel(body, nn.Linear(hidden, num_classes))
 
 
+def mlp1(
+    input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64, norm: str = "none"
+) -> SplitModel:
+    """One-hidden-layer perceptron (784-100-10 in PFNM's and FedMA's one-shot MNIST runs)."""
+    body = nn.Sequential(
+        nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), _norm(norm, hidden, 1), nn.ReLU()
+    )
+    return SplitModel(body, nn.Linear(hidden, num_classes))
+
+
 def cnn(
     input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64, norm: str = "none"
 ) -> SplitModel:
@@ -173,7 +183,12 @@ def cnn(
     return SplitModel(nn.Sequential(*layers), nn.Linear(hidden, num_classes))
 
 
-MODELS: dict[str, Callable[..., SplitModel]] = {"logreg": logreg, "mlp": mlp, "cnn": cnn}
+MODELS: dict[str, Callable[..., SplitModel]] = {
+    "logreg": logreg,
+    "mlp": mlp,
+    "mlp1": mlp1,
+    "cnn": cnn,
+}
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,22 @@ _U = np.uint64
 _MASK64 = (1 << 64) - 1
 #: stream tag, so that a client's noise shares no draws with its other seeded uses
 _TAG = 0x5EED
+#: the tag of the stream a client's start draws from (``Algorithm.start_noise_size``), apart
+#: from its steps' noise
+START_TAG = 0x57A27
 
 
-def client_noise(seeds: Sequence[int], steps: int, size: int, device: torch.device) -> torch.Tensor:
+def client_noise(
+    seeds: Sequence[int], steps: int, size: int, device: torch.device, tag: int = _TAG
+) -> torch.Tensor:
     """``[K, S, size]`` float32 standard normals, client ``k``'s from its own stream (see the
-    module docstring); ``S = max(steps, 1)``; ``[K, S, 0]`` when ``size`` is 0."""
+    module docstring; ``tag`` names the stream: the steps' by default, :data:`START_TAG` for
+    the start's); ``S = max(steps, 1)``; ``[K, S, 0]`` when ``size`` is 0."""
     k, s = len(seeds), max(steps, 1)
     if size == 0 or k == 0:
         return torch.zeros(k, s, size, device=device)
     n = s * size
-    keys = mix64(mix64(np.array([int(x) & _MASK64 for x in seeds], dtype=_U)) ^ _U(_TAG))
+    keys = mix64(mix64(np.array([int(x) & _MASK64 for x in seeds], dtype=_U)) ^ _U(tag))
     h = mix64(keys[:, None] ^ mix64(np.arange((n + 1) // 2, dtype=_U))[None, :])
     # float32 throughout (exact for 24-bit integers; numpy vectorizes its float32 log/cos/sin)
     u1 = ((h >> _U(40)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0**-24)

@@ -41,6 +41,10 @@ class Start:
     iterations : the chunk's bound from
         :meth:`~simulator.algorithms.base.Algorithm.start_iterations` (a Python int, the same
         for every client of the chunk).
+    noise : ``[D]`` standard normals from the client's own seeded stream
+        (:meth:`~simulator.algorithms.base.Algorithm.start_noise_size` of them, a stream apart
+        from its steps' noise: :data:`simulator.training.noise.START_TAG`), the same on both
+        paths; ``[0]`` when the algorithm asks none (None where no trainer built the start).
     """
 
     flat: torch.Tensor
@@ -53,6 +57,7 @@ class Start:
     forward: Callable[[dict[str, torch.Tensor], torch.Tensor], Any]
     split: Callable[[torch.Tensor], dict[str, torch.Tensor]]
     iterations: int = 0
+    noise: Any = None
 
 
 @dataclass(frozen=True)
