@@ -17,7 +17,7 @@ import torch
 from conftest import small_config
 
 from simulator.algorithms import WireInfo, make_algorithm
-from simulator.algorithms.base import ServerRound
+from simulator.algorithms.exchange import ServerRound
 from simulator.algorithms.fedvb import BRANCHES, branch_loss
 from simulator.algorithms.fedvb_head import ACTIVE, BranchHead, sent_branches
 from simulator.config.fields import ConfigError

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.algorithms.base import Algorithm, Optimizer, Param, ServerRound, WireInfo
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import Optimizer, ServerRound, WireInfo
+from simulator.algorithms.params import Param
 from simulator.config.fields import ConfigError
 from simulator.config.learning import AlgorithmConfig
 from simulator.registry import Registry

@@ -6,8 +6,7 @@ An algorithm is a class registered by name (:func:`simulator.algorithms.register
   ``--algorithm-param KEY=VALUE``; an unknown name lists the valid ones;
 * **its client step**, written for ONE client: :meth:`Algorithm.client_loss` gets a
   :class:`~simulator.training.step.Step` (the client's parameters, its batch, the model's features
-  and
-  logits, the masked cross-entropy, the global model, the client's own tensors from the
+  and logits, the masked cross-entropy, the global model, the client's own tensors from the
   client-state store and the tensors the server sent) and returns the local objective. The
   trainer runs it vmapped over a chunk of clients or one client at a time (the reference); it must
   be vmap-safe (pure tensor code, no data-dependent Python control flow). After the local steps
@@ -39,20 +38,19 @@ An algorithm is a class registered by name (:func:`simulator.algorithms.register
 
 State lives outside the algorithm object: per-client tensors in the run's
 :class:`~simulator.state.store.ClientStore`, server tensors in the ``server`` dict the engine keeps
-and
-checkpoints. The object itself holds only its validated parameters, so it can travel to actors.
+and checkpoints. The object itself holds only its validated parameters, so it can travel to actors.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from simulator.algorithms.exchange import Optimizer, ServerRound, WireInfo
+from simulator.algorithms.params import Param, coerce
 from simulator.config.fields import ConfigError
 from simulator.config.learning import AlgorithmConfig
 
@@ -60,135 +58,6 @@ from simulator.config.learning import AlgorithmConfig
 #: the row the client sends (:meth:`Algorithm.row_entries`), or one entry per sample of the
 #: server's public set and class (``|D_r| x C``: predictions on it); an int is that many entries
 STATE_SHAPES = ("params", "model", "row", "public")
-
-
-@dataclass(frozen=True)
-class Param:
-    """One algorithm parameter: default, a check and its meaning (shown in errors and --help)."""
-
-    default: Any
-    help: str
-    check: Callable[[Any], bool] = field(default=lambda v: True)
-    rule: str = "any"
-    kind: type = float
-
-
-def positive(help: str, default: float) -> Param:
-    """A float parameter > 0."""
-    return Param(default, help, lambda v: v > 0, "> 0")
-
-
-def non_negative(help: str, default: float) -> Param:
-    """A float parameter >= 0."""
-    return Param(default, help, lambda v: v >= 0, ">= 0")
-
-
-def _coerce(name: str, key: str, p: Param, value: Any) -> Any:
-    if isinstance(value, str) and p.kind in (float, int):  # YAML reads "1e-3" as a string
-        try:
-            value = p.kind(value)
-        except ValueError:
-            pass
-    if p.kind is bool and isinstance(value, str) and value.lower() in ("true", "false"):
-        value = value.lower() == "true"
-    if p.kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    ok = isinstance(value, p.kind) and not (p.kind is not bool and isinstance(value, bool))
-    if ok and p.kind is float:
-        ok = math.isfinite(value)
-    if not ok or not p.check(value):
-        raise ConfigError(
-            f"algorithm.algorithm_params: {name} {key}={value!r} invalid; "
-            f"must be {p.kind.__name__} {p.rule}"
-        )
-    return value
-
-
-@dataclass
-class ServerRound:
-    """What an algorithm's server update sees (all tensors on the CPU, float32).
-
-    Attributes
-    ----------
-    round : the round index.
-    global_flat : ``[P]`` the global model the round started from.
-    delta : ``[P]`` the defended aggregate update (zero at the entries kept on clients); for an
-        algorithm whose :attr:`Algorithm.upload` is not ``"update"``, the defended aggregate of
-        its rows (``[R]``, the rows' space).
-    client_ids : ``[K]`` the clients whose updates arrived, in row order.
-    kept : ``[K]`` the defense's verdict per row (True = aggregated).
-    weights : ``[K]`` each row's share of the aggregate (0 for rejected rows).
-    extras : named ``[K, ...]`` tensors the clients returned beside their rows.
-    server : the algorithm's server state (mutate it in place).
-    num_clients : N, the population size.
-    slices : where each named tensor of the flat model lies in ``global_flat``.
-    store : the run's client-state store (:class:`~simulator.state.store.ClientStore`): per-client
-        rows the server update keeps beside the clients' own (FedUFO's scores; declare the table
-        on first use); None where no run holds one (a replay of recorded rounds).
-    rows : ``[K, R]`` the rows the clients sent, aligned with ``client_ids`` (rejected ones
-        included: ``kept`` says which the defense kept), for an algorithm that
-        :attr:`~Algorithm.reads_rows` (the ledger's replay passes the recorded rows); None
-        otherwise.
-    model_spec : the model's :class:`~simulator.training.models.ModelSpec`, for a server update
-        that builds or trains the model itself (FedAF's training on condensed data, a fresh
-        initialisation); None where not given.
-    seed : the experiment seed, for the server update's own draws (derive them from it and
-        ``round``).
-    """
-
-    round: int
-    global_flat: torch.Tensor
-    delta: torch.Tensor
-    client_ids: np.ndarray
-    kept: np.ndarray
-    weights: np.ndarray
-    extras: dict[str, torch.Tensor]
-    server: dict[str, torch.Tensor]
-    num_clients: int
-    slices: dict[str, slice] = field(default_factory=dict)
-    store: Any = None
-    rows: torch.Tensor | None = None
-    model_spec: Any = None
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class WireInfo:
-    """What an algorithm reads to size a round's transfers, before any client trains
-    (:meth:`Algorithm.wire_bytes`; the virtual clock's transfer times use the result).
-
-    Attributes
-    ----------
-    client_ids : ``[K]`` the selected clients, sorted.
-    shared_size : entries of one shared update row (the model's shared parameters).
-    row_size : entries of one row as a client sends it: ``shared_size`` for model updates,
-        :meth:`Algorithm.row_entries` resolved for other uploads (0: not given).
-    num_classes : classes of the dataset.
-    label_counts : ``() -> [K, C]`` int64 counts of each selected client's training labels
-        (computed only when called).
-    slices : where each named tensor of the flat model lies.
-    server : the algorithm's server state as the round starts (read only).
-    """
-
-    client_ids: np.ndarray
-    shared_size: int
-    num_classes: int
-    label_counts: Callable[[], np.ndarray]
-    slices: dict[str, slice] = field(default_factory=dict)
-    row_size: int = 0
-    #: the algorithm's server state as the round starts (read only; FedMA's stage)
-    server: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Optimizer:
-    """The client optimizer: SGD with (heavy-ball) momentum and L2 weight decay, as
-    ``torch.optim.SGD(lr, momentum, weight_decay)`` with dampening 0; the momentum buffer starts
-    at zero every round."""
-
-    lr: float
-    momentum: float = 0.0
-    weight_decay: float = 0.0
 
 
 class Algorithm:
@@ -258,7 +127,7 @@ class Algorithm:
                 f"{unknown[0]!r}; valid: {sorted(self.params)}"
             )
         self.p: dict[str, Any] = {
-            k: _coerce(self.name, k, spec, params.get(k, spec.default))
+            k: coerce(self.name, k, spec, params.get(k, spec.default))
             for k, spec in self.params.items()
         }
 

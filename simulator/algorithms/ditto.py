@@ -50,7 +50,8 @@ import torch
 import torch.nn.functional as F
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, non_negative
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.params import non_negative
 from simulator.training.step import Step
 
 #: the client-state table holding each client's personal model

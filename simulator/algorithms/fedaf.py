@@ -94,7 +94,8 @@ import torch
 import torch.nn.functional as F
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, Optimizer, Param, ServerRound, WireInfo
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import Optimizer, ServerRound, WireInfo
 from simulator.algorithms.fedaf_losses import (
     ServerObjective,
     cdc_term,
@@ -105,6 +106,7 @@ from simulator.algorithms.fedaf_losses import (
     split_as,
     union,
 )
+from simulator.algorithms.params import Param
 from simulator.config.fields import ConfigError
 from simulator.rng import client_seeds
 from simulator.training.flat import FlatLayout

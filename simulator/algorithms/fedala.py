@@ -76,7 +76,8 @@ import torch
 import torch.nn.functional as F
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, Param
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.params import Param
 from simulator.config.fields import ConfigError
 from simulator.training.step import Finish, Start
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 import torch
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, ServerRound, positive
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import ServerRound
+from simulator.algorithms.params import positive
 from simulator.training.step import Finish, Step
 
 

@@ -67,8 +67,10 @@ from typing import Any
 import torch
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, Param, ServerRound, positive
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import ServerRound
 from simulator.algorithms.fedfa_layer import VARIANTS, insert_ffa, layer_gammas, noise_per_step
+from simulator.algorithms.params import Param, positive
 from simulator.config.fields import ConfigError
 from simulator.training.step import Finish
 

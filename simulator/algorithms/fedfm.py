@@ -53,7 +53,9 @@ import torch
 import torch.nn.functional as F
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, Param, ServerRound, non_negative, positive
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import ServerRound
+from simulator.algorithms.params import Param, non_negative, positive
 from simulator.training.step import Finish, Step
 
 

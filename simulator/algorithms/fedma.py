@@ -78,7 +78,8 @@ import numpy as np
 import torch
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, Param, ServerRound, WireInfo, positive
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import ServerRound, WireInfo
 from simulator.algorithms.fedma_layers import (
     Net,
     label_weighted,
@@ -89,6 +90,7 @@ from simulator.algorithms.fedma_layers import (
 )
 from simulator.algorithms.fedma_match import COSTS, Cost
 from simulator.algorithms.fedma_merge import match_into, one_shot, stage_permutations, widths
+from simulator.algorithms.params import Param, positive
 from simulator.config.fields import ConfigError
 from simulator.training.step import Finish, Start
 

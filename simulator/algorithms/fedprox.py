@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, non_negative
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.params import non_negative
 from simulator.training.step import Step
 
 

@@ -75,7 +75,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, Param, ServerRound, non_negative
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import ServerRound
 from simulator.algorithms.fedufo_losses import (
     DISC,
     cgr_target,
@@ -87,6 +88,7 @@ from simulator.algorithms.fedufo_losses import (
     split_as,
     uniform_loss,
 )
+from simulator.algorithms.params import Param, non_negative
 from simulator.config.fields import ConfigError
 from simulator.training.step import Finish, Step
 

@@ -77,7 +77,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, Param, ServerRound, WireInfo
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import ServerRound, WireInfo
 from simulator.algorithms.fedvb_head import (
     HEAD,
     BranchHead,
@@ -85,6 +86,7 @@ from simulator.algorithms.fedvb_head import (
     num_branches,
     sent_branches,
 )
+from simulator.algorithms.params import Param
 from simulator.config.fields import ConfigError
 from simulator.training.step import Finish, Step
 

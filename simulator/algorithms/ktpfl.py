@@ -68,8 +68,10 @@ import torch
 import torch.nn.functional as F
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, Param, ServerRound, WireInfo, non_negative
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import ServerRound, WireInfo
 from simulator.algorithms.ktpfl_coef import coefficient_step, targets
+from simulator.algorithms.params import Param, non_negative
 from simulator.training.step import PUBLIC_INPUTS, Finish, Step
 
 #: the client-state table of each client's personalized target on the public set

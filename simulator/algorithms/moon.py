@@ -51,7 +51,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, Param, non_negative, positive
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.params import Param, non_negative, positive
 from simulator.config.fields import ConfigError
 from simulator.training.step import Finish, Step
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 
 from simulator.algorithms import register
-from simulator.algorithms.base import Algorithm, ServerRound
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import ServerRound
 from simulator.training.step import Finish, Step
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from simulator.algorithms.base import Algorithm, WireInfo
+from simulator.algorithms.base import Algorithm
+from simulator.algorithms.exchange import WireInfo
 from simulator.compression import Compressor
 from simulator.round.context import RoundContext
 from simulator.round.types import InFlight

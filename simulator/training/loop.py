@@ -17,9 +17,9 @@ from torch.func import vmap
 from simulator.training.client_step import ClientStep
 from simulator.training.flat import FlatLayout
 from simulator.training.noise import START_TAG, client_noise
-from simulator.training.phases import Phase, public_phase
-from simulator.training.spec import LocalSpec, make_schedule
-from simulator.training.step import PLAIN, PUBLIC_INPUTS
+from simulator.training.phases import Phase, grad_mask, public_phases
+from simulator.training.spec import LocalSpec, client_batches
+from simulator.training.step import PLAIN
 
 
 class LocalTraining:
@@ -45,23 +45,12 @@ class LocalTraining:
         step_obj = self.step_obj = spec.step if spec.step is not None else PLAIN
         self.k = k = len(client_idx)
         sizes = [len(ix) for ix in client_idx]
-        local, mask = make_schedule(sizes, epochs, seeds, spec.batch_size)
-        self.n_steps = mask.shape[1]
-        rows = np.stack(
-            [
-                np.asarray(ix, dtype=np.int64)[local[i]] if len(ix) else local[i]
-                for i, ix in enumerate(client_idx)
-            ]
-        )
         device = self.device = global_flat.device
-        rows_t = torch.from_numpy(rows).to(device)
+        xs, ys, mask = client_batches(
+            x_all, y_all, client_idx, epochs, seeds, spec, poisoned, device
+        )
+        self.n_steps = mask.shape[1]
         self.mask_t = mask_t = torch.from_numpy(mask).to(device)
-        xs, ys = x_all[rows_t], y_all[rows_t]  # [K, S, B, ...]: one gather per round
-        if spec.data_attack is not None and poisoned is not None:
-            for i in np.flatnonzero(np.asarray(poisoned, dtype=bool)):
-                xs[i], ys[i] = spec.data_attack.poison(
-                    xs[i], ys[i], num_classes=spec.num_classes, seed=int(seeds[i])
-                )
         self.xs, self.ys = xs, ys
         self.active = mask_t.sum(-1) > 0  # [K, S]
         self.p_num = p_num = layout.num_params
@@ -84,9 +73,12 @@ class LocalTraining:
             else 0
         )
         self.start_noise = client_noise(seeds, 1, n_start, device, tag=START_TAG)[:, 0]
-        self.before, self.after = self.public_phases(step_obj, shared, seeds, spec, n_noise)
+        works = (mask_t.sum((1, 2)) > 0).cpu().numpy()
+        self.before, self.after = public_phases(
+            step_obj, shared, seeds, spec.batch_size, n_noise, self.cs.plain, works
+        )
         self.randomness = "different" if getattr(step_obj, "random", False) else "error"
-        self.grad_mask = self.make_grad_mask(step_obj, shared)
+        self.grad_mask = grad_mask(step_obj, shared, gflat.dtype, p_num, list(self.aux.values()))
         self.lr, self.wd, self.mom = spec.lr, spec.weight_decay, spec.momentum
         self.steps = self.active.sum(-1)
         # each sample once (the first epoch's rows), for what a client computes after training
@@ -96,50 +88,6 @@ class LocalTraining:
             torch.arange(s1, device=device)[None, :] < per_epoch[:, None]
         ).unsqueeze(-1).to(mask_t.dtype)
         self.xs1, self.ys1 = xs[:, :s1], ys[:, :s1]
-
-    def make_grad_mask(
-        self, step_obj: object, shared: dict[str, torch.Tensor]
-    ) -> torch.Tensor | None:
-        """The step's :attr:`~simulator.algorithms.base.Algorithm.train_mask` (a sent ``[P]``
-        tensor over the trainable parameters) extended by ones over the trained client-state
-        tables; None when every entry trains."""
-        name = getattr(step_obj, "train_mask", None)
-        if name is None:
-            return None
-        if name not in shared:
-            raise ValueError(f"train_mask {name!r} is not among the tensors the server sends")
-        m = shared[name].to(self.gflat.dtype).reshape(-1)
-        if m.numel() != self.p_num:
-            raise ValueError(
-                f"train_mask {name!r}: {m.numel()} entries for {self.p_num} trainable parameters"
-            )
-        ones = [torch.ones(n, dtype=m.dtype, device=m.device) for n in self.aux.values()]
-        return torch.cat([m, *ones]) if ones else m
-
-    def public_phases(
-        self,
-        step_obj: object,
-        shared: dict[str, torch.Tensor],
-        seeds: Sequence[int],
-        spec: LocalSpec,
-        n_noise: int,
-    ) -> tuple[Phase | None, Phase | None]:
-        """The passes over the public inputs (the sent tensor :data:`PUBLIC_INPUTS`) the
-        step takes before and after its local epochs (``public_passes``); None for none."""
-        passes = step_obj.public_passes() if hasattr(step_obj, "public_passes") else (0, 0)
-        if not any(passes):
-            return None, None
-        if PUBLIC_INPUTS not in shared:
-            raise ValueError(
-                f"public passes: the server sent no {PUBLIC_INPUTS!r} (the public set's inputs)"
-            )
-        if self.cs.plain:
-            raise ValueError("public passes need the step's own client_loss (no labels there)")
-        x, works = shared[PUBLIC_INPUTS], (self.mask_t.sum((1, 2)) > 0).cpu().numpy()
-        return tuple(  # type: ignore[return-value]
-            public_phase(x, seeds, n, spec.batch_size, n_noise, works) if n else None
-            for n in passes
-        )
 
     def start_aux(self, name: str, stored: torch.Tensor, data: tuple) -> torch.Tensor:
         """Where the trained client-state table ``name`` starts (the step's rule), from its

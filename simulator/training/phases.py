@@ -20,6 +20,7 @@ import torch
 
 from simulator.training.noise import client_noise
 from simulator.training.spec import make_schedule
+from simulator.training.step import PUBLIC_INPUTS
 
 #: the seed tag of the public passes' order and noise
 PUBLIC_TAG = 0x9B1C
@@ -97,4 +98,55 @@ def public_phase(
         torch.from_numpy(mask).to(device),
         client_noise(pseeds, mask.shape[1], noise_size, device),
         index,
+    )
+
+
+def grad_mask(
+    step_obj: object,
+    shared: dict[str, torch.Tensor],
+    dtype: torch.dtype,
+    p_num: int,
+    aux_sizes: Sequence[int],
+) -> torch.Tensor | None:
+    """The step's :attr:`~simulator.algorithms.base.Algorithm.train_mask` (a sent ``[P]`` tensor
+    over the ``p_num`` trainable parameters) extended by ones over the trained client-state
+    tables (``aux_sizes`` entries each); None when every entry trains."""
+    name = getattr(step_obj, "train_mask", None)
+    if name is None:
+        return None
+    if name not in shared:
+        raise ValueError(f"train_mask {name!r} is not among the tensors the server sends")
+    m = shared[name].to(dtype).reshape(-1)
+    if m.numel() != p_num:
+        raise ValueError(
+            f"train_mask {name!r}: {m.numel()} entries for {p_num} trainable parameters"
+        )
+    ones = [torch.ones(n, dtype=m.dtype, device=m.device) for n in aux_sizes]
+    return torch.cat([m, *ones]) if ones else m
+
+
+def public_phases(
+    step_obj: object,
+    shared: dict[str, torch.Tensor],
+    seeds: Sequence[int],
+    batch_size: int,
+    n_noise: int,
+    plain: bool,
+    works: np.ndarray,
+) -> tuple[Phase | None, Phase | None]:
+    """The passes over the public inputs (the sent tensor :data:`PUBLIC_INPUTS`) the step takes
+    before and after its local epochs (``public_passes``); None for none. ``plain``: the step
+    has no client_loss of its own; ``works``: ``[K]`` which clients train at all."""
+    passes = step_obj.public_passes() if hasattr(step_obj, "public_passes") else (0, 0)
+    if not any(passes):
+        return None, None
+    if PUBLIC_INPUTS not in shared:
+        raise ValueError(
+            f"public passes: the server sent no {PUBLIC_INPUTS!r} (the public set's inputs)"
+        )
+    if plain:
+        raise ValueError("public passes need the step's own client_loss (no labels there)")
+    x = shared[PUBLIC_INPUTS]
+    return tuple(  # type: ignore[return-value]
+        public_phase(x, seeds, n, batch_size, n_noise, works) if n else None for n in passes
     )

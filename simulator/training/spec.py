@@ -68,3 +68,34 @@ def make_schedule(
             idx[i, ep * nb : (ep + 1) * nb] = order.reshape(nb, batch_size)
             mask[i, ep * nb : (ep + 1) * nb] = valid.reshape(nb, batch_size)
     return idx, mask
+
+
+def client_batches(
+    x_all: torch.Tensor,
+    y_all: torch.Tensor,
+    client_idx: Sequence[np.ndarray],
+    epochs: Sequence[int],
+    seeds: Sequence[int],
+    spec: LocalSpec,
+    poisoned: Sequence[bool] | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """The K clients' batches ``xs [K, S, B, ...]``, ``ys [K, S, B]`` (one gather per round;
+    the data attack applied to the ``poisoned`` clients' batches) and the step mask
+    ``[K, S, B]`` of their schedules (:func:`make_schedule`)."""
+    sizes = [len(ix) for ix in client_idx]
+    local, mask = make_schedule(sizes, epochs, seeds, spec.batch_size)
+    rows = np.stack(
+        [
+            np.asarray(ix, dtype=np.int64)[local[i]] if len(ix) else local[i]
+            for i, ix in enumerate(client_idx)
+        ]
+    )
+    rows_t = torch.from_numpy(rows).to(device)
+    xs, ys = x_all[rows_t], y_all[rows_t]
+    if spec.data_attack is not None and poisoned is not None:
+        for i in np.flatnonzero(np.asarray(poisoned, dtype=bool)):
+            xs[i], ys[i] = spec.data_attack.poison(
+                xs[i], ys[i], num_classes=spec.num_classes, seed=int(seeds[i])
+            )
+    return xs, ys, mask
