@@ -15,8 +15,7 @@ epoch before its local test: ``--client-finetune-epochs 1``); FedALA (each clien
 model). The claim (the notes' pass rule; the seed reports FedALA 99.88 against FedAvg 97.93 on
 MNIST's pathological split, +1.95): FedALA's mean local-test accuracy is at least FedAvg's + 2
 points and at least the fine-tune arm's - 0.5. The comparisons below carry these margins
-(FedALA above FedAvg by 0.02; FedALA above the fine-tune arm minus 0.005);
-the margins are read off the table.
+(FedALA above FedAvg by 0.02; FedALA above the fine-tune arm minus 0.005).
 """
 
 from benchmarks.heterogeneity_study.cases.base import CASES, Case, Comparison

@@ -15,8 +15,9 @@ which the ``class_affinity`` score reads the final coefficients.
 Arms: Local (no transfer: no distillation pass), FedMD (KT-pFL with c fixed at 1/N, the
 cohort's mean prediction as every client's target) and KT-pFL. Claims (the notes'): KT-pFL's
 mean per-client accuracy is at least FedMD's + 1 point and at least Local's, and the learned c
-favours peers that share a class, in at least 80% of its columns. The harness's comparisons
-check the directions; the margins (1 point, 80%) are read from the reported means.
+favours peers that share a class, in at least 80% of its columns. The comparison with FedMD carries
+the 1-point margin; the 80% share is read from the ``class_affinity`` means (an absolute
+threshold, not a difference between arms).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ CASE = CASES.register(
             "ktpfl": {"algorithm_params": KT},
         },
         comparisons=(
-            Comparison("ktpfl", "fedmd", "client_accuracy_mean"),
+            Comparison("ktpfl", "fedmd", "client_accuracy_mean", margin=0.01),
             Comparison("ktpfl", "local", "client_accuracy_mean"),
             Comparison("ktpfl", "fedmd", "class_affinity"),
         ),
