@@ -127,6 +127,7 @@ def test_paired_verdicts_with_a_margin_by_hand() -> None:
     assert v["reproduced"]
     v = stats.verdict(m, b, "higher", margin=4)
     assert v["p_value"] == 6 / 32 and v["verdict"] == "inconclusive"
+    assert v["wins"] == 3  # seeds ahead by more than the margin: diffs 5, 6, 7
     assert not v["reproduced"]
     v = stats.verdict(m, b, "higher", margin=6)
     assert v["verdict"] == "contradicted" and v["paired_diff_mean"] == 5

@@ -79,7 +79,8 @@ def verdict(
 
     Returns today's fields (``method_mean``/``_std``, ``baseline_mean``/``_std``, the signed
     ``gain`` of the means, ``reproduced``: the one-standard-deviation rule, ``wins``: seeds on
-    which the method is strictly ahead in the predicted direction) and the paired test's:
+    which the method is strictly ahead in the predicted direction, by more than ``margin``)
+    and the paired test's:
     ``paired_diffs`` (per seed, method minus baseline, negated for a ``lower`` prediction),
     ``paired_diff_mean``, ``paired_diff_std`` (ddof 1), ``p_value`` (:func:`sign_flip_p`) and
     ``verdict`` (:func:`classify`, on the mean of ``diff - margin``), and ``margin``.
@@ -104,7 +105,7 @@ def verdict(
         "baseline_std": b.std,
         "gain": gain,
         "reproduced": bool(gain - margin > max(m.std, b.std)),
-        "wins": sum(x > 0 for x in diffs),
+        "wins": sum(x > 0 for x in tested),
         "paired_diffs": diffs,
         "paired_diff_mean": d.mean,
         "paired_diff_std": d.std,
