@@ -58,7 +58,6 @@ from simulator.config.sections import Config  # noqa: E402
 from simulator.round.engine import Simulation  # noqa: E402
 from simulator.run.federation import build_federation  # noqa: E402
 
-
 #: algorithms the default run leaves out, and why (name them with --algorithm on a task that
 #: fits them)
 NOT_BY_DEFAULT = {"fedbn": "needs BatchNorm layers (--norm batch); the tasks' models have none"}
