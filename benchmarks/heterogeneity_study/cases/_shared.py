@@ -28,3 +28,22 @@ DIRICHLET_MNIST5K: dict[str, Any] = {
 }
 DIRICHLET_MNIST5K_QUICK: dict[str, Any] = {"rounds": 20}
 DIRICHLET_MNIST5K_FULL: dict[str, Any] = {"rounds": 50}
+
+#: PFLlib's pathological protocol on mnist5k: 2 label-sorted shards per client, 20 clients, all
+#: of them every round, a 75/25 train/test split of each client's rows, a 64-wide MLP, E = 1,
+#: batch 10, plain SGD lr 0.05 (the ``ditto``, ``fedala`` and ``multibranch`` cases)
+PATHOLOGICAL_MNIST5K: dict[str, Any] = {
+    "dataset": "mnist5k",
+    "partition": "shards",
+    "classes_per_client": 2,
+    "num_clients": 20,
+    "clients_per_round": 20,
+    "client_test_fraction": 0.25,
+    "model": "mlp",
+    "hidden": 64,
+    "local_epochs": 1,
+    "batch_size": 10,
+    "lr": 0.05,
+    "momentum": 0.0,
+    "weight_decay": 0.0,
+}

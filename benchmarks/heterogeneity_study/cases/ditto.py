@@ -17,6 +17,7 @@ paper's fairness claim (a more uniform accuracy across clients) is the second co
 lower standard deviation of the clients' accuracies.
 """
 
+from benchmarks.heterogeneity_study.cases._shared import PATHOLOGICAL_MNIST5K
 from benchmarks.heterogeneity_study.cases.base import CASES, Case, Comparison
 
 CASE = CASES.register(
@@ -24,21 +25,7 @@ CASE = CASES.register(
         name="ditto",
         claim="Ditto's personal models beat FedAvg's global model on each client's local test "
         "split under 2 pathological shards per client, and more uniformly",
-        base={
-            "dataset": "mnist5k",
-            "partition": "shards",
-            "classes_per_client": 2,
-            "num_clients": 20,
-            "clients_per_round": 20,
-            "client_test_fraction": 0.25,
-            "model": "mlp",
-            "hidden": 64,
-            "local_epochs": 1,
-            "batch_size": 10,
-            "lr": 0.05,
-            "momentum": 0.0,
-            "weight_decay": 0.0,
-        },
+        base=PATHOLOGICAL_MNIST5K,
         arms={
             "fedavg": {"algorithm": "fedavg"},
             "ditto": {"algorithm": "ditto", "algorithm_params": {"lam": 1.0}},

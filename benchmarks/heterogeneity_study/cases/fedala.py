@@ -18,6 +18,7 @@ points and at least the fine-tune arm's - 0.5. The comparisons below carry these
 (FedALA above FedAvg by 0.02; FedALA above the fine-tune arm minus 0.005).
 """
 
+from benchmarks.heterogeneity_study.cases._shared import PATHOLOGICAL_MNIST5K
 from benchmarks.heterogeneity_study.cases.base import CASES, Case, Comparison
 
 CASE = CASES.register(
@@ -26,21 +27,7 @@ CASE = CASES.register(
         claim="FedALA's local models beat FedAvg by >= 2 points of mean local-test accuracy "
         "under 2 pathological shards per client, and match FedAvg + 1 fine-tuning epoch "
         "(>= it - 0.5)",
-        base={
-            "dataset": "mnist5k",
-            "partition": "shards",
-            "classes_per_client": 2,
-            "num_clients": 20,
-            "clients_per_round": 20,
-            "client_test_fraction": 0.25,
-            "model": "mlp",
-            "hidden": 64,
-            "local_epochs": 1,
-            "batch_size": 10,
-            "lr": 0.05,
-            "momentum": 0.0,
-            "weight_decay": 0.0,
-        },
+        base=PATHOLOGICAL_MNIST5K,
         arms={
             "fedavg": {"algorithm": "fedavg"},
             "fedavg-ft1": {"algorithm": "fedavg", "client_finetune_epochs": 1},

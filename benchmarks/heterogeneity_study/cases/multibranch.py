@@ -30,6 +30,7 @@ the same inference rule. The seed does not make that claim; its verdict says how
 first one the inference rule alone explains.
 """
 
+from benchmarks.heterogeneity_study.cases._shared import PATHOLOGICAL_MNIST5K
 from benchmarks.heterogeneity_study.cases.base import CASES, Case, Comparison
 
 CASE = CASES.register(
@@ -38,19 +39,10 @@ CASE = CASES.register(
         claim="FedAvg with the multi-branch classifier (FedVB) beats the plain classifier on the "
         "mean local-test accuracy under 2 pathological shards per client (+5 points or more)",
         base={
+            **PATHOLOGICAL_MNIST5K,
             "dataset": "digits",
-            "partition": "shards",
-            "classes_per_client": 2,
             "num_clients": 10,
             "clients_per_round": 10,
-            "client_test_fraction": 0.25,
-            "model": "mlp",
-            "hidden": 64,
-            "local_epochs": 1,
-            "batch_size": 10,
-            "lr": 0.05,
-            "momentum": 0.0,
-            "weight_decay": 0.0,
         },
         arms={
             "fedavg": {"algorithm": "fedavg"},
