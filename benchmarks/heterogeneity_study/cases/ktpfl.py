@@ -1,16 +1,21 @@
 """KT-pFL (Zhang et al., NeurIPS 2021; lab deck L571-734) with clients of three architectures:
-the notes' reproduction case (methods-ktpfl-fedma-fedala-fedvb-siren.md, section 1).
+the notes' reproduction case (methods-ktpfl-fedma-fedala-fedvb-siren.md, section 1), on the
+suite's pathological MNIST regime.
 
-Digits (8x8) with a public unlabeled set of about 500 images (``public_fraction`` 0.35 of the
-1,437 training images: 503), 10 clients with 2 classes each (label-sorted shards, every class
-held by two clients), all of them every round, and three architectures by client id mod 3:
-MLPs of hidden width 32, 64 and 128 (``--model-groups``). Each client scores its own model on
-its local test split (25% of its rows). T = 3, lambda = 1, rho = 0.5 are the notes' values; the
-rest was fixed before any run and never tuned on a result: E = 5 local epochs, batch 10, plain
-SGD lr 0.05 (the ditto case's), R = 1 distillation pass over the public set, KT-pFL's default
+The notes' setting on the 8x8 digits (10 clients, 2 classes each) saturates: at stop 30 every
+arm reached 0.993 on 5 of 5 seeds, local training included, so no accuracy claim could be
+judged there. The seed gives no regime; the paper trains on EMNIST, Fashion-MNIST and CIFAR-10
+and its code (cugzj/KT-pFL) uses 20 clients. The case therefore moved, before any run of it, to
+the setting the ditto, fedala and multibranch cases share (``_shared.PATHOLOGICAL_MNIST5K``:
+the 5,000 MNIST digits, 20 clients with 2 label-sorted shards each, all of them every round,
+a 75/25 per-client train/test split, E = 1, batch 10, plain SGD lr 0.05), where local
+training scores ~0.95 (the multibranch case's fedavg-local arm), not 0.99. What the notes fix
+is kept: a public unlabeled set of 500 images (``public_fraction`` 0.125 of the 4,000
+training images), three architectures by client id mod 3, MLPs of hidden width 32, 64 and 128
+(``--model-groups``), T = 3, lambda = 1, rho = 0.5, R = 1 distillation pass, KT-pFL's default
 order (distill towards the target, then train locally) and eta_3 = 1. Quick runs take 10
 rounds, full runs 20 (the notes'); every run writes a checkpoint after its last round, from
-which the ``class_affinity`` score reads the final coefficients.
+which the ``class_affinity`` score reads the final coefficients. Nothing was tuned on a result.
 
 Arms: Local (no transfer: no distillation pass), FedMD (KT-pFL with c fixed at 1/N, the
 cohort's mean prediction as every client's target) and KT-pFL. Claims (the notes'): KT-pFL's
@@ -18,6 +23,12 @@ mean per-client accuracy is at least FedMD's + 1 point and at least Local's, and
 favours peers that share a class, in at least 80% of its columns. The comparison with FedMD carries
 the 1-point margin; the 80% share is read from the ``class_affinity`` means (an absolute
 threshold, not a difference between arms).
+
+Measured at stop 31 (full, 5 seeds): KT-pFL 0.965 +- 0.012, FedMD 0.965 +- 0.012, Local
+0.969 +- 0.010 (paired diffs +0.000 and -0.003: both accuracy claims contradicted), class
+affinity 1.000 (reproduced). Why KT-pFL equals FedMD here: with rho = 0.5 the learned c leans
+the right way but stays near 1/N (seed 1's final c: 0.047-0.066 against 1/N = 0.05), so each
+client's target is the cohort's mean prediction within a few percent, FedMD's target.
 """
 
 from __future__ import annotations
@@ -25,23 +36,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from benchmarks.heterogeneity_study.cases._shared import PATHOLOGICAL_MNIST5K
 from benchmarks.heterogeneity_study.cases.base import CASES, Case, Comparison
 
 PROTOCOL: dict[str, Any] = {
-    "dataset": "digits",
-    "partition": "shards",
-    "classes_per_client": 2,
-    "num_clients": 10,
-    "clients_per_round": 10,
-    "public_fraction": 0.35,
-    "client_test_fraction": 0.25,
+    **PATHOLOGICAL_MNIST5K,
+    "public_fraction": 0.125,
     "model_groups": ["mlp:hidden=32", "mlp:hidden=64", "mlp:hidden=128"],
     "algorithm": "ktpfl",
-    "local_epochs": 5,
-    "batch_size": 10,
-    "lr": 0.05,
-    "momentum": 0.0,
-    "weight_decay": 0.0,
 }
 KT: dict[str, Any] = {"temperature": 3.0, "lam": 1.0, "rho": 0.5, "passes": 1}
 
@@ -75,8 +77,8 @@ CASE = CASES.register(
     Case(
         name="ktpfl",
         claim="KT-pFL's personal models beat FedMD's (by >= 1 point) and local training on "
-        "each client's local test split, three MLP widths, 2 classes per client; its "
-        "coefficients favour peers that share a class",
+        "each client's local test split, three MLP widths, 2 pathological shards per client "
+        "on MNIST; its coefficients favour peers that share a class",
         base=PROTOCOL,
         arms={
             "local": {"algorithm_params": {**KT, "passes": 0}},
