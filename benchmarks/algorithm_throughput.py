@@ -1,6 +1,8 @@
 """Client-update throughput of federated algorithms against FedAvg's, on one throughput task.
 
-By default every registered algorithm, and MOON also on its own model (``moon:mu=0``). The
+By default every registered algorithm, MOON also on its own model (``moon:mu=0``), and FedBN
+with FedAvg on the same BatchNorm model (``fedbn@norm=batch`` against ``fedavg@norm=batch``:
+an arm's ``@KEY=VALUE`` part changes its model, KEY in hidden, norm). The
 bars (:data:`BARS`): FedFM, FedFA, FedALA and the multi-branch classifier (FedVB) keep >= 0.7 of
 FedAvg's client-updates/s on the digits MLP k100 task (vectorized); MOON >= 0.7 of FedAvg on
 MOON's own model. This script runs that task of ``benchmarks/throughput.py`` (same
@@ -58,15 +60,20 @@ from simulator.config.sections import Config  # noqa: E402
 from simulator.round.engine import Simulation  # noqa: E402
 from simulator.run.federation import build_federation  # noqa: E402
 
-#: algorithms the default run leaves out, and why (name them with --algorithm on a task that
-#: fits them)
-NOT_BY_DEFAULT = {"fedbn": "needs BatchNorm layers (--norm batch); the tasks' models have none"}
+#: algorithms that need another model than the task's, and the arms that time them on it
+#: (the second, FedAvg on the same model, is the first's reference)
+OWN_MODEL = {"fedbn": ["fedbn@norm=batch", "fedavg@norm=batch"]}
+#: model keys an arm may change after ``@``
+MODEL_KEYS = ("hidden", "norm")
 
 
 def default_arms() -> list[str]:
-    """Every registered algorithm but FedAvg (always timed) and :data:`NOT_BY_DEFAULT`, and MOON
-    on its own model."""
-    out = [a for a in sorted(ALGORITHMS) if a != "fedavg" and a not in NOT_BY_DEFAULT]
+    """Every registered algorithm but FedAvg (always timed); MOON also on its own model, and an
+    algorithm of :data:`OWN_MODEL` only on its model, beside FedAvg on the same model."""
+    out: list[str] = []
+    for a in sorted(ALGORITHMS):
+        if a != "fedavg":
+            out += OWN_MODEL.get(a, [a])
     return out + (["moon:mu=0"] if "moon" in ALGORITHMS else [])
 
 
@@ -84,35 +91,59 @@ def with_public(base: Config, names: list[str]) -> Config:
     )
 
 
-def parse_arm(text: str) -> tuple[str, dict[str, str]]:
-    """``NAME`` or ``NAME:K=V,K=V`` -> (name, params as strings; the algorithm coerces them).
+Arm = tuple[str, dict[str, str], dict[str, str]]
+
+
+def _pairs(text: str, part: str, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for kv in filter(None, part.split(",")):
+        k, eq, v = kv.partition("=")
+        if not eq or not k:
+            raise ValueError(f"algorithm {text!r}: {what} {kv!r} is not KEY=VALUE")
+        out[k] = v
+    return out
+
+
+def parse_arm(text: str) -> Arm:
+    """``NAME[:K=V,...][@KEY=VALUE,...]`` -> (name, algorithm params as strings, the algorithm
+    coerces them; model changes, KEY in :data:`MODEL_KEYS`).
 
     Raises
     ------
     ValueError
-        On an unknown algorithm or a parameter without ``=``.
+        On an unknown algorithm, a parameter without ``=`` or an unknown model key.
     """
-    name, _, rest = text.partition(":")
+    head, _, model_part = text.partition("@")
+    name, _, rest = head.partition(":")
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; valid: {sorted(ALGORITHMS)}")
-    params: dict[str, str] = {}
-    for kv in filter(None, rest.split(",")):
-        k, eq, v = kv.partition("=")
-        if not eq or not k:
-            raise ValueError(f"algorithm {text!r}: parameter {kv!r} is not KEY=VALUE")
-        params[k] = v
-    return name, params
+    model = _pairs(text, model_part, "model key")
+    bad = sorted(set(model) - set(MODEL_KEYS))
+    if bad:
+        raise ValueError(f"arm {text!r}: unknown model key {bad[0]!r}; valid: {list(MODEL_KEYS)}")
+    if "hidden" in model and not model["hidden"].isdigit():
+        raise ValueError(
+            f"arm {text!r}: hidden must be a positive integer, got {model['hidden']!r}"
+        )
+    return name, _pairs(text, rest, "parameter"), model
 
 
-def arm_config(base: Config, name: str, params: dict[str, Any]) -> Config:
-    """``base`` with another algorithm (validated: unknown parameters list the valid ones)."""
+def arm_config(
+    base: Config, name: str, params: dict[str, Any], model: dict[str, str] | None = None
+) -> Config:
+    """``base`` with another algorithm and, if given, model fields (validated: unknown
+    parameters list the valid ones, a bad model value names it)."""
     alg = dataclasses.replace(base.algorithm, algorithm=name, algorithm_params=dict(params))
-    return dataclasses.replace(base, algorithm=alg)
+    out = dataclasses.replace(base, algorithm=alg)
+    if model:
+        fields = {k: int(v) if k == "hidden" else v for k, v in model.items()}
+        out = dataclasses.replace(out, model=dataclasses.replace(base.model, **fields))
+    return out
 
 
 def measure(
     task: Task,
-    arms: dict[str, tuple[str, dict[str, Any]]],
+    arms: dict[str, Arm],
     seed: int,
     actors: int,
     backend: str,
@@ -123,15 +154,17 @@ def measure(
     """One measurement, ``{arm: rates}``. In-process (``local``): every arm's engine rounds
     timed in turns. With ``ray`` each Simulation's actors hold the CPUs, so two cannot live at
     once: the arms are timed one after another instead (less robust to the machine's drift)."""
-    base = with_public(task_config(task, seed, actors), [n for n, _ in arms.values()])
+    base = with_public(task_config(task, seed, actors), [a[0] for a in arms.values()])
     if backend != base.execution.backend:
         base = dataclasses.replace(
             base, execution=dataclasses.replace(base.execution, backend=backend)
         )
     t0 = time.perf_counter()
 
-    def open_arm(name: str, params: dict[str, Any]) -> tuple[Simulation, Any]:
-        cfg = arm_config(base, name, params)
+    def open_arm(
+        name: str, params: dict[str, Any], model: dict[str, str]
+    ) -> tuple[Simulation, Any]:
+        cfg = arm_config(base, name, params, model)
         fed = build_federation(cfg)  # the model depends on the algorithm
         sim = Simulation(cfg, federation=fed)
 
@@ -143,8 +176,8 @@ def measure(
 
     if backend == "ray":
         out: dict[str, dict[str, Any]] = {}
-        for arm, (name, params) in arms.items():
-            sim, run = open_arm(name, params)
+        for arm, spec in arms.items():
+            sim, run = open_arm(*spec)
             try:
                 out.update(interleaved({arm: run}, warmup, rounds, min_seconds))
             finally:
@@ -153,8 +186,8 @@ def measure(
     sims: list[Simulation] = []
     runners: dict[str, Any] = {}
     try:
-        for arm, (name, params) in arms.items():
-            sim, runners[arm] = open_arm(name, params)
+        for arm, spec in arms.items():
+            sim, runners[arm] = open_arm(*spec)
             sims.append(sim)
         return interleaved(runners, warmup, rounds, min_seconds)
     finally:
@@ -174,8 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="NAME[:K=V,...]",
-        help="an algorithm to compare with FedAvg (repeatable; default: every registered "
-        "algorithm, and moon:mu=0, FedAvg on MOON's model, MOON's bar reference)",
+        help="an algorithm to compare with FedAvg (repeatable; NAME[:K=V,...][@KEY=VALUE,...], "
+        "the @ part changing the arm's model, KEY in hidden, norm; default: every registered "
+        "algorithm, moon:mu=0 (FedAvg on MOON's model, MOON's bar reference), and fedbn only "
+        "as fedbn@norm=batch beside fedavg@norm=batch)",
     )
     p.add_argument("--task", default="digits-mlp-k100", choices=[t.name for t in TASKS])
     p.add_argument(
@@ -215,17 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         wanted = args.algorithm or default_arms()
-        if not args.algorithm:
-            for name, why in NOT_BY_DEFAULT.items():
-                print(f"not timed: {name} ({why})", file=sys.stderr)
-        arms = {"fedavg": ("fedavg", {})}
+        arms: dict[str, Arm] = {"fedavg": ("fedavg", {}, {})}
         for text in wanted:
             if text != "fedavg":
                 arms[text] = parse_arm(text)
         base = task_config(next(t for t in TASKS if t.name == args.task), args.seed, 0)
-        for name, params in arms.values():
-            arm_config(base, name, params)
-    except (ValueError, ConfigError) as e:
+        for spec in arms.values():
+            arm_config(base, *spec)
+    except (ValueError, ConfigError, TypeError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     rounds = args.rounds or (8 if args.quick else 20)
@@ -241,18 +273,22 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, dict[str, Any]]] = []
     for rep in range(repeats):
         print(f"[{task.name}] {list(arms)} ({rep + 1}/{repeats}) ...", file=sys.stderr, flush=True)
-        runs.append(
-            measure(
-                task,
-                arms,
-                args.seed,
-                args.actors,
-                backend,
-                warmup=3,
-                rounds=rounds,
-                min_seconds=min_s,
+        try:
+            runs.append(
+                measure(
+                    task,
+                    arms,
+                    args.seed,
+                    args.actors,
+                    backend,
+                    warmup=3,
+                    rounds=rounds,
+                    min_seconds=min_s,
+                )
             )
-        )
+        except ConfigError as e:  # an arm its model cannot host (fedbn without BatchNorm)
+            print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
     rows = best_rows(runs, list(arms))
     how = "timed in turns" if backend == "local" else "timed one after another"
     print(f"{task.name}, backend {backend}, best of {repeats} ({how})")

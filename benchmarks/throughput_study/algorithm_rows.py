@@ -12,6 +12,7 @@ BARS = {
     "fedfa": "fedavg",
     "fedala": "fedavg",
     "fedvb": "fedavg",
+    "fedbn@norm=batch": "fedavg@norm=batch",
 }
 BAR = 0.7
 

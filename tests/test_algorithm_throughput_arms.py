@@ -1,0 +1,71 @@
+"""The arms of ``benchmarks/algorithm_throughput.py``: their syntax, the default set (FedBN
+timed on a BatchNorm model beside FedAvg on the same model) and the configs they build."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.algorithm_throughput import arm_config, default_arms, main, parse_arm
+from benchmarks.throughput_study.algorithm_rows import BARS, best_rows
+from benchmarks.throughput_study.tasks import TASKS, task_config
+
+
+def test_parse_arm_splits_params_and_model() -> None:
+    assert parse_arm("fedavg") == ("fedavg", {}, {})
+    assert parse_arm("fedprox:mu=0.01") == ("fedprox", {"mu": "0.01"}, {})
+    assert parse_arm("fedbn@norm=batch") == ("fedbn", {}, {"norm": "batch"})
+    assert parse_arm("moon:mu=0,tau=0.5@hidden=32,norm=batch") == (
+        "moon",
+        {"mu": "0", "tau": "0.5"},
+        {"hidden": "32", "norm": "batch"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nosuch", "unknown algorithm 'nosuch'"),
+        ("fedprox:mu", "parameter 'mu' is not KEY=VALUE"),
+        ("fedbn@width=3", "unknown model key 'width'; valid: ['hidden', 'norm']"),
+        ("fedbn@hidden=x", "hidden must be a positive integer, got 'x'"),
+    ],
+)
+def test_parse_arm_rejects_bad_text(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_arm(text)
+
+
+def test_default_arms_time_fedbn_on_its_own_model() -> None:
+    arms = default_arms()
+    assert "fedbn" not in arms  # the tasks' models have no BatchNorm
+    assert arms.count("fedbn@norm=batch") == 1 and arms.count("fedavg@norm=batch") == 1
+    assert "fedavg" not in arms  # always timed, added by main
+    assert arms[-1] == "moon:mu=0"
+    assert BARS["fedbn@norm=batch"] == "fedavg@norm=batch"
+
+
+def test_arm_config_changes_only_the_named_model_fields() -> None:
+    base = task_config(TASKS[0], 0, 0)
+    cfg = arm_config(base, *parse_arm("fedbn@norm=batch,hidden=32"))
+    assert (cfg.algorithm.algorithm, cfg.model.norm, cfg.model.hidden) == ("fedbn", "batch", 32)
+    assert cfg.model.model == base.model.model and cfg.data == base.data
+    assert arm_config(base, *parse_arm("fedavg")).model == base.model
+
+
+def test_bar_ratio_is_against_the_same_model() -> None:
+    runs = [
+        {
+            "fedavg": {"updates_per_s": 100.0, "samples_per_s": 1.0},
+            "fedbn@norm=batch": {"updates_per_s": 30.0, "samples_per_s": 1.0},
+            "fedavg@norm=batch": {"updates_per_s": 40.0, "samples_per_s": 1.0},
+        }
+    ]
+    rows = {r["algorithm"]: r for r in best_rows(runs, list(runs[0]))}
+    assert rows["fedbn@norm=batch"]["ratio_to_fedavg"] == pytest.approx(0.3)
+    assert rows["fedbn@norm=batch"]["bar_ratio"] == pytest.approx(0.75)
+    assert rows["fedavg@norm=batch"]["bar_ratio"] is None
+
+
+def test_cli_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--algorithm", "fedbn@width=3"]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
