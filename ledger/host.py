@@ -36,6 +36,37 @@ from typing import Any
 import numpy as np
 
 SLOTS = 3  # rounds the recorder may hold: the one it works on and two queued
+#: environment variable naming the CPUs the recorder process is pinned to (``1``, ``2,3``,
+#: ``2-5``); unset: wherever the OS puts it, at nice 19. Pin it to a core training does not
+#: use (and the driver off it, e.g. ``taskset``) when the machine has one to spare.
+CPUS_ENV = "FEDSENTRY_RECORDER_CPUS"
+
+
+def parse_cpus(text: str) -> set[int]:
+    """``"1"``, ``"0,2"``, ``"2-5"`` (and mixes) -> a set of CPU numbers.
+
+    Raises
+    ------
+    ValueError
+        One line naming the bad part, or a CPU this machine does not have.
+    """
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, dash, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise ValueError(f"CPU list {text!r}: {part!r} is not N or N-M") from None
+        if a < 0 or b < a:
+            raise ValueError(f"CPU list {text!r}: {part!r} is not a CPU range")
+        cpus.update(range(a, b + 1))
+    if not cpus:
+        raise ValueError(f"CPU list {text!r} names no CPU")
+    n = os.cpu_count() or 1
+    bad = sorted(c for c in cpus if c >= n)
+    if bad:
+        raise ValueError(f"CPU list {text!r}: CPU {bad[0]} does not exist (this machine has {n})")
+    return cpus
 
 
 class RecorderHost:
@@ -56,6 +87,13 @@ class RecorderHost:
             env=env,
         )
         child.close()
+        cpus = os.environ.get(CPUS_ENV)
+        if cpus and hasattr(os, "sched_setaffinity"):
+            try:
+                os.sched_setaffinity(self.proc.pid, parse_cpus(cpus))
+            except ValueError as exc:
+                self.proc.kill()
+                raise ValueError(f"{CPUS_ENV}: {exc}") from None
         self.conn = Connection(parent.detach())
         self.busy = False  # a session is open on it
         self.owner = os.getpid()

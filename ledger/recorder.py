@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ledger.errors import LedgerError, LedgerRoundError
-from ledger.host import SLOTS, RecorderHost
+from ledger.host import CPUS_ENV, SLOTS, RecorderHost, parse_cpus
 from ledger.records import verdict_document
 
 _SESSIONS = itertools.count()
@@ -131,8 +131,13 @@ class LedgerRecorder:
         # others (on 2 cores a second torch thread spins more than it works: measured ~10%
         # faster training for a whole core that the recorder would otherwise fight for)
         self._threads = torch.get_num_threads()
-        cores = os.cpu_count() or 1
-        if cores > 1:
+        # the cores this driver may run on (a pinned driver, e.g. taskset, has fewer); a
+        # recorder pinned off them (FEDSENTRY_RECORDER_CPUS) leaves the driver all of them
+        mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        cores = len(mine) or os.cpu_count() or 1
+        pinned = os.environ.get(CPUS_ENV)
+        elsewhere = bool(pinned and mine and not parse_cpus(pinned) & mine)
+        if cores > 1 and not elsewhere:
             torch.set_num_threads(max(1, min(self._threads, cores - 1)))
         resume = bool(self.cfg.output.resume)
         # a run resumed at round 0 (killed before its ledger started) starts its ledger afresh

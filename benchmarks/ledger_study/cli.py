@@ -91,8 +91,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=Path("runs/ledger-audit"),
         help="output directory (default runs/ledger-audit)",
     )
+    p.add_argument(
+        "--recorder-cpus",
+        default=None,
+        metavar="CPUS",
+        help="pin the ledger's recorder process to these CPUs (e.g. 1, 2-3; sets "
+        "FEDSENTRY_RECORDER_CPUS); with --driver-cpus on other CPUs this measures the "
+        "overhead where a core is free for the recorder",
+    )
+    p.add_argument(
+        "--driver-cpus",
+        default=None,
+        metavar="CPUS",
+        help="pin this process, and so the Ray actors and torch threads it starts, to these "
+        "CPUs; the crossdevice task then runs one actor per CPU named (both arms alike)",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     args = p.parse_args(argv)
+    from ledger.host import parse_cpus
+
+    for flag in ("recorder_cpus", "driver_cpus"):
+        text = getattr(args, flag)
+        try:
+            setattr(args, flag + "_set", parse_cpus(text) if text is not None else None)
+        except ValueError as exc:
+            p.error(f"--{flag.replace('_', '-')}: {exc}")
     if (args.seeds is not None and args.seeds < 1) or (args.rounds is not None and args.rounds < 3):
         p.error("--seeds must be >= 1 and --rounds >= 3 (the tamper study needs 3 rounds)")
     if args.committee < 0 or args.jobs < 1:

@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     result: dict[str, Any] = {"tasks": [], "tamper": [], "cores": os.cpu_count()}
+    result["pinning"] = _pin(args)
     try:
         if args.run_dirs:
             dirs = [str(d) for d in find_runs(args.run_dirs)]
@@ -62,6 +63,26 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if bad else 0
 
 
+def _pin(args: Any) -> dict[str, Any] | None:
+    """Pin this process (``--driver-cpus``; the Ray actors and threads it starts inherit it)
+    and name the recorder's CPUs (``--recorder-cpus``) before anything starts."""
+    if args.driver_cpus_set is None and args.recorder_cpus_set is None:
+        return None
+    if args.recorder_cpus_set is not None:
+        from ledger.host import CPUS_ENV
+
+        os.environ[CPUS_ENV] = args.recorder_cpus
+    if args.driver_cpus_set is not None:
+        import torch
+
+        os.sched_setaffinity(0, args.driver_cpus_set)
+        torch.set_num_threads(len(args.driver_cpus_set))
+    return {
+        "driver_cpus": sorted(args.driver_cpus_set or os.sched_getaffinity(0)),
+        "recorder_cpus": sorted(args.recorder_cpus_set) if args.recorder_cpus_set else None,
+    }
+
+
 def _start_recorder() -> float:
     from ledger.host import prestart
 
@@ -72,6 +93,12 @@ def _start_recorder() -> float:
 
 def report(result: dict[str, Any]) -> None:
     """Print the tables."""
+    if result.get("pinning"):
+        pin = result["pinning"]
+        print(
+            f"pinned: driver and actors on CPUs {pin['driver_cpus']}, recorder on "
+            f"{pin['recorder_cpus'] or 'any'}"
+        )
     if "recorder_start_s" in result:
         print(
             f"recorder process start (once per driver process, not in the run times): "

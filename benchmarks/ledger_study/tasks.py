@@ -46,6 +46,8 @@ def task_config(task: str, args: argparse.Namespace) -> dict[str, Any]:
             "clients_per_round": args.clients_per_round
             or (100 if args.quick else t["clients_per_round"]),
         }
+    if getattr(args, "driver_cpus_set", None) and task == "crossdevice":
+        flat["num_actors"] = len(args.driver_cpus_set)  # one actor per pinned CPU
     flat.update(progress=False, plots=False, committee=args.committee, ledger_url=args.ledger_url)
     flat.update(dict(args.overrides))
     return flat

@@ -1,0 +1,59 @@
+"""Pinning the ledger's recorder process (``FEDSENTRY_RECORDER_CPUS``) and the CPU lists of
+``benchmarks/ledger_audit.py --recorder-cpus/--driver-cpus``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ledger.host import CPUS_ENV, RecorderHost, parse_cpus
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [("0", {0}), ("0,1", {0, 1}), ("0-1", {0, 1}), (" 1 , 0-0 ", {0, 1}), ("1,1", {1})],
+)
+def test_parse_cpus(text: str, cpus: set[int]) -> None:
+    if max(cpus) >= (os.cpu_count() or 1):
+        pytest.skip("needs 2 CPUs")
+    assert parse_cpus(text) == cpus
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("x", "'x' is not N or N-M"),
+        ("1-0", "'1-0' is not a CPU range"),
+        ("-1", "'-1' is not N or N-M"),
+        (",", "names no CPU"),
+        ("4096", "CPU 4096 does not exist"),
+    ],
+)
+def test_parse_cpus_rejects(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_cpus(text)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux affinity")
+def test_recorder_process_is_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CPUS_ENV, "0")
+    host = RecorderHost()
+    try:
+        assert os.sched_getaffinity(host.proc.pid) == {0}
+    finally:
+        host.stop()
+    monkeypatch.setenv(CPUS_ENV, "4096")
+    with pytest.raises(ValueError, match=f"{CPUS_ENV}: CPU list '4096'"):
+        RecorderHost()
+
+
+def test_ledger_audit_cli_rejects_bad_cpus(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.ledger_study.cli import parse_args
+
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--driver-cpus", "a-b"])
+    assert e.value.code == 2
+    assert "--driver-cpus: CPU list 'a-b'" in capsys.readouterr().err
+    args = parse_args(["--driver-cpus", "0", "--recorder-cpus", "0"])
+    assert args.driver_cpus_set == {0} and args.recorder_cpus_set == {0}
