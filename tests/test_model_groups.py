@@ -204,3 +204,20 @@ def test_model_shaped_tables_are_refused_with_groups(sizes: None, tmp_path: Path
         "which differs between model groups; use an int shape",
     ):
         Simulation(group_config(tmp_path, algorithm="model_table_test"))
+
+
+def test_memory_estimate_sizes_the_largest_group() -> None:
+    """The budget's per-client figures use the largest group's model: digits MLPs of width 32
+    and 128 have 64*32+32+32*32+32+32*10+10 = 3,466 and 64*128+128+128*128+128+128*10+10 =
+    26,122 parameters, so the estimate takes 26,122 whichever group comes first."""
+    from simulator.config.sections import build_config
+    from simulator.run.budget import estimate, model_layout
+
+    flat = {"algorithm": "ktpfl", "public_fraction": 0.1, "backend": "local"}
+    small_first = build_config(flat={**flat, "model_groups": ["mlp:hidden=32", "mlp:hidden=128"]})
+    big_first = build_config(flat={**flat, "model_groups": ["mlp:hidden=128", "mlp:hidden=32"]})
+    only_small = build_config(flat={**flat, "hidden": 32})
+    assert model_layout(small_first).size == model_layout(big_first).size == 26_122
+    assert model_layout(only_small).size == 3_466
+    assert estimate(small_first) == estimate(big_first)
+    assert estimate(small_first).round > estimate(only_small).round

@@ -71,15 +71,22 @@ class Estimate:
 
 
 def model_layout(cfg: Config) -> FlatLayout:
-    """The flat layout of the configured model."""
+    """The flat layout of the configured model; with ``--model-groups`` the largest group's
+    (an upper bound: every per-client figure below is taken at that size)."""
+    from simulator.config.groups import parse_groups
     from simulator.run.federation import model_extension
     from simulator.training.flat import FlatLayout
     from simulator.training.models import ModelSpec
 
     shape, classes, _ = DATASETS.get(cfg.data.dataset, ((1, 28, 28), 10, 60_000))
     m = cfg.model
-    spec = ModelSpec(m.model, shape, classes, m.hidden, m.norm, model_extension(cfg))
-    return FlatLayout(spec.build(seed=0))
+    groups = parse_groups(m.model_groups, m.hidden, m.norm)
+    archs = [(g.model, g.hidden, g.norm) for g in groups] or [(m.model, m.hidden, m.norm)]
+    layouts = [
+        FlatLayout(ModelSpec(a, shape, classes, h, nm, model_extension(cfg)).build(seed=0))
+        for a, h, nm in archs
+    ]
+    return max(layouts, key=lambda lay: lay.size)
 
 
 def estimate(cfg: Config, workers: int | None = None) -> Estimate:
