@@ -356,3 +356,12 @@ def test_compute_seconds_with_and_without_declared_gflops() -> None:
     )
     with pytest.raises(ValueError, match="train_flops_per_sample"):
         fast.compute_seconds(ids, samples, epochs, 3.0, 0.0)
+    # one figure per device (clients of different model groups): 1e6 * 50 / 2e9 = 0.025 and
+    # 4e6 * 30 / 0.5e9 = 0.24; device 0 declares no GFLOP/s and keeps its ms/sample
+    per = np.array([9e9, 1e6, 4e6])
+    assert fast.compute_seconds(ids, samples, epochs, 3.0, per).tolist() == pytest.approx(
+        [3.0, 0.025, 0.24], rel=1e-15
+    )
+    for bad in (np.array([1e6, 1e6]), np.array([1e6, 0.0, 1e6]), np.array([1e6, np.nan, 1.0])):
+        with pytest.raises(ValueError, match="one finite value > 0 per device id"):
+            fast.compute_seconds(ids, samples, epochs, 3.0, bad)

@@ -221,3 +221,44 @@ def test_memory_estimate_sizes_the_largest_group() -> None:
     assert model_layout(only_small).size == 3_466
     assert estimate(small_first) == estimate(big_first)
     assert estimate(small_first).round > estimate(only_small).round
+
+
+def test_clock_charges_each_group_its_model_and_the_public_passes(tmp_path: Path) -> None:
+    """KT-pFL with three groups (digits MLPs of width 4 and 8, logistic regression) on devices
+    that declare GFLOP/s. torch counts 1,360 / 2,912 / 2,560 training FLOPs a sample for them
+    (width 4: forward 2*(64*4 + 4*4 + 4*10) = 624, weight gradients 624, input gradients of the
+    two upper layers 2*(4*4 + 4*10) = 112; width 8: 1,312 + 1,312 + 288; logreg: 1,280 +
+    1,280). A client trains size * E samples plus one distillation pass over the public set, so
+    its compute time is flops[id mod 3] * (size * E + |D_r|) / (GFLOP/s * 1e9)."""
+    from simulator.round.engine import Simulation
+    from simulator.round.plan import arrivals, public_samples
+    from simulator.round.wire import WireBytes
+
+    cfg = small_config(
+        tmp_path / "clock",
+        algorithm="ktpfl",
+        model_groups=["mlp:hidden=4", "mlp:hidden=8", "logreg"],
+        num_clients=9,
+        clients_per_round=9,
+        public_fraction=0.1,
+        local_epochs=2,
+        gflops_median=1.0,
+    )
+    sim = Simulation(cfg)
+    try:
+        flops = np.array([g.spec.train_flops_per_sample() for g in sim.fed.groups])
+        assert flops.tolist() == [1360, 2912, 2560]
+        public = len(sim.fed.public_x)
+        assert sim.algorithm.public_passes() == (1, 0) and public_samples(sim.context()) == public
+        sel = np.arange(9)
+        sizes = sim.fed.sizes(sel).astype(np.float64)
+        zero = np.zeros(9)
+        wire = WireBytes(zero, zero, zero, zero, zero.astype(np.int64), zero.astype(bool))
+        got = [
+            a.compute_s for a in arrivals(sim.context(), 0, sel, np.full(9, 2), sizes, 0.0, wire)
+        ]
+        gflops = sim.fed.population.gflops[sel]
+        want = flops[sel % 3] * (sizes * 2 + public) / (gflops * 1e9)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    finally:
+        sim.close()

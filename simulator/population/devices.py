@@ -178,7 +178,7 @@ class Population:
         samples: np.ndarray,
         epochs: np.ndarray,
         factor: float,
-        train_flops_per_sample: float,
+        train_flops_per_sample: float | np.ndarray,
     ) -> np.ndarray:
         """Local training time in seconds of devices ``ids`` (aligned with ``samples``, ``epochs``).
 
@@ -196,13 +196,21 @@ class Population:
             Counts (>= 0, not checked: the engine's per-round path).
         factor : float
             Training cost of a sample in forward passes (> 0).
-        train_flops_per_sample : float
-            FLOPs of one training sample, forward and backward (> 0).
+        train_flops_per_sample : float or array of float
+            FLOPs of one training sample, forward and backward (> 0): one for every device,
+            or one per device of ``ids`` (clients of several model groups).
         """
         from simulator.population.clock import compute_seconds_unchecked
 
         check_number("factor", factor)
-        check_number("train_flops_per_sample", train_flops_per_sample)
+        if isinstance(train_flops_per_sample, np.ndarray):
+            f = train_flops_per_sample
+            if f.shape != np.shape(ids) or not (np.isfinite(f) & (f > 0)).all():
+                raise ValueError(
+                    "train_flops_per_sample: one finite value > 0 per device id expected"
+                )
+        else:
+            check_number("train_flops_per_sample", train_flops_per_sample)
         ids = np.asarray(ids, dtype=np.int64)
         samples = np.asarray(samples, dtype=np.float64)
         epochs = np.asarray(epochs, dtype=np.float64)

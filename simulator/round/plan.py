@@ -25,6 +25,7 @@ from simulator.rng import Stream, client_seeds, stream
 from simulator.round.context import RoundContext
 from simulator.round.types import InFlight
 from simulator.round.wire import WireBytes, plan_wire
+from simulator.training.groups import client_train_flops
 
 
 @dataclass
@@ -136,12 +137,17 @@ def arrivals(
     pop, c = ctx.fed.population, ctx.cfg.clock
     # the population's arrays were validated when it was built; sizes and epochs are counts
     # ms/sample, or the model's training FLOPs over the device's GFLOP/s where it declares one
+    # (each client's own group's model with --model-groups)
+    samples, ep = np.asarray(sizes, np.float64), np.asarray(epochs, np.float64)
+    extra = public_samples(ctx)
+    if extra:  # distillation passes over the public set cost a training sample each
+        samples, ep = samples * ep + extra, np.ones_like(ep)
     comp = pop.compute_seconds(
         selected,
-        np.asarray(sizes, np.float64),
-        np.asarray(epochs, np.float64),
+        samples,
+        ep,
         np.float64(c.compute_factor),
-        ctx.flops_per_sample,
+        client_train_flops(ctx.fed.groups, selected) if ctx.fed.groups else ctx.flops_per_sample,
     )
     dur = comp + transfer_seconds_unchecked(
         wire.download,
@@ -154,6 +160,16 @@ def arrivals(
         Arrival(int(k), rnd, start + float(d), float(s))
         for k, d, s in zip(selected.tolist(), dur.tolist(), comp.tolist(), strict=True)
     ]
+
+
+def public_samples(ctx: RoundContext) -> int:
+    """Public samples each client trains on a round besides its own (the algorithm's
+    ``public_passes`` over the server's public set: KT-pFL's and FedMD's distillation)."""
+    public = ctx.fed.public_x
+    if public is None or not getattr(ctx.algorithm, "uses_public", False):
+        return 0
+    before, after = ctx.algorithm.public_passes()
+    return (before + after) * len(public)
 
 
 def make_plan(

@@ -79,6 +79,15 @@ def train_flops(groups: Sequence[ModelGroup]) -> float:
     return float(np.mean([g.spec.train_flops_per_sample() for g in groups]))
 
 
+def client_train_flops(groups: Sequence[ModelGroup], ids: np.ndarray) -> float | np.ndarray:
+    """Training FLOPs per sample of each client of ``ids`` on its own group's model (the
+    virtual clock's compute cost on devices that declare GFLOP/s); one float with one group."""
+    if len(groups) == 1:
+        return groups[0].spec.train_flops_per_sample()
+    per_group = np.array([g.spec.train_flops_per_sample() for g in groups], np.float64)
+    return per_group[group_of(ids, len(groups))]
+
+
 def offsets(groups: Sequence[ModelGroup]) -> list[int]:
     """Where each group's flat model starts in the global state (and, last, its size)."""
     return [0, *np.cumsum([g.layout.size for g in groups]).tolist()]
