@@ -11,6 +11,7 @@ group's per-client tables carry the group in their name (:func:`table_name`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,11 @@ class ModelGroup:
     layout: FlatLayout
     initial: torch.Tensor
 
+    @functools.cached_property
+    def train_flops(self) -> int:
+        """Training FLOPs per sample of the group's model (counted once, by torch)."""
+        return self.spec.train_flops_per_sample()
+
 
 def build_group(spec: ModelSpec, seed: int) -> ModelGroup:
     """The group of ``spec`` with its initial weights drawn under ``seed``."""
@@ -75,16 +81,16 @@ def train_flops(groups: Sequence[ModelGroup]) -> float:
     """Training FLOPs per sample: the model's, or with several groups their mean (client k is
     in group k mod G: the groups hold as many clients, up to one)."""
     if len(groups) == 1:
-        return groups[0].spec.train_flops_per_sample()
-    return float(np.mean([g.spec.train_flops_per_sample() for g in groups]))
+        return groups[0].train_flops
+    return float(np.mean([g.train_flops for g in groups]))
 
 
 def client_train_flops(groups: Sequence[ModelGroup], ids: np.ndarray) -> float | np.ndarray:
     """Training FLOPs per sample of each client of ``ids`` on its own group's model (the
     virtual clock's compute cost on devices that declare GFLOP/s); one float with one group."""
     if len(groups) == 1:
-        return groups[0].spec.train_flops_per_sample()
-    per_group = np.array([g.spec.train_flops_per_sample() for g in groups], np.float64)
+        return groups[0].train_flops
+    per_group = np.array([g.train_flops for g in groups], np.float64)
     return per_group[group_of(ids, len(groups))]
 
 
