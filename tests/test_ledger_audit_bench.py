@@ -108,3 +108,46 @@ def test_tamper_table(
     assert all(r["other_rounds"] == [] for r in rows if r["caught"])
     tamper_study.print_table(rows)
     assert "7 of 7 applicable cases caught" in capsys.readouterr().out
+
+
+def test_crossdevice_splits_the_row_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The crossdevice task runs each seed a third time without the ledger and without the
+    actors' partial sums; its overhead is reported beside the ledger's."""
+    rc = main(
+        [
+            "--tasks",
+            "crossdevice",
+            "--population",
+            "1000",
+            "--clients-per-round",
+            "8",
+            "--seeds",
+            "1",
+            "--rounds",
+            "3",
+            "--committee",
+            "1",
+            "--jobs",
+            "1",
+            "--no-tamper",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "study"),
+            "--json",
+            str(tmp_path / "l.json"),
+        ]
+    )
+    assert rc == 0
+    (task,) = json.loads((tmp_path / "l.json").read_text())["tasks"]
+    (run,) = task["runs"]
+    assert run["rows_seconds"] > 0
+    assert run["row_path_overhead"] == pytest.approx(run["rows_seconds"] / run["plain_seconds"] - 1)
+    assert task["row_path_overhead"] == run["row_path_overhead"]
+    assert sorted(p.name for p in (tmp_path / "study" / "crossdevice").iterdir()) == [
+        "ledger-s0",
+        "plain-s0",
+        "rows-s0",
+    ]
+    assert "row path alone" in capsys.readouterr().out

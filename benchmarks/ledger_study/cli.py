@@ -106,6 +106,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="pin this process, and so the Ray actors and torch threads it starts, to these "
         "CPUs; the crossdevice task then runs one actor per CPU named (both arms alike)",
     )
+    p.add_argument(
+        "--split-row-path",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="crossdevice: also run each seed without the ledger and without the actors' "
+        "partial sums (preaggregate=false, as the ledger runs), splitting the overhead into "
+        "the row path and the recorder (default on)",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     args = p.parse_args(argv)
     from ledger.host import parse_cpus

@@ -3,10 +3,12 @@ run the tamper study; write ``results.json`` and print the tables."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
             result["recorder_start_s"] = _start_recorder()
             for task in args.tasks:
                 rec = record(task, args)
-                thr = audit_throughput([r["run_dir"] for r in rec["runs"]], args.jobs)
+                with _unpinned(result["pinning"]):  # the audit's processes use every core
+                    thr = audit_throughput([r["run_dir"] for r in rec["runs"]], args.jobs)
                 rec.update(audit_rounds_per_s=thr["rounds_per_s"], audit=thr)
                 result["tasks"].append(rec)
             if args.tamper and args.tasks:
@@ -83,6 +86,20 @@ def _pin(args: Any) -> dict[str, Any] | None:
     }
 
 
+@contextlib.contextmanager
+def _unpinned(pinning: dict[str, Any] | None) -> Iterator[None]:
+    """This process on every CPU inside the block (its children inherit it), pinned again
+    after it."""
+    if not pinning:
+        yield
+        return
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, pinning["driver_cpus"])
+
+
 def _start_recorder() -> float:
     from ledger.host import prestart
 
@@ -109,13 +126,27 @@ def report(result: dict[str, Any]) -> None:
             f"\n{t['task']}: {t['population']} devices, {t['clients_per_round']} a round, "
             f"{t['rounds']} rounds"
         )
-        print("seed  plain s  ledger s  overhead  lag  recorder busy s  gas/round  same acc")
+        split = t.get("row_path_overhead") is not None
+        print(
+            "seed  plain s  ledger s  overhead  lag  recorder busy s  gas/round  same acc"
+            + ("  rows s  row path" if split else "")
+        )
         for r in t["runs"]:
             print(
                 f"{r['seed']:>4}  {r['plain_seconds']:7.2f}  {r['ledger_seconds']:8.2f}  "
                 f"{100 * r['overhead']:+7.1f}%  {r['recorder_lag_max']:>3}  "
                 f"{r['recorder_busy_s']:15.2f}  {r['gas_per_round'] or 0:9.0f}  "
                 f"{str(r['same_accuracy']):>8}"
+                + (
+                    f"  {r['rows_seconds']:6.2f}  {100 * r['row_path_overhead']:+7.1f}%"
+                    if split
+                    else ""
+                )
+            )
+        if split:
+            print(
+                f"row path alone (no ledger, rows instead of the actors' partial sums): median "
+                f"{100 * t['row_path_overhead']:+.1f}%"
             )
         a = t["audit"]
         print(

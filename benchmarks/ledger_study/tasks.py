@@ -4,7 +4,9 @@ interleaved (the order alternates from seed to seed, since this machine's speed 
 ``robustness`` is the robustness benchmark's default task (10 IID digits clients, all of them
 every round, E=5, MLP, 30 rounds; multikrum against 20% label flipping, so some rows are
 rejected); ``crossdevice`` 10^6 virtual digits clients, 1,000 a round, E=1, 10 rounds, on the Ray
-actor pool.
+actor pool. There each seed also runs a third time, without the ledger and without the
+actors' partial sums (``preaggregate=false``: the ledger needs every row in the driver, so a
+ledger run ships rows), which splits the overhead into that row path and the recorder.
 """
 
 from __future__ import annotations
@@ -62,29 +64,39 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
 
     flat = task_config(task, args)
     seeds = args.seeds or (2 if args.quick else TASKS[task]["seeds"])
+    # the ledger needs every row in the driver, so a linear rule's partial sums on the actors
+    # are off with it: the "rows" arm (no ledger, no pre-aggregation) splits the overhead
+    # into that row path and the recorder
+    split = task == "crossdevice" and getattr(args, "split_row_path", True)
     runs = []
     for s in tqdm(range(seeds), desc=task, unit="seed", disable=not args.progress, file=sys.stderr):
-        times: dict[bool, float] = {}
-        out: dict[bool, dict[str, Any]] = {}
-        for led in (False, True) if s % 2 == 0 else (True, False):
-            d = args.out / task / f"{'ledger' if led else 'plain'}-s{s}"
+        times: dict[str, float] = {}
+        out: dict[str, dict[str, Any]] = {}
+        arms = ["plain", "ledger"] + (["rows"] if split else [])
+        for arm in arms if s % 2 == 0 else arms[::-1]:
+            d = args.out / task / f"{arm}-s{s}"
+            extra = {"preaggregate": False} if arm == "rows" else {}
             res = run_experiment(
-                build_config(flat={**flat, "seed": s, "out": str(d), "ledger": led})
+                build_config(
+                    flat={**flat, **extra, "seed": s, "out": str(d), "ledger": arm == "ledger"}
+                )
             )
-            times[led], out[led] = res["run_seconds"], res
-        lg = out[True]["ledger"]
+            times[arm], out[arm] = res["run_seconds"], res
+        lg = out["ledger"]["ledger"]
         runs.append(
             {
                 "seed": s,
-                "run_dir": out[True]["out"],
-                "plain_seconds": times[False],
-                "ledger_seconds": times[True],
-                "overhead": times[True] / times[False] - 1,
+                "run_dir": out["ledger"]["out"],
+                "plain_seconds": times["plain"],
+                "ledger_seconds": times["ledger"],
+                "rows_seconds": times.get("rows"),
+                "overhead": times["ledger"] / times["plain"] - 1,
+                "row_path_overhead": times["rows"] / times["plain"] - 1 if split else None,
                 "recorder_lag_max": lg["recorder_lag_max"],
                 "recorder_busy_s": lg["recorder_seconds"],
                 "driver_waited_s": lg["ledger_seconds"],
                 "gas_per_round": lg["gas_per_round"],
-                "same_accuracy": out[True]["final_accuracy"] == out[False]["final_accuracy"],
+                "same_accuracy": out["ledger"]["final_accuracy"] == out["plain"]["final_accuracy"],
             }
         )
     return {
@@ -94,5 +106,8 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
         "rounds": flat["rounds"],
         "runs": runs,
         "overhead": statistics.median(r["overhead"] for r in runs),
+        "row_path_overhead": (
+            statistics.median(r["row_path_overhead"] for r in runs) if split else None
+        ),
         "recorder_lag_max": max(r["recorder_lag_max"] for r in runs),
     }
