@@ -52,6 +52,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.fused import interleaved  # noqa: E402
+from benchmarks.throughput_study.algorithm_arms import (  # noqa: E402
+    Arm,
+    arm_config,
+    default_arms,
+    parse_arm,
+)
 from benchmarks.throughput_study.algorithm_rows import BAR, best_rows, print_rows  # noqa: E402
 from benchmarks.throughput_study.tasks import EPOCHS, TASKS, Task, task_config  # noqa: E402
 from simulator.algorithms import ALGORITHMS  # noqa: E402
@@ -59,23 +65,6 @@ from simulator.config.fields import ConfigError  # noqa: E402
 from simulator.config.sections import Config  # noqa: E402
 from simulator.round.engine import Simulation  # noqa: E402
 from simulator.run.federation import build_federation  # noqa: E402
-
-#: algorithms that need another model than the task's, and the arms that time them on it
-#: (the second, FedAvg on the same model, is the first's reference)
-OWN_MODEL = {"fedbn": ["fedbn@norm=batch", "fedavg@norm=batch"]}
-#: model keys an arm may change after ``@``
-MODEL_KEYS = ("hidden", "norm")
-
-
-def default_arms() -> list[str]:
-    """Every registered algorithm but FedAvg (always timed); MOON also on its own model, and an
-    algorithm of :data:`OWN_MODEL` only on its model, beside FedAvg on the same model."""
-    out: list[str] = []
-    for a in sorted(ALGORITHMS):
-        if a != "fedavg":
-            out += OWN_MODEL.get(a, [a])
-    return out + (["moon:mu=0"] if "moon" in ALGORITHMS else [])
-
 
 #: the public set of every arm when one of them uses it and the task has none
 PUBLIC_FRACTION = 0.1
@@ -89,56 +78,6 @@ def with_public(base: Config, names: list[str]) -> Config:
     return dataclasses.replace(
         base, data=dataclasses.replace(base.data, public_fraction=PUBLIC_FRACTION)
     )
-
-
-Arm = tuple[str, dict[str, str], dict[str, str]]
-
-
-def _pairs(text: str, part: str, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for kv in filter(None, part.split(",")):
-        k, eq, v = kv.partition("=")
-        if not eq or not k:
-            raise ValueError(f"algorithm {text!r}: {what} {kv!r} is not KEY=VALUE")
-        out[k] = v
-    return out
-
-
-def parse_arm(text: str) -> Arm:
-    """``NAME[:K=V,...][@KEY=VALUE,...]`` -> (name, algorithm params as strings, the algorithm
-    coerces them; model changes, KEY in :data:`MODEL_KEYS`).
-
-    Raises
-    ------
-    ValueError
-        On an unknown algorithm, a parameter without ``=`` or an unknown model key.
-    """
-    head, _, model_part = text.partition("@")
-    name, _, rest = head.partition(":")
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; valid: {sorted(ALGORITHMS)}")
-    model = _pairs(text, model_part, "model key")
-    bad = sorted(set(model) - set(MODEL_KEYS))
-    if bad:
-        raise ValueError(f"arm {text!r}: unknown model key {bad[0]!r}; valid: {list(MODEL_KEYS)}")
-    if "hidden" in model and not model["hidden"].isdigit():
-        raise ValueError(
-            f"arm {text!r}: hidden must be a positive integer, got {model['hidden']!r}"
-        )
-    return name, _pairs(text, rest, "parameter"), model
-
-
-def arm_config(
-    base: Config, name: str, params: dict[str, Any], model: dict[str, str] | None = None
-) -> Config:
-    """``base`` with another algorithm and, if given, model fields (validated: unknown
-    parameters list the valid ones, a bad model value names it)."""
-    alg = dataclasses.replace(base.algorithm, algorithm=name, algorithm_params=dict(params))
-    out = dataclasses.replace(base, algorithm=alg)
-    if model:
-        fields = {k: int(v) if k == "hidden" else v for k, v in model.items()}
-        out = dataclasses.replace(out, model=dataclasses.replace(base.model, **fields))
-    return out
 
 
 def measure(

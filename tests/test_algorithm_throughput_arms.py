@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.algorithm_throughput import arm_config, default_arms, main, parse_arm
+from benchmarks.algorithm_throughput import main
+from benchmarks.throughput_study.algorithm_arms import arm_config, default_arms, parse_arm
 from benchmarks.throughput_study.algorithm_rows import BARS, best_rows
 from benchmarks.throughput_study.tasks import TASKS, task_config
 
