@@ -15,6 +15,9 @@ if str(ROOT) not in sys.path:
 from benchmarks.ledger_study import tamper_study  # noqa: E402
 from benchmarks.ledger_study.main import main  # noqa: E402
 
+#: the settings both tiny studies share: 3 rounds, a one-member committee, one audit process
+TINY = ["--rounds", "3", "--committee", "1", "--jobs", "1", "--no-tamper", "--no-progress"]
+
 
 def test_tiny_study_writes_the_json_the_issue_asks_for(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -26,14 +29,7 @@ def test_tiny_study_writes_the_json_the_issue_asks_for(
             "robustness",
             "--seeds",
             "2",
-            "--rounds",
-            "3",
-            "--committee",
-            "1",
-            "--jobs",
-            "1",
-            "--no-tamper",
-            "--no-progress",
+            *TINY,
             "--set",
             "local_epochs=1",
             "--out",
@@ -125,14 +121,7 @@ def test_crossdevice_splits_the_row_path(
             "8",
             "--seeds",
             "1",
-            "--rounds",
-            "3",
-            "--committee",
-            "1",
-            "--jobs",
-            "1",
-            "--no-tamper",
-            "--no-progress",
+            *TINY,
             "--out",
             str(tmp_path / "study"),
             "--json",
