@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from defenses.base import DEFENSES, AggregateResult, DefenseContext, UpdateBatch, Verdict
+from defenses.blocked import mean_pass
 from defenses.bucketing import BucketableDefense
 from defenses.distances import compute_device
 from defenses.krum import check_count
@@ -53,6 +54,11 @@ def check_unit(rule: str, param: str, value: Any, include_one: bool = False) -> 
     return float(value)
 
 
+#: rows x columns from which the CPU path is :func:`weiszfeld_blocked` (smaller rounds keep the
+#: float64-copy loop, and with it the exact values of every small table)
+BLOCKED_WORK = 2**24
+
+
 @DEFENSES.register
 class GeoMedDefense(BucketableDefense):
     """Sample-weighted geometric median ``argmin_v sum_k a_k ||v - u_k||`` (RFA).
@@ -72,9 +78,14 @@ class GeoMedDefense(BucketableDefense):
     ``a_k = n_k / sum n``. Starting from the weighted mean, each step sets
     ``beta_k = a_k / max(nu, ||v - u_k||)`` and ``v = sum_k beta_k u_k / sum_k beta_k``. The
     aggregate is exactly ``sum_k w_k u_k`` with the last normalized Weiszfeld weights ``w``; every
-    row is kept with ``weight = score = w_k``. Each iteration makes one pass of row distances
-    (``cdist`` without the Gram shortcut: no cancellation, no ``x - v`` matrix) and one
-    matrix-vector product, on :func:`~defenses.distances.compute_device`.
+    row is kept with ``weight = score = w_k``.
+
+    Two implementations of the same iteration. Small rounds (``n d < 2^24``) and rounds on a GPU
+    keep a float64 copy of the rows and make, per iteration, one pass of row distances
+    (``cdist`` without the Gram shortcut: no cancellation) and one matrix-vector product.
+    Cohort-scale rounds on the CPU use :func:`weiszfeld_blocked`: one blocked pass over the
+    float32 rows per iteration and no float64 copy (2-3x faster at 1,000 rows of the CNN, and
+    914 MB less memory there); it agrees with the other to rounding (tests: 1e-12 relative).
     """
 
     name = "geomed"
@@ -93,9 +104,11 @@ class GeoMedDefense(BucketableDefense):
         x = batch.updates.to(dev)
         if not np.array_equal(order, np.arange(len(order))):
             x = x[torch.from_numpy(order).to(dev)]
-        x = x.double()
         a = (a / a.sum()).to(dev)
-        v, w = weiszfeld(x, a, self.nu, self.max_iter, self.tol)
+        if dev.type == "cpu" and x.numel() >= BLOCKED_WORK:
+            v, w = weiszfeld_blocked(x, a, self.nu, self.max_iter, self.tol)
+        else:
+            v, w = weiszfeld(x.double(), a, self.nu, self.max_iter, self.tol)
         weights = np.empty(len(batch))
         weights[order] = w.cpu().numpy()
         verdicts = tuple(
@@ -127,6 +140,44 @@ def weiszfeld(
         w = beta / beta.sum()
         v = w @ x
         dist = row_distances(x, v).clamp_min(nu)
+        new = float((a * dist).sum())
+        done = abs(obj - new) <= tol * new
+        obj = new
+        if done:
+            break
+    return v, w
+
+
+def weiszfeld_blocked(
+    x: torch.Tensor,
+    a: torch.Tensor,
+    nu: float,
+    max_iter: int,
+    tol: float,
+    block: int | None = None,
+    threads: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`weiszfeld`'s iteration on CPU rows of any float dtype, one blocked pass each
+    (:func:`~defenses.blocked.mean_pass`), without a float64 copy of ``x``.
+
+    The first pass gives the weighted mean ``c`` and ``r_i = ||x_i - c||^2`` summed from the
+    coordinate differences. Each later pass gives ``v = w @ x`` and ``p_i = x_i . (v - c)``,
+    and ``||x_i - v||^2 = r_i - 2 (p_i - c . delta) + ||delta||^2`` with ``delta = v - c``.
+    Centring at ``c`` keeps the cancellation to the rows' spread: the rounding error is about
+    ``d u (||x_i - c|| + ||v - c||) ||v - c||`` (``u = 2^-53``), not ``d u ||x_i||^2``.
+    """
+    kw = {"threads": threads, **({"block": block} if block else {})}
+    c, r = mean_pass(x, a, **kw)
+    dist = r.sqrt().clamp_min(nu)
+    obj = float((a * dist).sum())
+    v, w = c, a
+    for _ in range(max_iter):
+        beta = a / dist
+        w = beta / beta.sum()
+        v, p = mean_pass(x, w, centre=c, **kw)
+        delta = v - c
+        d2 = r - 2.0 * (p - float(c @ delta)) + float(delta @ delta)
+        dist = d2.clamp_min(0.0).sqrt().clamp_min(nu)
         new = float((a * dist).sum())
         done = abs(obj - new) <= tol * new
         obj = new

@@ -130,19 +130,25 @@ def exact_kept(name: str, d2: np.ndarray, batch: UpdateBatch, f: int) -> list[bo
 
 
 def geomed_iterations(batch: UpdateBatch) -> int:
-    """Iterations our Weiszfeld loop runs on ``batch`` (ByzFL is given as many)."""
+    """Iterations our Weiszfeld loop runs on ``batch`` (ByzFL is given as many): it makes one
+    distance pass (copy loop) or one blocked pass (cohort-scale CPU loop) more than that."""
     from defenses import geomed
 
     count = {"n": 0}
-    orig = geomed.row_distances
+    originals = {name: getattr(geomed, name) for name in ("row_distances", "mean_pass")}
 
-    def counting(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        count["n"] += 1
-        return orig(x, v)
+    def counting(orig: Callable) -> Callable:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            count["n"] += 1
+            return orig(*args, **kwargs)
 
-    geomed.row_distances = counting
+        return call
+
+    for name, orig in originals.items():
+        setattr(geomed, name, counting(orig))
     try:
         make_defense("geomed")(batch, DefenseContext(round=0, global_flat=torch.zeros(1)))
     finally:
-        geomed.row_distances = orig
+        for name, orig in originals.items():
+            setattr(geomed, name, orig)
     return max(1, count["n"] - 1)
