@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from actors.arena import Arena
+
+ROWS = Arena()  # the merged rows of a round: reused once the last round's are let go
 PER_CLIENT = ("client_ids", "losses", "steps", "num_samples", "finite")
 TAGS = ("actor", "kind", "finished")  # what an executor adds to a worker's answer
 
@@ -88,7 +91,8 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
     if rows:
         rank = {c: i for i, c in enumerate(order)}
         rperm = np.argsort([rank[int(c)] for c in row_ids], kind="stable")
-        stacked = np.concatenate(rows)
+        shape = (sum(len(r) for r in rows), *rows[0].shape[1:])
+        stacked = np.concatenate(rows, out=ROWS.empty(shape, rows[0].dtype))
         if np.array_equal(rperm, np.arange(len(rperm))):  # already in order: no second copy
             out["row_ids"], out["rows"] = row_ids, stacked
         else:

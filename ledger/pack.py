@@ -68,8 +68,9 @@ def write_pack(directory: Path, rnd: int, entries: Sequence[Entry]) -> bytes:
     """
     rows, at = [], 0
     for e in entries:
-        rows.append([e.name, e.digest.hex(), at, e.size])
-        at += e.size
+        size = e.size
+        rows.append([e.name, e.digest.hex(), at, size])
+        at += size
     index = canonical_json({"v": PACK_VERSION, "round": int(rnd), "entries": rows})
     pack_id = hashlib.sha256(index).digest()
     path = pack_path(directory, pack_id)

@@ -127,12 +127,27 @@ def test_bad_settings_fail_in_one_line(make_config: MakeConfig) -> None:
 # ----------------------------------------------------------------------------- in a run
 
 
+class RowsSeen:
+    """Keeps each round's rows as the round-end hooks get them (``Simulation.run`` lets go of
+    them afterwards); no ``needs_rows``: it must not change whether the actors pre-aggregate."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, Any] = {}
+
+    def on_round_end(self, sim: Simulation, record: RoundRecord) -> None:
+        self.rows[record.round] = record.rows
+
+
 def run(cfg: Config) -> tuple[list[RoundRecord], Simulation]:
-    sim = Simulation(cfg)
+    seen = RowsSeen()
+    sim = Simulation(cfg, [seen])
     try:
-        return sim.run(), sim
+        recs = sim.run()
     finally:
         sim.close()
+    for r in recs:
+        r.rows = seen.rows[r.round]
+    return recs, sim
 
 
 def sparse_of(size: int) -> float:

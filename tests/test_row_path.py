@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+import pytest
 import torch
 
+import simulator.round.collect as collect
+from actors.arena import Arena
 from actors.merge import merge_results
 from defenses import UpdateBatch
 from simulator.round.collect import stack_rows
+from simulator.round.engine import Simulation
+from simulator.round.types import RoundRecord
 
 
 def test_rows_of_one_matrix_are_gathered_or_sliced() -> None:
@@ -46,3 +54,58 @@ def test_merge_keeps_rows_in_the_round_order() -> None:
     reordered = merge_results([_part([7, 8], a), _part([9], b)], [9, 8, 7])
     assert reordered["row_ids"].tolist() == [9, 8, 7]
     assert reordered["rows"][:, 0].tolist() == [2.0, 3.0, 1.0]
+
+
+def test_arena_hands_a_buffer_out_again_only_once_unreferenced() -> None:
+    arena = Arena(keep=2, min_bytes=64)
+    a = arena.empty((4, 8), np.float32)  # 128 bytes: kept
+    where = a.__array_interface__["data"][0]
+    del a
+    b = arena.empty((4, 8), np.float32)
+    assert b.__array_interface__["data"][0] == where  # reused
+    t = torch.from_numpy(b)  # a tensor over it: in use
+    row = b[1]  # and a view of it
+    del b
+    c = arena.empty((4, 8), np.float32)
+    assert not np.shares_memory(c, t.numpy())
+    del t
+    d = arena.empty((4, 8), np.float32)  # the view still holds the first buffer
+    assert not np.shares_memory(d, row) and not np.shares_memory(d, c)
+    assert len(arena._bufs) == 2  # keep=2: the first buffer left the arena, not freed
+    assert arena.empty((2, 8), np.float32).shape == (2, 8)  # another shape: a new array
+    small = Arena(min_bytes=1024)
+    assert small.empty((4, 8), np.float32) is not small.empty((4, 8), np.float32)
+
+
+def test_gathered_rows_never_overwrite_a_batch_still_in_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(collect.ORDERED, "min_bytes", 0)
+    m = np.arange(20, dtype=np.float32).reshape(5, 4).copy()
+    first = stack_rows([m[3], m[0], m[4]])
+    second = stack_rows([m[4], m[1], m[2]])
+    assert first[:, 0].tolist() == [12.0, 0.0, 16.0]  # untouched by the second gather
+    assert second[:, 0].tolist() == [16.0, 4.0, 8.0]
+    where = second.__array_interface__["data"][0]
+    del second
+    third = stack_rows([m[0], m[1], m[3]])
+    assert third.__array_interface__["data"][0] == where  # the released buffer, reused
+    assert third[:, 0].tolist() == [0.0, 4.0, 12.0] and first[:, 0].tolist() == [12.0, 0.0, 16.0]
+
+
+def test_run_lets_go_of_each_rounds_rows(make_config: Callable[..., Any]) -> None:
+    seen = []
+
+    class Hook:
+        needs_rows = True
+
+        def on_round_end(self, sim: Simulation, record: RoundRecord) -> None:
+            seen.append(record.rows is not None and len(record.rows) > 0)
+
+    sim = Simulation(make_config(rounds=3), [Hook()])
+    try:
+        records = sim.run()
+    finally:
+        sim.close()
+    assert seen == [True, True, True]  # the hooks got every round's rows
+    assert [r.rows for r in records] == [None, None, None]  # the returned records hold none

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from actors.arena import Arena
 from actors.request import TrainRequest, TrainTask
 from defenses import Defense, UpdateBatch, Verdict
 from simulator.rng import Stream, stream
@@ -204,6 +205,9 @@ def settle(
     ), still
 
 
+ORDERED = Arena()  # a round's rows in client order, reused once nothing refers to them
+
+
 def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
     """``np.stack(rows)``; rows that are rows of one matrix (the actors' merged answer) are
     gathered from it at once, or sliced without a copy when they are its rows in order (at
@@ -221,7 +225,8 @@ def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
         idx = np.array([(r.__array_interface__["data"][0] - start) // step for r in rows])
         if np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
             return base[idx[0] : idx[0] + len(idx)]
-        return base[idx]  # fancy indexing: ~6x faster than np.take(axis=0) here
+        out = ORDERED.empty((len(idx), base.shape[1]), base.dtype)
+        return np.take(base, idx, axis=0, out=out)
     return np.stack(rows)
 
 
