@@ -23,6 +23,7 @@ from typing import Any
 from ledger.attestation import verify_registration
 from ledger.audit_committee import committee_findings
 from ledger.audit_round import Commitment, check_packs
+from ledger.chain_events import event_logs
 from ledger.commitment import g1_eip2537, g2_compress_eip2537
 from ledger.errors import FORMAT
 from ledger.records import DEV_KEY, hx
@@ -157,8 +158,8 @@ class RunAudit:
         for key in want:
             if want[key] != got[key]:
                 yield None, None, "contract-setup", f"{key}={want[key]}", f"{key}={got[key]}"
-        for lg in k.events.Committed().get_logs(from_block=0):
-            a = lg["args"]
+        self._gas_used = []
+        for a, gas in event_logs(self.chain, k.events.Committed(), self.contract):
             sig = bytes(a["signature"])
             self.events[int(a["round"])] = Commitment(
                 int(a["round"]),
@@ -170,7 +171,8 @@ class RunAudit:
                 int(a["signers"]),
                 g2_compress_eip2537(sig).hex() if sig else None,
             )
-            self._gas_tx = getattr(self, "_gas_tx", []) + [lg["transactionHash"]]
+            if gas is not None:
+                self._gas_used.append(gas)
 
     def _commitment_of(self, e: dict[str, Any]) -> Commitment:
         return Commitment(
@@ -262,11 +264,5 @@ class RunAudit:
 
     def _gas(self) -> float | None:
         """Mean gas of the rounds' commitments (from their receipts)."""
-        try:
-            gas = [
-                int(self.chain.w3.eth.get_transaction_receipt(tx)["gasUsed"])
-                for tx in getattr(self, "_gas_tx", [])
-            ]
-        except Exception:  # noqa: BLE001 - a tampered chain may lack them; gas is informational
-            return None
+        gas = getattr(self, "_gas_used", [])
         return sum(gas) / len(gas) if gas else None

@@ -7,6 +7,8 @@ untouched run must audit clean, and every check the audit makes must be triggere
 
 from __future__ import annotations
 
+import json
+
 import re
 import shutil
 from pathlib import Path
@@ -72,6 +74,9 @@ def test_clean_run_audits_clean(recorded: tuple[Path, Path], capsys: pytest.Capt
         assert report.clean, report.text()
         assert report.rounds == ROUNDS and report.submissions == 6 * ROUNDS
         assert report.gas_per_round is not None and report.gas_per_round > 50_000
+        # the audit's gas (read back from the chain's receipts) is what the run recorded
+        recorded_gas = json.loads((d / "summary.json").read_text())["ledger"]["gas_per_round"]
+        assert report.gas_per_round == recorded_gas
     assert main([str(recorded[0]), "-q", "--jobs", "2"]) == 0
     assert "CLEAN" in capsys.readouterr().out
 

@@ -228,6 +228,7 @@ def test_robustness_task_on_anvil_verifies_on_chain_and_audits_clean(
     assert s["ledger"]["backend"] == "rpc" and s["ledger"]["onchain_bls"] is True
     assert 200_000 < s["ledger"]["gas_per_round"] < 400_000  # the pairing check ran on chain
     assert audit_main([str(out)]) == 0
+    assert audit_run(out).gas_per_round == s["ledger"]["gas_per_round"]  # the RPC event path
     with anvil_or_skip(n_accounts=1) as other:  # a node without the channel's contract
         capsys.readouterr()
         assert audit_main([str(out), "--ledger-url", other.url]) == 2
