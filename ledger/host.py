@@ -264,6 +264,8 @@ def main(argv: list[str]) -> None:
     torch.set_num_threads(1)
     # everything a session needs, loaded before the first run asks (its start is then hidden
     # behind the driver's own start-up)
+    import sklearn.datasets  # noqa: F401 - the committee's replay loads the run's data (~1 s)
+
     import ledger.pyevm  # noqa: F401
     import ledger.replay  # noqa: F401
     import ledger.session  # noqa: F401
