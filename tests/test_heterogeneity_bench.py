@@ -413,7 +413,7 @@ def test_json_schema_of_a_tiny_run(
 ) -> None:
     """The fedbn case, 1 seed, 2 rounds, in this process: the JSON has one entry per
     comparison with the required keys, the CSV and the plot exist; ``--no-progress`` leaves
-    no progress bar on stderr."""
+    no progress bar on stderr, one line per finished run instead."""
     case = CASES["fedbn"]
     use_case(
         monkeypatch,
@@ -441,6 +441,9 @@ def test_json_schema_of_a_tiny_run(
     assert rc == 0
     printed = capsys.readouterr()
     assert "runs:" not in printed.err
+    # instead, one line per finished run (fedbn's quick case: 3 arms x 1 seed)
+    lines = [ln for ln in printed.err.splitlines() if ln.startswith("run ")]
+    assert [ln.split(" (")[0].split(" ", 2)[1] for ln in lines] == ["1/3", "2/3", "3/3"]
     assert "note: with 1 seed(s) the smallest possible p is 1/2 = 0.500 > 0.05" in printed.out
     assert "paired diff" in printed.out and "1-std" in printed.out
     data = json.loads(js.read_text())

@@ -73,7 +73,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="DIR",
         help="directory of the runs and the per-case plots (default %(default)s)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar: one line per finished run on stderr instead (for logs)",
+    )
     p.add_argument(
         "--list",
         action="store_true",

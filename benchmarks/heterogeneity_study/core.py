@@ -132,11 +132,24 @@ def run_all(
     jobs: list[dict[str, Any]], workers: int, progress: bool = True
 ) -> dict[str, dict[str, Any]]:
     """Run the jobs (1 worker: in this process; more: spawned processes, one torch thread
-    each) with a progress bar on stderr (unless ``progress`` is False); ``key -> record``."""
+    each) with a progress bar on stderr (without ``progress``: one line per finished run there,
+    for logs); ``key -> record``."""
+    import time
+
     from tqdm import tqdm
 
     records: dict[str, dict[str, Any]] = {}
     bar = tqdm(total=len(jobs), desc="runs", unit="run", file=sys.stderr, disable=not progress)
+    t0 = time.perf_counter()
+
+    def finished(rec: dict[str, Any]) -> None:
+        records[rec["key"]] = rec
+        bar.update()
+        if not progress:
+            err = f" FAILED: {rec['error']}" if rec.get("error") else ""
+            took = f"{time.perf_counter() - t0:.0f} s"
+            print(f"run {len(records)}/{len(jobs)} {rec['key']} ({took}){err}", file=sys.stderr)
+
     if workers == 1 or len(jobs) <= 1:
         import torch
 
@@ -144,8 +157,7 @@ def run_all(
         init_worker()
         try:
             for j in jobs:
-                records[j["key"]] = run_job(j)
-                bar.update()
+                finished(run_job(j))
         finally:
             torch.set_num_threads(threads)
     else:
@@ -156,9 +168,7 @@ def run_all(
             min(workers, len(jobs)), mp_context=mp.get_context("spawn"), initializer=init_worker
         ) as pool:
             for fut in as_completed([pool.submit(run_job, j) for j in jobs]):
-                rec = fut.result()
-                records[rec["key"]] = rec
-                bar.update()
+                finished(fut.result())
     bar.close()
     return records
 
