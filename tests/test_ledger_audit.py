@@ -8,7 +8,6 @@ untouched run must audit clean, and every check the audit makes must be triggere
 from __future__ import annotations
 
 import json
-
 import re
 import shutil
 from pathlib import Path
