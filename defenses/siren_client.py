@@ -189,13 +189,20 @@ class SirenClient:
             reputation.declare(sim.store)
         return self.split(sim.fed.clients, sim.cfg.experiment.seed)
 
+    def refuse(self, sim: Any, selected: np.ndarray) -> set[int]:
+        """Population rule: the selected clients whose strikes reached the ban threshold (the
+        engine refuses them when the round starts: no training, no upload, no waiting)."""
+        if self.reputation is None or self.rule != "population":
+            return set()
+        return reputation.banned_among(sim.store, selected.tolist(), self.reputation[0])
+
     def on_plan(self, sim: Any, plan: Any) -> None:
-        """Bans (population rule: refuse the banned selected clients; paper rule: mark the
-        banned clients among those selected or arriving, ``plan.banned``), then the alarms of
+        """Bans (population rule: leave out the clients :meth:`refuse` refused; paper rule: mark
+        the banned clients among those selected or arriving, ``plan.banned``), then the alarms of
         the selected clients still in the round, and start models of the benign alarming ones."""
         sel = plan.selected
         if self.reputation is not None and self.rule == "population":
-            refused = reputation.refuse_banned(sim.store, plan, self.reputation[0])
+            refused = {v.client_id for v in plan.verdicts if v.reason == reputation.BANNED}
             sel = np.array([c for c in sel.tolist() if c not in refused], np.int64)
         elif self.reputation is not None:
             ids = [*sel.tolist(), *(a.client_id for a in plan.outcome.arrived)]

@@ -8,8 +8,9 @@ threshold. The client side (``defenses/siren_client.py``) reads them when a roun
 and writes them back from the round's verdicts, so the server's aggregation stays a pure
 function of the round's rows and signals, and the ledger's replay needs no reputation:
 
-- population rule: a banned client is refused before it trains (:func:`refuse_banned`); its
-  verdict ``"banned"`` is decided in the plan and the rule never sees a row of it;
+- population rule: a banned client is refused when its round starts (the client side's
+  ``refuse`` hook, :func:`banned_among`): it neither trains nor uploads, the round does not wait
+  for it, its verdict ``"banned"`` is decided in the plan and the rule never sees a row of it;
 - paper rule (as the paper ran here before): a banned client still trains and arrives; the rows
   of the clients banned when the round is planned (:func:`banned_among`) carry the batch signal
   ``"banned"``, and the rule rejects them with the reason ``"banned"`` without judging them. The
@@ -22,13 +23,11 @@ with are the ones its aggregation sees, stale rows included.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-from defenses.base import Verdict
 from defenses.siren_rules import next_strikes
 
 #: the client-state table of each client's strikes (float64 scalar rows)
@@ -63,34 +62,6 @@ def banned_among(store: Any, ids: Iterable[int], threshold: int) -> set[int]:
         for c, s in zip(sel.tolist(), strikes_of(store, sel).tolist(), strict=True)
         if s >= threshold
     }
-
-
-def refuse_banned(store: Any, plan: Any, threshold: int) -> set[int]:
-    """Take the banned clients of ``plan`` (``strikes >= threshold``) out of the round.
-
-    They neither train nor arrive: they leave ``plan.now``, ``plan.hold`` and the round
-    outcome's arrivals, their compute leaves ``plan.device_seconds``, and each gets the verdict
-    ``(kept=False, reason="banned")``. Returns their ids.
-    """
-    out = banned_among(store, np.asarray(plan.selected, np.int64).tolist(), threshold)
-    if not out:
-        return out
-    rnd = plan.round
-
-    def gone(a: Any) -> bool:
-        return a.client_id in out and a.base_round == rnd
-
-    o = plan.outcome
-    plan.device_seconds -= sum(a.compute_s for a in o.arrived if gone(a))
-    plan.outcome = dataclasses.replace(
-        o,
-        arrived=tuple(a for a in o.arrived if not gone(a)),
-        pending=tuple(a for a in o.pending if not gone(a)),
-    )
-    plan.now -= out
-    plan.hold -= out
-    plan.verdicts.extend(Verdict(c, False, 0.0, float("nan"), BANNED) for c in sorted(out))
-    return out
 
 
 def update_strikes(

@@ -218,8 +218,17 @@ class Simulation(Checkpointed):
             del self.history[old]
         ctx = self.context()
         # 1. plan (the clock moves to the round's start when nobody was online)
+        refusers = self.hooks("refuse")  # a rule's bans: refused before the round closes
         plan = make_plan(
-            ctx, rnd, self.clock.now, self.in_flight, self.server_state, self.linear_round()
+            ctx,
+            rnd,
+            self.clock.now,
+            self.in_flight,
+            self.server_state,
+            self.linear_round(),
+            (lambda sel: set().union(*(h.refuse(self, sel) for h in refusers)))
+            if refusers
+            else None,
         )
         self.clock.advance_to(plan.start)
         for hook in self.hooks("on_plan"):

@@ -11,6 +11,7 @@ partial sums and by the verdicts.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,9 @@ from simulator.round.context import RoundContext
 from simulator.round.types import InFlight
 from simulator.round.wire import WireBytes, plan_wire
 from simulator.training.groups import client_train_flops
+
+#: the verdict reason of a client refused when its round starts (``make_plan``'s ``refuse``)
+BANNED = "banned"
 
 
 @dataclass
@@ -179,10 +183,15 @@ def make_plan(
     in_flight: list[InFlight],
     server_state: dict[str, Any],
     linear: bool,
+    refuse: Callable[[np.ndarray], set[int]] | None = None,
 ) -> RoundPlan:
     """Plan round ``rnd`` from virtual time ``now`` (see :class:`RoundPlan`; ``plan.start`` is
     when it starts, later than ``now`` when nobody was online). The hooks' ``on_plan`` runs next
-    (the engine calls it), then :func:`plan_tasks`."""
+    (the engine calls it), then :func:`plan_tasks`.
+
+    ``refuse(selected)`` names selected clients the server refuses when the round starts (a
+    rule's bans): they are sent the model (counted on the wire) but neither train nor upload,
+    get the verdict ``(kept=False, reason="banned")``, and the round does not wait for them."""
     cfg, seed = ctx.cfg, ctx.cfg.experiment.seed
     selected, start = select(ctx, rnd, now, in_flight, server_state)
     mal = ctx.adversary.malicious(selected, stream(seed, rnd, Stream.ATTACK))
@@ -195,6 +204,9 @@ def make_plan(
         gone = set(dropout)
         new = [a for a in new if a.client_id not in gone]
     verdicts: list[Verdict] = []
+    refused = refuse(selected) if refuse is not None else set()
+    if refused:
+        new = [a for a in new if a.client_id not in refused]
     partial_s = 0.0
     if not ctx.algorithm.keep_partial_work():
         # partial-work clients are rejected before the round closes: the server neither waits
@@ -206,6 +218,7 @@ def make_plan(
         ]
         partial_s = sum(a.compute_s for a in new if a.client_id in partial)
         new = [a for a in new if a.client_id not in partial]
+    verdicts += [Verdict(c, False, 0.0, float("nan"), BANNED) for c in sorted(refused)]
     outcome = ctx.policy.close_round(rnd, start, new, [f.arrival for f in in_flight])
     now = {a.client_id for a in outcome.arrived if a.base_round == rnd}
     hold = {a.client_id for a in outcome.pending if a.base_round == rnd}

@@ -47,8 +47,10 @@ class RoundRecord:
 class RoundCallback(Protocol):
     """Side effects (ledger, checkpoints, logging) hang here, never inside aggregation.
 
-    A callback may also define ``on_plan(sim, plan)`` (before training: Siren's alarms and start
-    models), ``on_collect(sim, plan, returned)`` (after training, before model attacks:
+    A callback may also define ``refuse(sim, selected) -> set[int]`` (selected clients the
+    server refuses when the round starts, before the round policy closes it: Siren's bans),
+    ``on_plan(sim, plan)`` (before training: Siren's alarms and start models),
+    ``on_collect(sim, plan, returned)`` (after training, before model attacks:
     Siren remembers its clients' local models) and ``needs_rows = True`` (the round must keep
     every update row instead of letting the actors pre-aggregate them: the ledger)."""
 
