@@ -9,6 +9,7 @@ arXiv:1912.13445, 2019 (IEEE Trans. Signal Processing, 2022).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -123,29 +124,47 @@ def row_distances(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.cdist(x, v[None], compute_mode="donot_use_mm_for_euclid_dist")[:, 0]
 
 
-def weiszfeld(
-    x: torch.Tensor, a: torch.Tensor, nu: float, max_iter: int, tol: float
+def smoothed_weiszfeld(
+    start: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    step: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    a: torch.Tensor,
+    nu: float,
+    max_iter: int,
+    tol: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Smoothed Weiszfeld from the weighted mean: ``(v, last normalized weights)``.
+    """The smoothed Weiszfeld loop: ``(v, last normalized weights)``.
 
-    One distance pass per iteration: the distances at the new ``v`` give both the objective
-    (stopping test) and the next weights.
+    ``start()`` gives the weighted mean and the rows' distances to it, ``step(w)`` the point
+    ``w @ x`` and the distances to it; one call per iteration, whose distances give both the
+    objective (stopping test) and the next weights.
     """
-    v = a @ x
-    dist = row_distances(x, v).clamp_min(nu)
+    v, dist = start()
+    dist = dist.clamp_min(nu)
     obj = float((a * dist).sum())
     w = a
     for _ in range(max_iter):
         beta = a / dist
         w = beta / beta.sum()
-        v = w @ x
-        dist = row_distances(x, v).clamp_min(nu)
+        v, dist = step(w)
+        dist = dist.clamp_min(nu)
         new = float((a * dist).sum())
         done = abs(obj - new) <= tol * new
         obj = new
         if done:
             break
     return v, w
+
+
+def weiszfeld(
+    x: torch.Tensor, a: torch.Tensor, nu: float, max_iter: int, tol: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`smoothed_weiszfeld` on a float64 copy of the rows: per iteration one
+    matrix-vector product and one pass of row distances."""
+
+    def at(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return v, row_distances(x, v)
+
+    return smoothed_weiszfeld(lambda: at(a @ x), lambda w: at(w @ x), a, nu, max_iter, tol)
 
 
 def weiszfeld_blocked(
@@ -157,7 +176,7 @@ def weiszfeld_blocked(
     block: int | None = None,
     threads: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`weiszfeld`'s iteration on CPU rows of any float dtype, one blocked pass each
+    """:func:`smoothed_weiszfeld` on CPU rows of any float dtype, one blocked pass an iteration
     (:func:`~defenses.blocked.mean_pass`), without a float64 copy of ``x``.
 
     The first pass gives the weighted mean ``c`` and ``r_i = ||x_i - c||^2`` summed from the
@@ -168,22 +187,14 @@ def weiszfeld_blocked(
     """
     kw = {"threads": threads, **({"block": block} if block else {})}
     c, r = mean_pass(x, a, **kw)
-    dist = r.sqrt().clamp_min(nu)
-    obj = float((a * dist).sum())
-    v, w = c, a
-    for _ in range(max_iter):
-        beta = a / dist
-        w = beta / beta.sum()
+
+    def step(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         v, p = mean_pass(x, w, centre=c, **kw)
         delta = v - c
         d2 = r - 2.0 * (p - float(c @ delta)) + float(delta @ delta)
-        dist = d2.clamp_min(0.0).sqrt().clamp_min(nu)
-        new = float((a * dist).sum())
-        done = abs(obj - new) <= tol * new
-        obj = new
-        if done:
-            break
-    return v, w
+        return v, d2.clamp_min(0.0).sqrt()
+
+    return smoothed_weiszfeld(lambda: (c, r.sqrt()), step, a, nu, max_iter, tol)
 
 
 def weiszfeld_reference(
