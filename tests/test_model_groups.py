@@ -15,9 +15,10 @@ import torch
 
 from simulator.algorithms import ALGORITHMS, Algorithm, ServerRound, register
 from simulator.config.fields import ConfigError
-from simulator.config.groups import GroupSpec, parse_group
+from simulator.config.groups import MODEL_NAMES, GroupSpec, parse_group
 from simulator.config.sections import build_config
 from simulator.training.groups import group_of, split_by_group, table_name
+from simulator.training.models import MODELS
 from simulator.training.step import Finish
 from tests.conftest import small_config
 
@@ -66,6 +67,7 @@ def sizes() -> Iterator[None]:
 
 def test_group_specs_by_hand() -> None:
     assert parse_group("mlp", 0, 64, "none") == GroupSpec("mlp", 64, "none")
+    assert parse_group("mlp1:hidden=100", 3, 64, "none") == GroupSpec("mlp1", 100, "none")
     assert parse_group("mlp:hidden=32", 1, 64, "none") == GroupSpec("mlp", 32, "none")
     assert parse_group("cnn:hidden=8,norm=batch", 2, 64, "none") == GroupSpec("cnn", 8, "batch")
 
@@ -73,7 +75,10 @@ def test_group_specs_by_hand() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("resnet", "group 0 'resnet': unknown model 'resnet'; valid: ['logreg', 'mlp', 'cnn']"),
+        (
+            "resnet",
+            "group 0 'resnet': unknown model 'resnet'; valid: ['logreg', 'mlp', 'mlp1', 'cnn']",
+        ),
         ("mlp:width=3", "group 0 'mlp:width=3': unknown key 'width=3'; valid: KEY=VALUE with KEY"),
         ("mlp:hidden", "unknown key 'hidden'; valid"),
         ("mlp:hidden=0", "hidden must be an integer >= 1, got '0'"),
@@ -83,6 +88,10 @@ def test_group_specs_by_hand() -> None:
 def test_bad_group_is_one_line(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match="^model.model_groups: .*" + message.replace("[", r"\[")):
         build_config(flat={"model_groups": [text]})
+
+
+def test_group_models_are_the_models_a_run_may_name() -> None:
+    assert MODEL_NAMES == tuple(MODELS)  # one list: --model and --model-groups agree
 
 
 def test_assignment_is_id_mod_groups() -> None:

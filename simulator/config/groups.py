@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from simulator.config.fields import ConfigError
 
 #: the architectures a group may name (those of :mod:`simulator.training.models`)
-MODEL_NAMES = ("logreg", "mlp", "cnn")
+MODEL_NAMES = ("logreg", "mlp", "mlp1", "cnn")
 #: the normalizations a group may name
 NORMS = ("none", "batch")
 #: the keys a group may set

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.config.fields import ConfigError, check_choice, check_positive, field_of
-from simulator.config.groups import parse_groups
+from simulator.config.groups import MODEL_NAMES, parse_groups
 from simulator.data.datasets import DATASETS, dataset_path
 from simulator.data.partitions import PARTITIONS
 from simulator.data.scheme_params import SHORTHAND, parameters_help, resolve_partition_params
@@ -161,7 +161,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str = field_of("mlp", "architecture", ("logreg", "mlp", "mlp1", "cnn"))
+    model: str = field_of("mlp", "architecture", MODEL_NAMES)
     hidden: int = field_of(64, "hidden width (MLP layers, CNN representation)")
     norm: str = field_of("none", "normalization layers", ("none", "batch"))
     model_groups: tuple[str, ...] = field_of(
