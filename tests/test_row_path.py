@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import actors.merge as merge
 import simulator.round.collect as collect
 from actors.arena import Arena
 from actors.merge import merge_results
@@ -109,3 +110,13 @@ def test_run_lets_go_of_each_rounds_rows(make_config: Callable[..., Any]) -> Non
         sim.close()
     assert seen == [True, True, True]  # the hooks got every round's rows
     assert [r.rows for r in records] == [None, None, None]  # the returned records hold none
+
+
+def test_closing_a_simulation_lets_go_of_the_row_buffers(make_config: Callable[..., Any]) -> None:
+    sim = Simulation(make_config(rounds=1))
+    arenas = (merge.ROWS, collect.ORDERED)
+    held = [a.empty((600, 2000), np.float32) for a in arenas]  # 4.8 MB: kept by the arena
+    assert all(any(b is h for b in a._bufs) for a, h in zip(arenas, held, strict=True))
+    sim.close()
+    assert merge.ROWS._bufs == [] and collect.ORDERED._bufs == []
+    assert held[0].shape == (600, 2000)  # a buffer still in use lives on with its user

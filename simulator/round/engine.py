@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from actors.merge import ROWS as MERGED
 from attacks import make_attack
 from defenses import make_defense
 from simulator.algorithms import make_algorithm
@@ -37,7 +38,7 @@ from simulator.population.clock import VirtualClock
 from simulator.round.adversary import Adversary
 from simulator.round.aggregate import aggregate_round, server_step
 from simulator.round.checkpoint import Checkpointed
-from simulator.round.collect import gather, settle, train
+from simulator.round.collect import ORDERED, gather, settle, train
 from simulator.round.context import RoundContext
 from simulator.round.parts import (
     check_cohort,
@@ -297,7 +298,10 @@ class Simulation(Checkpointed):
         return records
 
     def close(self) -> None:
-        """Shut down the executor if this simulation created it; close the store."""
+        """Shut down the executor if this simulation created it; close the store; let go of the
+        row buffers its rounds reused."""
         if self._own_executor:
             self.executor.shutdown()
         self.store.close()
+        MERGED.clear()
+        ORDERED.clear()
