@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from actors.merge import ROWS as MERGED
@@ -158,6 +159,10 @@ class Simulation(Checkpointed):
             and not any(getattr(h, "needs_rows", False) for h in self.hooks("on_round_end"))
         )
 
+    def refused(self, selected: np.ndarray) -> set[int]:
+        """The selected clients the callbacks' ``refuse`` take out when the round starts."""
+        return set().union(*(h.refuse(self, selected) for h in self.hooks("refuse")))
+
     @property
     def global_flat_shared(self) -> torch.Tensor:
         """The global model restricted to the shared entries (what rows are relative to)."""
@@ -219,7 +224,6 @@ class Simulation(Checkpointed):
             del self.history[old]
         ctx = self.context()
         # 1. plan (the clock moves to the round's start when nobody was online)
-        refusers = self.hooks("refuse")  # a rule's bans: refused before the round closes
         plan = make_plan(
             ctx,
             rnd,
@@ -227,9 +231,7 @@ class Simulation(Checkpointed):
             self.in_flight,
             self.server_state,
             self.linear_round(),
-            (lambda sel: set().union(*(h.refuse(self, sel) for h in refusers)))
-            if refusers
-            else None,
+            self.refused,
         )
         self.clock.advance_to(plan.start)
         for hook in self.hooks("on_plan"):
@@ -288,9 +290,7 @@ class Simulation(Checkpointed):
                 cb.on_round_end(self, rec)
             if on_record is not None:
                 on_record(rec)
-            # the rows were the hooks' (the ledger copies them); kept in ``records`` they would
-            # hold every round's matrix (36 MB a round at 1,000 digits-MLP clients) to the end
-            rec.rows, rec.extras = None, {}
+            rec.rows, rec.extras = None, {}  # the hooks' (36 MB a round at 1,000 clients)
             records.append(rec)
             if rec.accuracy is not None:
                 bar.set_postfix(acc=f"{rec.accuracy:.3f}")
