@@ -24,6 +24,9 @@ path's own values satisfy ``|D^ - D| <= gamma_{d + 6} D`` (no cancellation). The
 (:mod:`defenses.krum`) turns this into a bound per score and re-scores with the exact path every
 row whose place in the selection the bound leaves open, so the selection is the exact path's.
 
+At cohort scale Krum and Multi-Krum use a float32 product instead, with a looser bound and a
+float64 tier in between (:mod:`defenses.screen`); Bulyan keeps this one.
+
 The heavy matrix work runs on :func:`compute_device` (CUDA when the process has a GPU, else the
 CPU with torch's threads); results come back to the CPU as numpy arrays.
 """
@@ -98,6 +101,10 @@ class GramDistances:
     c: float  # |d2_ij - D_ij| <= c (r_i + r_j)^2
     group: np.ndarray  # [n] smallest position of a bit-identical row
     exact_calls: int = 0  # rows computed with the exact path (for tests and reports)
+    screened: bool = False  # d2 from the float32 screen (:mod:`defenses.screen`)
+    mu: torch.Tensor | None = field(default=None, repr=False)  # the screen's center
+    tight: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # float64 rows
+    tight_radius: np.ndarray | None = field(default=None, repr=False)
     _xd: torch.Tensor | None = field(default=None, repr=False)
     _rows: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
@@ -169,22 +176,29 @@ def centered_gram(x: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
 
 def gram_sq_dists(x: torch.Tensor) -> GramDistances:
     """Squared distances through one float64 matrix multiply (see the module docstring)."""
-    n, d = x.shape
+    d = x.shape[1]
     dev = compute_device()
     mu = robust_center(x.to(dev))
-    g = centered_gram(x.to(dev), mu)
+    return distances_from_gram(x, centered_gram(x.to(dev), mu), 1.01 * gamma(d + 8), gamma(d))
+
+
+def distances_from_gram(
+    x: torch.Tensor, g: torch.Tensor, c: float, g_err: float, **extra: object
+) -> GramDistances:
+    """:class:`GramDistances` from the centered Gram matrix ``g`` of ``x``'s rows, whose
+    diagonal is within ``g_err`` relative of the centered squared norms and whose distances
+    are within ``c (r_i + r_j)^2`` of the true ones (``extra``: further fields)."""
     nu = g.diagonal().clone()
     d2 = nu[:, None] + nu[None, :] - 2.0 * g
     del g
     upper = torch.triu(d2, diagonal=1)
     d2 = (upper + upper.T).clamp_min_(0.0).cpu().numpy()
     nu_np = nu.cpu().numpy()
-    c = 1.01 * gamma(d + 8)
-    radius = np.sqrt(np.maximum(nu_np, 0.0) / (1.0 - gamma(d))) * (1.0 + 4 * U64)
+    radius = np.sqrt(np.maximum(nu_np, 0.0) / (1.0 - g_err)) * (1.0 + 4 * U64)
     bound = c * (radius[:, None] + radius[None, :]) ** 2
     group = duplicate_groups(x, d2, bound)
     d2, radius = share_copies(d2, radius, group)
-    return GramDistances(x.detach().cpu(), d2, radius, c, group)
+    return GramDistances(x.detach().cpu(), d2, radius, c, group, **extra)  # type: ignore[arg-type]
 
 
 def share_copies(
@@ -205,7 +219,22 @@ def krum_bounds(
     k: int,
     rounding: np.ndarray | float = 0.0,
 ) -> np.ndarray:
-    """Bound on ``|fast - exact|`` for Krum-type scores of ``rows``.
+    """Bound on ``|fast - exact|`` for Krum-type scores of ``rows`` (:func:`score_bound` with
+    ``gd``'s radii and constant)."""
+    return score_bound(gd.radius[rows], gd.c, gd.x.shape[1], fast, kth, k, rounding)
+
+
+def score_bound(
+    r: np.ndarray,
+    c: float,
+    d: int,
+    fast: np.ndarray,
+    kth: np.ndarray,
+    k: int,
+    rounding: np.ndarray | float = 0.0,
+) -> np.ndarray:
+    """Bound on ``|fast - exact|`` for Krum-type scores of rows of radius ``r``, from
+    distances within ``c (r_i + r_j)^2`` of the true ones.
 
     ``fast`` is the sum of the ``k`` smallest fast distances from each row to a set of others,
     ``kth`` an upper bound of the largest of those ``k``, ``rounding`` a bound on the rounding
@@ -214,11 +243,9 @@ def krum_bounds(
     term is off by at most ``e = c (2 r_i + sqrt(T))^2``: ``|fast - math| <= k e``. The exact
     path's sum is within ``(gamma_{d+6} + gamma_k)`` relative of the math value.
     """
-    r = gd.radius[rows]
-    c = gd.c
     kth = np.maximum(kth, 0.0)
     t = kth + 2 * c * (2 * r + np.sqrt(kth)) ** 2
     e = c * (2 * r + np.sqrt(t)) ** 2
     b = k * e + gamma(k) * np.abs(fast) + rounding
-    rel = gamma(gd.x.shape[1] + 6) + gamma(k)
+    rel = gamma(d + 6) + gamma(k)
     return (b + rel * (np.abs(fast) + b)) * (1 + 1e-9)
