@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_defense_fast import D2, ROWS, batch_of, cases
 
 import defenses.distances as distances
 import defenses.screen as screen
@@ -13,7 +14,6 @@ from defenses import DefenseContext, make_defense
 from defenses.distances import exact_sq_dists
 from defenses.krum import fast_krum_scores, krum_scores, select_lowest
 from defenses.screen import screen_constant, screen_sq_dists, tight_scores_of
-from tests.test_defense_fast import D2, ROWS, batch_of, cases
 
 CTX = DefenseContext(round=0, global_flat=torch.zeros(1))
 
