@@ -77,3 +77,15 @@ def blocked_pass(
         if not square:
             zb -= centre[lo:hi]
         row_sums(x, zb, lo, hi, square, part[k])
+
+
+@njit(parallel=True, cache=True)
+def blocked_distances(
+    x: np.ndarray, z: np.ndarray, block: int, part: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``part[k, i]``: the block-``k`` part of ``||x_i - z||^2``, in float64."""
+    d = x.shape[1]
+    for k in prange(part.shape[0]):
+        lo = k * block
+        hi = min(d, lo + block)
+        row_sums(x, z[lo:hi], lo, hi, True, part[k])

@@ -20,6 +20,9 @@ order, so a result does not depend on the number of threads.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 
@@ -54,16 +57,43 @@ def mean_pass(
     part = np.zeros((nb, n))
     c = np.zeros(0) if centre is None else np.ascontiguousarray(centre.double().numpy())
     ws = np.ascontiguousarray(w.double().numpy())
-    import numba  # here: importing it costs 0.2 s, and most processes never make a pass
-
     from defenses._numba_blocked import blocked_pass
+
+    with numba_threads(threads):
+        blocked_pass(xs, ws, c, centre is None, block, z, part)
+    return torch.from_numpy(z), torch.from_numpy(part.sum(axis=0))
+
+
+def row_sq_dists(
+    x: torch.Tensor, z: torch.Tensor, block: int = BLOCK, threads: int | None = None
+) -> torch.Tensor:
+    """``[n]`` float64: ``||x_i - z||^2`` for the CPU rows ``x`` (float32 or float64) and a
+    point ``z`` ``[d]``, summed from the coordinate differences in float64, block by block (the
+    same sums as :func:`mean_pass` without ``centre``, with ``z`` given); no float64 copy."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()
+    xs = np.ascontiguousarray(x.detach().numpy())
+    zs = np.ascontiguousarray(z.detach().double().numpy())
+    part = np.zeros((max(1, -(-xs.shape[1] // block)), xs.shape[0]))
+    from defenses._numba_blocked import blocked_distances
+
+    with numba_threads(threads):
+        blocked_distances(xs, zs, block, part)
+    return torch.from_numpy(part.sum(axis=0))
+
+
+@contextmanager
+def numba_threads(threads: int | None = None) -> Iterator[None]:
+    """Run numba kernels on ``threads`` threads (default: torch's intra-op count) in this
+    thread, and restore the count after. Numba is imported here, not at module import: it
+    costs 0.2 s, and most processes never run a kernel."""
+    import numba
 
     own = numba.get_num_threads()
     numba.set_num_threads(
         max(1, min(threads or torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     )
     try:
-        blocked_pass(xs, ws, c, centre is None, block, z, part)
+        yield
     finally:
         numba.set_num_threads(own)
-    return torch.from_numpy(z), torch.from_numpy(part.sum(axis=0))

@@ -1,0 +1,56 @@
+"""Coordinate-wise order statistics at cohort scale on the CPU, without sorting.
+
+The coordinate-wise rules sorted every column (numpy's sort of the float32 rows, then a float64
+copy): at 1,000 rows of the CNN that is 2.2 s and 1.4 GB of copies for a median that needs one or
+two values a column. Here (numba, :mod:`defenses._numba_columns`) each column's values become
+uint32 keys with the same order and an order statistic is found by a bitwise search on counts:
+the median is the exact same value as the sorted path's, and a trimmed mean adds the same values
+in another order (float64, ~1e-16 apart). 0.4-0.5 s at 1,000 rows of the CNN here, no copy of
+the rows. Used from ``n d >= 2^24`` on the CPU for float32 rows (:func:`use_column_kernels`);
+smaller rounds, GPU rounds and other dtypes keep the sort, so every small table is unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from defenses.blocked import numba_threads
+from defenses.distances import compute_device
+
+#: rows x columns from which the CPU rules use the kernels
+COLUMN_WORK = 2**24
+
+
+def use_column_kernels(x: torch.Tensor) -> bool:
+    """Whether the rows ``x`` go through the kernels (float32 on the CPU, ``n d >= 2^24``, and
+    no GPU in this process)."""
+    return (
+        x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and x.numel() >= COLUMN_WORK
+        and compute_device().type == "cpu"
+    )
+
+
+def _stats(x: torch.Tensor, trim: int, median: bool) -> torch.Tensor:
+    from defenses._numba_columns import column_stats
+
+    xs = np.ascontiguousarray(x.detach().numpy())
+    out = np.empty(xs.shape[1])
+    with numba_threads():
+        column_stats(xs, trim, median, out)
+    return torch.from_numpy(out)
+
+
+def column_median(x: torch.Tensor) -> torch.Tensor:
+    """``[d]`` float64: each column's median (an even count averages the middle two)."""
+    return _stats(x, 0, True)
+
+
+def column_trimmed_mean(x: torch.Tensor, k: int) -> torch.Tensor:
+    """``[d]`` float64: each column's mean without its ``k`` smallest and ``k`` largest values
+    (``2k < n``)."""
+    if not 0 <= 2 * k < len(x):
+        raise ValueError(f"trimmed mean: needs 0 <= 2k < n (n={len(x)}, k={k})")
+    return _stats(x, k, False)

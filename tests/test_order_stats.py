@@ -1,0 +1,83 @@
+"""Coordinate-wise order statistics without sorting (defenses/order_stats.py) and the row
+distances of defenses/blocked.py: hand vectors, ties and signed zeros, agreement with the
+sorted path, and the rules taking them at cohort scale."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import defenses.order_stats as order_stats
+from defenses import DefenseContext, UpdateBatch, make_defense
+from defenses.blocked import row_sq_dists
+from defenses.order_stats import column_median, column_trimmed_mean
+
+#   column 0: 3, -1, 7, 2, -5 -> sorted -5, -1, 2, 3, 7: median 2, trim 1: (-1 + 2 + 3) / 3 = 4/3
+#   column 1: 1.5 five times   -> median 1.5, trim 1: 1.5 (ties across both cuts)
+#   column 2: -0.25, 4, 4, -0.25, 9 -> sorted -0.25, -0.25, 4, 4, 9: median 4, trim 1: 23/3 / 3
+X = torch.tensor(
+    [[3.0, 1.5, -0.25], [-1.0, 1.5, 4.0], [7.0, 1.5, 4.0], [2.0, 1.5, -0.25], [-5.0, 1.5, 9.0]]
+)
+
+
+def test_hand_vectors() -> None:
+    assert column_median(X).tolist() == [2.0, 1.5, 4.0]
+    assert column_trimmed_mean(X, 1).tolist() == pytest.approx([4 / 3, 1.5, 7.75 / 3], rel=1e-15)
+    assert column_trimmed_mean(X, 0).tolist() == pytest.approx([1.2, 1.5, 3.3], rel=1e-15)
+    # an even count averages the middle two: column 0 without its last row: -1, 2, 3, 7 -> 2.5
+    assert column_median(X[:4]).tolist() == [2.5, 1.5, 1.875]
+    with pytest.raises(ValueError, match="needs 0 <= 2k < n"):
+        column_trimmed_mean(X, 3)
+
+
+def test_signed_values_and_zeros_keep_their_order() -> None:
+    x = torch.tensor([[-0.0], [0.0], [-1e-30], [1e-30], [-3.0e38], [float("inf")], [-2.0]])
+    # sorted: -3e38, -2, -1e-30, -0/0, 0/-0, 1e-30, inf -> median 0 (either zero)
+    assert column_median(x).tolist() == [0.0]
+    assert column_trimmed_mean(x, 2).tolist() == pytest.approx([-1e-30 / 3], rel=1e-12)
+
+
+def reference(x: torch.Tensor, k: int | None) -> torch.Tensor:
+    s = torch.from_numpy(np.sort(x.numpy(), axis=0)).double()
+    n = len(s)
+    return (s[(n - 1) // 2] + s[n // 2]) / 2 if k is None else s[k : n - k].mean(dim=0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 60, 61])
+def test_agrees_with_the_sorted_path(n: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, 300, generator=g) * torch.logspace(-3, 3, 300)
+    x[:, :40] = torch.round(x[:, :40])  # many ties
+    x[: n // 2, 40:60] = x[0, 40:60].clone()  # copies of one row
+    assert torch.equal(column_median(x), reference(x, None))  # the same values, bit for bit
+    for k in sorted({0, (n - 1) // 2, n // 4}):
+        torch.testing.assert_close(column_trimmed_mean(x, k), reference(x, k), rtol=1e-14, atol=0)
+
+
+def test_row_distances_by_hand() -> None:
+    z = torch.tensor([1.0, 1.5, 0.0], dtype=torch.float64)
+    # row 0: 2^2 + 0 + 0.25^2 = 4.0625; row 4: 6^2 + 0 + 9^2 = 117
+    d = row_sq_dists(X, z, block=2)
+    assert d[[0, 4]].tolist() == [4.0625, 117.0]
+    torch.testing.assert_close(d, ((X.double() - z) ** 2).sum(dim=1), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("name", ["median", "trimmedmean"])
+def test_rules_take_the_kernels_at_cohort_scale(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(25, 80, generator=g)
+    batch = UpdateBatch(x, np.arange(25), np.ones(25, np.int64), np.zeros(25, np.int64))
+    ctx = DefenseContext(round=0, global_flat=torch.zeros(80))
+    params = {"f": 3} if name == "trimmedmean" else {}
+    small = make_defense(name, **params)(batch, ctx)
+    calls: list[int] = []
+    real = order_stats._stats
+    monkeypatch.setattr(order_stats, "COLUMN_WORK", 25 * 80)
+    monkeypatch.setattr(order_stats, "_stats", lambda *a: calls.append(1) or real(*a))
+    big = make_defense(name, **params)(batch, ctx)
+    assert calls == [1]
+    torch.testing.assert_close(big.delta, small.delta, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(
+        [v.score for v in big.verdicts], [v.score for v in small.verdicts], rtol=1e-12
+    )
