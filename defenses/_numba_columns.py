@@ -35,53 +35,111 @@ def key_value(key: np.uint32) -> float:  # pragma: no cover - compiled
     return np.float64(np.array([bits], dtype=np.uint32).view(np.float32)[0])
 
 
+@njit(cache=True, inline="always")
+def cut_sum(
+    col: np.ndarray,
+    vals: np.ndarray,
+    r0: int,
+    r1: int,
+    tlo: np.uint32,
+    thi: np.uint32,
+) -> float:  # pragma: no cover - compiled
+    """Sum of the values of rank ``r0`` to ``r1`` of a column (keys ``col``, values ``vals``;
+    ``tlo`` and ``thi`` the keys of those ranks): the values strictly between the two cut values
+    in row order, then each cut value times its copies inside the cut, in float64."""
+    vlo, vhi = key_value(tlo), key_value(thi)
+    if tlo == thi:
+        return (r1 - r0 + 1) * vlo
+    s = 0.0
+    lt_lo = le_lo = lt_hi = le_hi = 0
+    for i in range(col.shape[0]):
+        kk = col[i]
+        lt_lo += kk < tlo
+        le_lo += kk <= tlo
+        lt_hi += kk < thi
+        le_hi += kk <= thi
+        if tlo < kk < thi:
+            s += np.float64(vals[i])
+    c_lo = min(le_lo - 1, r1) - max(lt_lo, r0) + 1
+    c_hi = min(le_hi - 1, r1) - max(lt_hi, r0) + 1
+    return s + c_lo * vlo + c_hi * vhi
+
+
+@njit(cache=True, inline="always")
+def extremes(col: np.ndarray, count: int, low: bool) -> np.ndarray:  # pragma: no cover
+    """The keys of the ``count`` smallest (``low``) or largest values, in increasing order."""
+    n = col.shape[0]
+    t = kth_key(col, count - 1 if low else n - count)
+    out = np.empty(count, dtype=np.uint32)
+    m = 0
+    for i in range(n):
+        if (col[i] < t) if low else (col[i] > t):
+            out[m] = col[i]
+            m += 1
+    out[m:] = t
+    return np.sort(out)
+
+
+@njit(cache=True, inline="always")
+def median_of(col: np.ndarray) -> float:  # pragma: no cover - compiled
+    """The column's median; an even count averages the middle two."""
+    n = col.shape[0]
+    upper = key_value(kth_key(col, n // 2))
+    lower = upper if n % 2 else key_value(kth_key(col, n // 2 - 1))
+    return (lower + upper) / 2
+
+
 @njit(parallel=True, cache=True)
 def column_stats(
-    x: np.ndarray, trim: int, median: bool, out: np.ndarray
-) -> None:  # pragma: no cover
-    """Per column of the float32 ``x`` ``[n, d]``: its median (``median``), else the mean of its
-    values of rank ``trim`` to ``n - 1 - trim``; float64 into ``out`` ``[d]``.
+    x: np.ndarray, rows: np.ndarray, mode: int, param: int, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Per column of the float32 rows ``x[rows]``, into ``out`` ``[d]`` (float64):
+
+    * ``mode`` 0: the median;
+    * ``mode`` 1: the mean of the values of rank ``param`` to ``n - 1 - param`` (trimmed mean);
+    * ``mode`` 2: the mean of the ``param`` values closest to the median (Bulyan's last step):
+      the window of ``param`` consecutive sorted values that starts at the first ``lo`` with
+      ``med - s[lo] <= s[lo + param] - med`` (ties keep the smaller values), found from the
+      ``n - param`` smallest and largest values.
 
     Each float32 is mapped to a uint32 key with the same order (sign bit flipped for positive
     values, every bit for negative ones), so an order statistic is a bitwise search on counts.
-    The trimmed mean adds the values strictly between the two cut values in row order and the
-    cut values times their copies inside the cut, in float64.
     """
-    n, d = x.shape
+    n = rows.shape[0]
+    d = x.shape[1]
     xb = x.view(np.uint32)
     for b in prange((d + COLUMNS - 1) // COLUMNS):
         lo = b * COLUMNS
         w = min(d, lo + COLUMNS) - lo
         keys = np.empty((w, n), dtype=np.uint32)
+        vals = np.empty((w, n), dtype=np.float32)
         for i in range(n):
             for j in range(w):
-                u = xb[i, lo + j]
+                u = xb[rows[i], lo + j]
                 keys[j, i] = u ^ (ALL if u & SIGN else SIGN)
+                vals[j, i] = x[rows[i], lo + j]
         for j in range(w):
             col = keys[j]
-            if median:
-                m = n // 2
-                upper = key_value(kth_key(col, m))
-                lower = upper if n % 2 else key_value(kth_key(col, m - 1))
-                out[lo + j] = (lower + upper) / 2
-                continue
-            tlo = kth_key(col, trim)
-            thi = kth_key(col, n - 1 - trim)
-            vlo, vhi = key_value(tlo), key_value(thi)
-            if tlo == thi:
-                out[lo + j] = vlo
-                continue
-            s = 0.0
-            lt_lo = le_lo = lt_hi = le_hi = 0
-            for i in range(n):
-                kk = col[i]
-                lt_lo += kk < tlo
-                le_lo += kk <= tlo
-                lt_hi += kk < thi
-                le_hi += kk <= thi
-                if tlo < kk < thi:
-                    s += np.float64(x[i, lo + j])
-            last = n - 1 - trim
-            c_lo = min(le_lo - 1, last) - max(lt_lo, trim) + 1
-            c_hi = min(le_hi - 1, last) - max(lt_hi, trim) + 1
-            out[lo + j] = (s + c_lo * vlo + c_hi * vhi) / (n - 2 * trim)
+            if mode == 0:
+                out[lo + j] = median_of(col)
+            elif mode == 1:
+                r0, r1 = param, n - 1 - param
+                t0, t1 = kth_key(col, r0), kth_key(col, r1)
+                out[lo + j] = cut_sum(col, vals[j], r0, r1, t0, t1) / (r1 - r0 + 1)
+            else:
+                spare = n - param
+                start = spare
+                if spare > 0:
+                    med = median_of(col)
+                    low = extremes(col, spare, True)  # ranks 0 .. spare - 1
+                    high = extremes(col, spare, False)  # ranks param .. n - 1
+                    for r in range(spare):
+                        if med - key_value(low[r]) <= key_value(high[r]) - med:
+                            start = r
+                            break
+                    t0 = low[start] if start < spare else kth_key(col, spare)
+                    t1 = high[start - 1] if start > 0 else kth_key(col, param - 1)
+                else:
+                    t0, t1 = kth_key(col, 0), kth_key(col, n - 1)
+                r0, r1 = start, start + param - 1
+                out[lo + j] = cut_sum(col, vals[j], r0, r1, t0, t1) / param

@@ -31,6 +31,7 @@ from defenses.krum import (
     rank_rows,
 )
 from defenses.median import median_of_sorted, sort_columns
+from defenses.order_stats import column_window_mean, use_column_kernels
 
 
 def neighbours_at(r: int, f: int) -> int:
@@ -170,6 +171,8 @@ class BulyanDefense(BucketableDefense):
     selected values closest to the selected values' median (ties: the smaller value first).
     Selected rows are kept with weight ``1/theta`` and reason ``"coordinate-wise"``; the others
     get ``kept=False, reason="bulyan-excluded"``. Scores are the Krum scores over all ``n`` rows.
+    Cohort-scale rounds on the CPU find each column's window without sorting
+    (:func:`defenses.order_stats.column_window_mean`: the same values, added in another order).
     """
 
     name = "bulyan"
@@ -197,8 +200,11 @@ class BulyanDefense(BucketableDefense):
             gd = gram_sq_dists(batch.updates)
             chosen = select_fast(gd, f, theta, batch.client_ids)
             scores, _ = fast_krum_scores(gd, max(n - f - 2, 1))
-            s = sort_columns(batch.updates[torch.tensor(chosen)])
-            delta = closest_to_median(s, beta).cpu().to(batch.updates.dtype)
+            if use_column_kernels(batch.updates):  # no gather, no sort (cohort scale)
+                delta = column_window_mean(batch.updates, np.asarray(chosen), beta)
+            else:
+                delta = closest_to_median(sort_columns(batch.updates[torch.tensor(chosen)]), beta)
+            delta = delta.cpu().to(batch.updates.dtype)
         keep = np.zeros(n, dtype=bool)
         keep[chosen] = True
         verdicts = tuple(

@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+import defenses.distances as distances
 import defenses.order_stats as order_stats
 from defenses import DefenseContext, UpdateBatch, make_defense
 from defenses.blocked import row_sq_dists
-from defenses.order_stats import column_median, column_trimmed_mean
+from defenses.bulyan import closest_to_median
+from defenses.median import sort_columns
+from defenses.order_stats import column_median, column_trimmed_mean, column_window_mean
 
 #   column 0: 3, -1, 7, 2, -5 -> sorted -5, -1, 2, 3, 7: median 2, trim 1: (-1 + 2 + 3) / 3 = 4/3
 #   column 1: 1.5 five times   -> median 1.5, trim 1: 1.5 (ties across both cuts)
@@ -63,13 +66,41 @@ def test_row_distances_by_hand() -> None:
     torch.testing.assert_close(d, ((X.double() - z) ** 2).sum(dim=1), rtol=1e-15, atol=0)
 
 
-@pytest.mark.parametrize("name", ["median", "trimmedmean"])
+def test_window_hand_vectors() -> None:
+    # rows 0, 1, 2, 4 of X; beta 2. Column 0: 3, -1, 7, -5 -> sorted -5, -1, 3, 7, median 1:
+    # windows (-5, -1), (-1, 3), (3, 7): lo moves while med - s[lo] > s[lo + 2] - med:
+    # 6 > 2 -> lo 1; 2 > 6 no: window (-1, 3), mean 1. Column 1: 1.5. Column 2: -0.25, 4, 4, 9,
+    # median 4: 4.25 > 0 -> lo 1; 0 > 5 no: (4, 4), mean 4.
+    rows = np.array([0, 1, 2, 4])
+    assert column_window_mean(X, rows, 2).tolist() == [1.0, 1.5, 4.0]
+    # a tie keeps the smaller values: column 0 of rows 1, 3 (-1, 2), beta 1, median 0.5
+    assert column_window_mean(X, np.array([1, 3]), 1).tolist()[0] == -1.0
+    assert column_window_mean(X, rows, 4).tolist() == [1.0, 1.5, 4.1875]  # 16.75 / 4
+    with pytest.raises(ValueError, match="needs 1 <= beta <= rows"):
+        column_window_mean(X, rows, 5)
+
+
+@pytest.mark.parametrize("n", [3, 8, 61])
+def test_window_agrees_with_closest_to_median(n: int) -> None:
+    g = torch.Generator().manual_seed(n + 1)
+    x = torch.randn(n + 5, 200, generator=g) * torch.logspace(-2, 2, 200)
+    x[:, :50] = torch.round(x[:, :50] * 2) / 2  # ties, also across the window's ends
+    rows = torch.randperm(n + 5, generator=g)[:n].numpy()
+    s = sort_columns(x[torch.from_numpy(rows)])
+    for beta in sorted({1, n // 2, n - 1, n}):
+        torch.testing.assert_close(
+            column_window_mean(x, rows, beta), closest_to_median(s, beta), rtol=1e-14, atol=0
+        )
+
+
+@pytest.mark.parametrize("name", ["median", "trimmedmean", "bulyan"])
 def test_rules_take_the_kernels_at_cohort_scale(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     g = torch.Generator().manual_seed(9)
     x = torch.randn(25, 80, generator=g)
     batch = UpdateBatch(x, np.arange(25), np.ones(25, np.int64), np.zeros(25, np.int64))
     ctx = DefenseContext(round=0, global_flat=torch.zeros(80))
-    params = {"f": 3} if name == "trimmedmean" else {}
+    params = {"f": 3} if name in ("trimmedmean", "bulyan") else {}
+    monkeypatch.setattr(distances, "EXACT_WORK", 0)  # Bulyan's cohort-scale branch
     small = make_defense(name, **params)(batch, ctx)
     calls: list[int] = []
     real = order_stats._stats
