@@ -89,3 +89,28 @@ def blocked_distances(
         lo = k * block
         hi = min(d, lo + block)
         row_sums(x, z[lo:hi], lo, hi, True, part[k])
+
+
+@njit(parallel=True, cache=True)
+def affine_pass(
+    x: np.ndarray,
+    c: np.ndarray,
+    v: np.ndarray,
+    alpha: float,
+    dists: bool,
+    block: int,
+    out: np.ndarray,
+    part: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """``out = alpha v + c @ x`` and, with ``dists``, ``part[k, i]``: the block-``k`` part of
+    ``||x_i - out||^2``, in float64."""
+    d = x.shape[1]
+    for k in prange(part.shape[0]):
+        lo = k * block
+        hi = min(d, lo + block)
+        zb = block_mean(x, c, lo, hi)
+        for j in range(hi - lo):
+            zb[j] += alpha * v[lo + j]
+        out[lo:hi] = zb
+        if dists:
+            row_sums(x, zb, lo, hi, True, part[k])

@@ -82,6 +82,33 @@ def row_sq_dists(
     return torch.from_numpy(part.sum(axis=0))
 
 
+def affine_pass(
+    x: torch.Tensor,
+    c: torch.Tensor,
+    v: torch.Tensor,
+    alpha: float,
+    dists: bool = True,
+    block: int = BLOCK,
+    threads: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One pass over the CPU rows ``x``: ``u = alpha v + c @ x`` (``[d]`` float64) and, with
+    ``dists``, ``||x_i - u||^2`` (``[n]`` float64, else None); the step of an iteration such as
+    centered clipping's, fused with the distances the next step needs."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()
+    xs = np.ascontiguousarray(x.detach().numpy())
+    n, d = xs.shape
+    out = np.empty(d)
+    part = np.zeros((max(1, -(-d // block)), n))
+    cs = np.ascontiguousarray(c.double().numpy())
+    vs = np.ascontiguousarray(v.double().numpy())
+    from defenses._numba_blocked import affine_pass as kernel
+
+    with numba_threads(threads):
+        kernel(xs, cs, vs, float(alpha), dists, block, out, part)
+    return torch.from_numpy(out), torch.from_numpy(part.sum(axis=0)) if dists else None
+
+
 @contextmanager
 def numba_threads(threads: int | None = None) -> Iterator[None]:
     """Run numba kernels on ``threads`` threads (default: torch's intra-op count) in this

@@ -21,9 +21,11 @@ from defenses.base import (
     Verdict,
     check_weighting,
 )
+from defenses.blocked import affine_pass, row_sq_dists
 from defenses.bucketing import BucketableDefense
 from defenses.geomed import check_positive
 from defenses.krum import check_count
+from defenses.order_stats import use_column_kernels
 
 
 @DEFENSES.register
@@ -44,7 +46,9 @@ class CenteredClipDefense(BucketableDefense):
     aggregate (the server's momentum); it is kept on the object and saved by ``state_dict``.
     Rows are weighted by ``weighting``; every row is kept with weight ``1/n`` (nominal: the
     aggregate also carries the center), score = distance to the round's starting center, reason
-    ``"clipped"`` when the row was clipped in the last iteration.
+    ``"clipped"`` when the row was clipped in the last iteration. Cohort-scale rounds on the
+    CPU make each iteration one blocked pass over the float32 rows (:meth:`iterate_blocked`; the
+    same iterates to rounding, and no float64 copies: three of 914 MB at 1,000 CNN rows).
     """
 
     name = "centeredclip"
@@ -63,22 +67,25 @@ class CenteredClipDefense(BucketableDefense):
                 f"updates (center {tuple(self.center.shape)}, updates P={p})"
             )
         order = np.argsort(batch.client_ids, kind="stable")  # row-order independent sums
-        x = batch.updates.double()[torch.from_numpy(order)]
         v = torch.zeros(p, dtype=torch.float64) if self.center is None else self.center.clone()
-        start = (x - v).norm(dim=1)
-        clipped = torch.zeros(n, dtype=torch.bool)
         samples = batch.num_samples[order].astype(np.float64)
         w = (
             torch.from_numpy(samples / samples.sum())
             if self.weighting == "samples" and samples.sum() > 0
             else None
         )
-        for _ in range(self.n_iter):
-            z = x - v
-            norm = z.norm(dim=1)
-            clipped = norm > self.tau
-            scale = (self.tau / norm.clamp_min(1e-300)).clamp_max(1.0)
-            v = v + ((scale[:, None] * z).mean(dim=0) if w is None else (w * scale) @ z)
+        if use_column_kernels(batch.updates):
+            v, start, clipped = self.iterate_blocked(batch.updates, order, v, w)
+        else:
+            x = batch.updates.double()[torch.from_numpy(order)]
+            start = (x - v).norm(dim=1)
+            clipped = torch.zeros(n, dtype=torch.bool)
+            for _ in range(self.n_iter):
+                z = x - v
+                norm = z.norm(dim=1)
+                clipped = norm > self.tau
+                scale = (self.tau / norm.clamp_min(1e-300)).clamp_max(1.0)
+                v = v + ((scale[:, None] * z).mean(dim=0) if w is None else (w * scale) @ z)
         self.center = v.clone()
         dist, clip = np.empty(n), np.empty(n, dtype=bool)
         dist[order], clip[order] = start.numpy(), clipped.numpy()
@@ -87,6 +94,27 @@ class CenteredClipDefense(BucketableDefense):
             for c, d, k in zip(batch.client_ids, dist, clip, strict=True)
         )
         return AggregateResult(v.to(batch.updates.dtype), verdicts)
+
+    def iterate_blocked(
+        self, rows: torch.Tensor, order: np.ndarray, v: torch.Tensor, w: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The same iterations at cohort scale on the CPU, without a float64 copy of the rows:
+        one blocked pass each (:func:`~defenses.blocked.affine_pass`) gives
+        ``v + sum_k c_k (u_k - v) = (1 - sum_k c_k) v + c @ u`` and the distances to it, which
+        the next iteration clips with. Returns ``(v, starting distances, clipped)``."""
+        n = len(order)
+        x = rows if np.array_equal(order, np.arange(n)) else rows[torch.from_numpy(order)]
+        norm = row_sq_dists(x, v).sqrt()
+        start = norm
+        clipped = torch.zeros(n, dtype=torch.bool)
+        for t in range(self.n_iter):
+            clipped = norm > self.tau
+            scale = (self.tau / norm.clamp_min(1e-300)).clamp_max(1.0)
+            c = scale / n if w is None else w * scale
+            v, sq = affine_pass(x, c, v, 1.0 - float(c.sum()), dists=t + 1 < self.n_iter)
+            if sq is not None:
+                norm = sq.sqrt()
+        return v, start, clipped
 
     def state_dict(self) -> dict[str, Any]:
         return {"center": None if self.center is None else self.center.clone()}

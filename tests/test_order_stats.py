@@ -112,3 +112,43 @@ def test_rules_take_the_kernels_at_cohort_scale(name: str, monkeypatch: pytest.M
     np.testing.assert_allclose(
         [v.score for v in big.verdicts], [v.score for v in small.verdicts], rtol=1e-12
     )
+
+
+def test_affine_pass_by_hand() -> None:
+    from defenses.blocked import affine_pass
+
+    c = torch.tensor([0.5, 0.25, 0.0, 0.0, 0.25], dtype=torch.float64)
+    v = torch.ones(3, dtype=torch.float64)
+    # c @ X = (1.5 - 0.25 - 1.25, 1.5, -0.125 + 1 + 2.25) = (0, 1.5, 3.125); + 0.5 v
+    u, sq = affine_pass(X, c, v, 0.5, block=2)
+    assert u.tolist() == [0.5, 2.0, 3.625]
+    assert sq is not None and sq[0].item() == 2.5**2 + 0.5**2 + 3.875**2  # 21.515625
+    torch.testing.assert_close(sq, ((X.double() - u) ** 2).sum(dim=1), rtol=1e-15, atol=0)
+    assert affine_pass(X, c, v, 0.5, dists=False)[1] is None
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "samples"])
+def test_centeredclip_takes_blocked_passes_at_cohort_scale(
+    weighting: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g = torch.Generator().manual_seed(11)
+    ids = np.array([7, 3, 9, 1, 5, 2, 8, 0, 6, 4])
+    ctx = DefenseContext(round=0, global_flat=torch.zeros(40))
+    rounds = [torch.randn(10, 40, generator=g) * s for s in (1.0, 0.3)]  # the 2nd has a center
+    rounds[0][2] *= 50  # clipped
+    sizes = np.arange(1, 11)
+
+    def run() -> list:
+        rule = make_defense("centeredclip", tau=2.0, weighting=weighting)
+        return [rule(UpdateBatch(x, ids, sizes, np.zeros(10, np.int64)), ctx) for x in rounds]
+
+    small = run()
+    monkeypatch.setattr(order_stats, "COLUMN_WORK", 10 * 40)
+    big = run()
+    for a, b in zip(big, small, strict=True):
+        torch.testing.assert_close(a.delta, b.delta, rtol=1e-6, atol=1e-7)
+        assert [v.reason for v in a.verdicts] == [v.reason for v in b.verdicts]
+        np.testing.assert_allclose(
+            [v.score for v in a.verdicts], [v.score for v in b.verdicts], rtol=1e-12
+        )
+    assert "clipped" in [v.reason for v in big[0].verdicts]
