@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import defenses.distances as distances
+import defenses.screen as screen
 from benchmarks import defense_cost
 from defenses import DefenseContext, UpdateBatch, make_defense
 from defenses.bulyan import closest_to_median, select_exact, select_fast
@@ -76,8 +77,17 @@ def cases() -> list[tuple[torch.Tensor, np.ndarray]]:
     return out
 
 
-@pytest.mark.parametrize("name", ["krum", "multikrum", "bulyan"])
-def test_fast_selection_equals_exact(name: str, fast_always: None) -> None:
+@pytest.mark.parametrize(
+    ("name", "screened"),
+    [("krum", False), ("multikrum", False), ("bulyan", False), ("krum", True), ("multikrum", True)],
+)
+def test_fast_selection_equals_exact(
+    name: str, screened: bool, fast_always: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Gram path (and, ``screened``, the float32 screen of defenses/screen.py, whose scores
+    are within SCREEN_RTOL) selects the exact path's rows."""
+    if screened:
+        monkeypatch.setattr(screen, "SCREEN_WORK", 0)
     for x, ids in cases():
         n = len(x)
         for f in range(0, (n - 3) // 4 + 1, 2):
@@ -85,7 +95,9 @@ def test_fast_selection_equals_exact(name: str, fast_always: None) -> None:
             b = make_defense(name, f=f, exact=True)(batch_of(x, ids), CTX)
             assert [v.kept for v in a.verdicts] == [v.kept for v in b.verdicts]
             np.testing.assert_allclose(
-                [v.score for v in a.verdicts], [v.score for v in b.verdicts], rtol=1e-6
+                [v.score for v in a.verdicts],
+                [v.score for v in b.verdicts],
+                rtol=screen.SCREEN_RTOL if screened else 1e-6,
             )
             torch.testing.assert_close(a.delta, b.delta, rtol=1e-6, atol=1e-6)
 

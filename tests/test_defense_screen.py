@@ -1,28 +1,18 @@
-"""The float32 screen of Krum and Multi-Krum (defenses/screen.py): its bound, its tiers, and
-that the selection stays the exact path's."""
+"""The float32 screen of Krum and Multi-Krum (defenses/screen.py): its bound and its tiers (that
+its selections are the exact path's: test_defense_fast.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from test_defense_fast import D2, ROWS, batch_of, cases
+from test_defense_fast import D2, ROWS, cases
 
 import defenses.distances as distances
 import defenses.screen as screen
-from defenses import DefenseContext, make_defense
 from defenses.distances import exact_sq_dists
 from defenses.krum import fast_krum_scores, krum_scores, select_lowest
 from defenses.screen import screen_constant, screen_sq_dists, tight_scores_of
-
-CTX = DefenseContext(round=0, global_flat=torch.zeros(1))
-
-
-@pytest.fixture
-def screen_always(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every batch takes the float32 screen (small ones take the exact path by default)."""
-    monkeypatch.setattr(distances, "EXACT_WORK", 0)
-    monkeypatch.setattr(screen, "SCREEN_WORK", 0)
 
 
 def test_screen_constant_by_hand() -> None:
@@ -57,22 +47,6 @@ def test_screen_distances_within_their_bound() -> None:
     r = gd.radius
     err = np.abs(gd.d2 - exact_sq_dists(x)) / (r[:, None] + r[None, :]) ** 2
     assert err.max() > 1.01 * distances.gamma(3000 + 8) and err.max() <= gd.c
-
-
-@pytest.mark.parametrize("name", ["krum", "multikrum"])
-def test_screened_selection_equals_exact(name: str, screen_always: None) -> None:
-    for x, ids in cases():
-        n = len(x)
-        for f in range(0, (n - 3) // 4 + 1, 2):
-            a = make_defense(name, f=f)(batch_of(x, ids), CTX)
-            b = make_defense(name, f=f, exact=True)(batch_of(x, ids), CTX)
-            assert [v.kept for v in a.verdicts] == [v.kept for v in b.verdicts]
-            np.testing.assert_allclose(
-                [v.score for v in a.verdicts],
-                [v.score for v in b.verdicts],
-                rtol=screen.SCREEN_RTOL,
-            )
-            torch.testing.assert_close(a.delta, b.delta, rtol=1e-6, atol=1e-6)
 
 
 def test_tight_tier_decides_a_near_tie_without_the_exact_path() -> None:
