@@ -152,3 +152,22 @@ def test_centeredclip_takes_blocked_passes_at_cohort_scale(
             [v.score for v in a.verdicts], [v.score for v in b.verdicts], rtol=1e-12
         )
     assert "clipped" in [v.reason for v in big[0].verdicts]
+
+
+def test_normclip_takes_blocked_passes_at_cohort_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(10, 40, generator=g) * 0.5
+    x[[2, 6]] *= 20  # clipped
+    batch = UpdateBatch(
+        x, np.array([7, 3, 9, 1, 5, 2, 8, 0, 6, 4]), np.arange(1, 11), np.zeros(10, np.int64)
+    )
+    ctx = DefenseContext(round=0, global_flat=torch.zeros(40))
+    small = make_defense("normclip", tau=4.0)(batch, ctx)
+    monkeypatch.setattr(order_stats, "COLUMN_WORK", 10 * 40)
+    big = make_defense("normclip", tau=4.0)(batch, ctx)
+    torch.testing.assert_close(big.delta, small.delta, rtol=1e-6, atol=1e-7)
+    assert [v.reason for v in big.verdicts] == [v.reason for v in small.verdicts]
+    assert [v.reason for v in big.verdicts].count("clipped") == 2
+    np.testing.assert_allclose(
+        [v.score for v in big.verdicts], [v.score for v in small.verdicts], rtol=1e-12
+    )
