@@ -7,7 +7,7 @@ uint32 keys with the same order and an order statistic is found by a bitwise sea
 the median is the exact same value as the sorted path's, and a trimmed mean adds the same values
 in another order (float64, ~1e-16 apart). 0.5 s at 1,000 rows of the CNN here, no copy of the
 rows. Bulyan's last step (the values closest to the median) is found the same way, and centered
-clipping and the coordinate rules' verdict distances use the blocked passes of
+and norm clipping and the coordinate rules' verdict distances use the blocked passes of
 :mod:`defenses.blocked` at the same scale. Used from ``n d >= 2^24`` on the CPU for float32 rows
 (:func:`use_column_kernels`); smaller rounds, GPU rounds and other dtypes keep the sort, so every
 small table is unchanged.
