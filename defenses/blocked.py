@@ -48,19 +48,13 @@ def mean_pass(
         ``[n]`` float64. Without ``centre``: ``||x_i - z||^2`` summed from the coordinate
         differences. With ``centre`` ``[d]``: ``x_i . (z - centre)``.
     """
-    if x.dtype not in (torch.float32, torch.float64):
-        x = x.float()
-    xs = np.ascontiguousarray(x.detach().numpy())
-    n, d = xs.shape
-    nb = max(1, -(-d // block))
-    z = np.empty(d)
-    part = np.zeros((nb, n))
-    c = np.zeros(0) if centre is None else np.ascontiguousarray(centre.double().numpy())
-    ws = np.ascontiguousarray(w.double().numpy())
+    xs, part = rows_array(x, block)
+    z = np.empty(xs.shape[1])
+    c = np.zeros(0) if centre is None else vector(centre)
     from defenses._numba_blocked import blocked_pass
 
     with numba_threads(threads):
-        blocked_pass(xs, ws, c, centre is None, block, z, part)
+        blocked_pass(xs, vector(w), c, centre is None, block, z, part)
     return torch.from_numpy(z), torch.from_numpy(part.sum(axis=0))
 
 
@@ -70,15 +64,11 @@ def row_sq_dists(
     """``[n]`` float64: ``||x_i - z||^2`` for the CPU rows ``x`` (float32 or float64) and a
     point ``z`` ``[d]``, summed from the coordinate differences in float64, block by block (the
     same sums as :func:`mean_pass` without ``centre``, with ``z`` given); no float64 copy."""
-    if x.dtype not in (torch.float32, torch.float64):
-        x = x.float()
-    xs = np.ascontiguousarray(x.detach().numpy())
-    zs = np.ascontiguousarray(z.detach().double().numpy())
-    part = np.zeros((max(1, -(-xs.shape[1] // block)), xs.shape[0]))
+    xs, part = rows_array(x, block)
     from defenses._numba_blocked import blocked_distances
 
     with numba_threads(threads):
-        blocked_distances(xs, zs, block, part)
+        blocked_distances(xs, vector(z), block, part)
     return torch.from_numpy(part.sum(axis=0))
 
 
@@ -94,19 +84,27 @@ def affine_pass(
     """One pass over the CPU rows ``x``: ``u = alpha v + c @ x`` (``[d]`` float64) and, with
     ``dists``, ``||x_i - u||^2`` (``[n]`` float64, else None); the step of an iteration such as
     centered clipping's, fused with the distances the next step needs."""
-    if x.dtype not in (torch.float32, torch.float64):
-        x = x.float()
-    xs = np.ascontiguousarray(x.detach().numpy())
-    n, d = xs.shape
-    out = np.empty(d)
-    part = np.zeros((max(1, -(-d // block)), n))
-    cs = np.ascontiguousarray(c.double().numpy())
-    vs = np.ascontiguousarray(v.double().numpy())
+    xs, part = rows_array(x, block)
+    out = np.empty(xs.shape[1])
     from defenses._numba_blocked import affine_pass as kernel
 
     with numba_threads(threads):
-        kernel(xs, cs, vs, float(alpha), dists, block, out, part)
+        kernel(xs, vector(c), vector(v), float(alpha), dists, block, out, part)
     return torch.from_numpy(out), torch.from_numpy(part.sum(axis=0)) if dists else None
+
+
+def rows_array(x: torch.Tensor, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' view of the CPU rows (float32 or float64 as given; other float dtypes
+    widened to float32) and a zeroed ``[blocks, n]`` float64 array for the per-block sums."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()
+    xs = np.ascontiguousarray(x.detach().numpy())
+    return xs, np.zeros((max(1, -(-xs.shape[1] // block)), xs.shape[0]))
+
+
+def vector(t: torch.Tensor) -> np.ndarray:
+    """A float64, contiguous numpy copy or view of ``t`` for the kernels."""
+    return np.ascontiguousarray(t.detach().double().numpy())
 
 
 @contextmanager

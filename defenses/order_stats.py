@@ -39,6 +39,8 @@ def use_column_kernels(x: torch.Tensor) -> bool:
 def _stats(x: torch.Tensor, rows: np.ndarray | None, mode: int, param: int) -> torch.Tensor:
     from defenses._numba_columns import column_stats
 
+    if x.dtype != torch.float32 or x.device.type != "cpu":
+        raise TypeError(f"order statistics: need float32 CPU rows, got {x.dtype} on {x.device}")
     xs = np.ascontiguousarray(x.detach().numpy())
     idx = np.arange(len(xs)) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
     out = np.empty(xs.shape[1])

@@ -32,6 +32,8 @@ def test_hand_vectors() -> None:
     assert column_median(X[:4]).tolist() == [2.5, 1.5, 1.875]
     with pytest.raises(ValueError, match="needs 0 <= 2k < n"):
         column_trimmed_mean(X, 3)
+    with pytest.raises(TypeError, match="need float32 CPU rows, got torch.float64"):
+        column_median(X.double())  # the keys are float32 bit patterns
 
 
 def test_signed_values_and_zeros_keep_their_order() -> None:
