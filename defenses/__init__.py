@@ -23,6 +23,7 @@ from defenses.base import (
     weighted_mean,
 )
 from defenses.bucketing import BucketableDefense, check_bucket
+from defenses.nnm import check_nnm, check_rank
 
 
 def make_defense(name: str, **params: Any) -> Defense:
@@ -30,7 +31,10 @@ def make_defense(name: str, **params: Any) -> Defense:
 
     Every bucketable rule (``bucketable`` True: the subclasses of
     :class:`defenses.bucketing.BucketableDefense`) also takes ``bucket=S`` (average random
-    buckets of S rows before the rule; Karimireddy et al., ICLR 2022).
+    buckets of S rows before the rule; Karimireddy et al., ICLR 2022) or ``nnm=F`` (replace
+    each row by the mean of its n - F nearest rows; Allouah et al., AISTATS 2023) with
+    ``nnm_rank`` ``"distance"`` (the paper's) or ``"angle"`` (:mod:`defenses.nnm`; read only
+    when ``nnm >= 1``, so that it can be set over a preset that mixes).
     """
     if name not in DEFENSES:
         raise ValueError(f"defense: unknown {name!r}; valid: {sorted(DEFENSES)}")
@@ -41,14 +45,20 @@ def make_defense(name: str, **params: Any) -> Defense:
         if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
     ]
     if cls.bucketable:
-        valid.append("bucket")
+        valid += ["bucket", "nnm", "nnm_rank"]
     for p in params:
         if p not in valid:
             raise ValueError(f"defense {name!r}: unknown parameter {p!r}; valid: {valid}")
     bucket = check_bucket(name, params.pop("bucket", 1))
+    nnm = check_nnm(name, params.pop("nnm", 0))
+    rank = check_rank(name, params.pop("nnm_rank", "distance"))
+    if bucket > 1 and nnm > 0:
+        raise ValueError(
+            f"defense {name!r}: bucket={bucket} and nnm={nnm} both set; valid: one of them"
+        )
     rule = cls(**params)
     if isinstance(rule, BucketableDefense):
-        rule.bucket = bucket
+        rule.bucket, rule.nnm, rule.nnm_rank = bucket, nnm, rank
     return rule
 
 

@@ -32,23 +32,34 @@ from defenses.base import (
     UpdateBatch,
     Verdict,
 )
+from defenses.nnm import mixed, nnm_precondition
 
 
 class BucketableDefense(Defense):
     """Base class of the rules that read only their rows (no public set, signals or stale
     bases): they also take ``bucket=S`` and then aggregate the means of random buckets of
-    ``S`` rows (:func:`bucketed`)."""
+    ``S`` rows (:func:`bucketed`), or ``nnm=F`` and then aggregate each row's mean with its
+    ``n - F`` nearest rows (:func:`defenses.nnm.mixed`); not both."""
 
     bucketable = True
     #: rows averaged per bucket before the rule (``bucket=S``; 1 = no bucketing)
     bucket = 1
+    #: Byzantine rows the nearest-neighbour mixing allows for (``nnm=F``; 0 = no mixing)
+    nnm = 0
+    #: how the mixing ranks neighbours (``nnm_rank``, :data:`defenses.nnm.NNM_RANKS`)
+    nnm_rank = "distance"
 
     def rule_precondition(self, n: int) -> str | None:
-        """:meth:`precondition` of a round with ``n`` rows, counted after bucketing."""
+        """:meth:`precondition` of a round with ``n`` rows, counted after bucketing (mixing
+        keeps ``n`` rows and needs ``n > 2F`` itself)."""
+        if self.nnm > 0 and (why := nnm_precondition(n, self.nnm)) is not None:
+            return why
         why = self.precondition(rows_for_rule(n, self.bucket))
         return why if why is None or self.bucket == 1 else f"{why} in buckets of {self.bucket}"
 
     def __call__(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
+        if len(batch) > 0 and self.nnm > 0:
+            return mixed(self, batch, ctx, self.nnm, self.nnm_rank)
         if len(batch) > 0 and self.bucket > 1:
             return bucketed(self, batch, ctx, self.bucket)
         return super().__call__(batch, ctx)

@@ -13,7 +13,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from defenses.base import DEFENSES, AggregateResult, Defense, DefenseContext, UpdateBatch, Verdict
+from defenses.base import (
+    DEFENSES,
+    AggregateResult,
+    Defense,
+    DefenseContext,
+    UpdateBatch,
+    Verdict,
+    check_weighting,
+)
 
 
 @DEFENSES.register
@@ -24,35 +32,47 @@ class FLTrustDefense(Defense):
     ----------
     eps : float
         Guards the norm division for all-zero updates (> 0).
+    weighting : str
+        ``"uniform"`` (default, the paper's: row k's share is TS_k / sum TS) or ``"samples"``
+        (ours: TS_k m_k / sum TS m, with m_k the row's sample count, as FedAvg weighs rows; for
+        cohorts whose devices hold 4 to 512 samples, where the uniform shares give the many
+        small devices most of the aggregate).
     """
 
     name = "fltrust"
 
-    def __init__(self, eps: float = 1e-12) -> None:
+    def __init__(self, eps: float = 1e-12, weighting: str = "uniform") -> None:
         if not (np.isfinite(eps) and eps > 0):
             raise ValueError(f"defense 'fltrust': eps {eps!r} invalid; valid: finite > 0")
         self.eps = float(eps)
+        self.weighting = check_weighting(self.name, weighting)
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if ctx.server_update is None:
             raise ValueError("defense 'fltrust': needs a server root set (--public-fraction > 0)")
         g0 = ctx.server_update().to(torch.float64)
-        return fltrust(batch, g0, self.eps)
+        return fltrust(batch, g0, self.eps, self.weighting)
 
 
-def fltrust(batch: UpdateBatch, g0: torch.Tensor, eps: float = 1e-12) -> AggregateResult:
-    """FLTrust's aggregate of ``batch`` given the server update ``g0`` (pure function)."""
+def fltrust(
+    batch: UpdateBatch, g0: torch.Tensor, eps: float = 1e-12, weighting: str = "uniform"
+) -> AggregateResult:
+    """FLTrust's aggregate of ``batch`` given the server update ``g0`` (pure function); with
+    ``weighting="samples"`` each trust score is multiplied by the row's sample count."""
     u = batch.updates.to(torch.float64)
     n0 = float(g0.norm())
     norms = u.norm(dim=1)
     cos = (u @ g0) / (norms * n0).clamp_min(eps)
     trust = torch.relu(cos)
-    total = float(trust.sum())
+    share = trust
+    if weighting == "samples":
+        share = trust * torch.from_numpy(batch.num_samples.astype(np.float64))
+    total = float(share.sum())
     if total <= 0:
         delta = torch.zeros(u.shape[1], dtype=torch.float32)
         weights = torch.zeros_like(trust)
     else:
-        weights = trust / total
+        weights = share / total
         # the rescaling folded into the coefficients: no [K, P] rescaled copy of the rows
         delta = ((weights * (n0 / norms.clamp_min(eps))) @ u).to(torch.float32)
     verdicts = tuple(

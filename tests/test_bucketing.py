@@ -74,7 +74,8 @@ def test_precondition_counts_buckets() -> None:
         (
             "median",
             {"buckets": 2},
-            r"'median': unknown parameter 'buckets'; valid: \['weighting', 'bucket'\]",
+            r"'median': unknown parameter 'buckets'; "
+            r"valid: \['weighting', 'bucket', 'nnm', 'nnm_rank'\]",
         ),
     ],
 )

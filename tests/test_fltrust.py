@@ -38,6 +38,30 @@ def test_trust_scores_and_rescaling_by_hand() -> None:
     assert sum(v.weight for v in res.verdicts) == pytest.approx(1.0)
 
 
+def test_sample_weighting_multiplies_trust_by_samples() -> None:
+    # the rows of the test above with 1, 3 and 2 samples: shares 1*1 and 3*(1/sqrt2) over
+    # 1 + 3/sqrt2; the distrusted row stays out whatever its samples
+    g0 = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    b = UpdateBatch(
+        torch.tensor([[2.0, 0.0], [1.0, 1.0], [-5.0, 0.0]]),
+        np.arange(3),
+        np.array([1, 3, 2]),
+        np.zeros(3, np.int64),
+    )
+    res = fltrust(b, g0, weighting="samples")
+    t1 = 1 / math.sqrt(2)
+    total = 1 + 3 * t1
+    expected = (1 * np.array([1.0, 0.0]) + 3 * t1 * np.array([t1, t1])) / total
+    np.testing.assert_allclose(res.delta.numpy(), expected, rtol=1e-6)
+    assert [v.weight for v in res.verdicts] == pytest.approx([1 / total, 3 * t1 / total, 0.0])
+    assert [round(v.score, 6) for v in res.verdicts] == [1.0, round(t1, 6), 0.0]
+    ctx = DefenseContext(0, torch.zeros(2), server_update=lambda: g0)
+    uniform = make_defense("fltrust")(b, ctx)
+    assert uniform.verdicts[1].weight == pytest.approx(t1 / (1 + t1))
+    with pytest.raises(ValueError, match=r"weighting 'sample' invalid; valid: \['samples'"):
+        make_defense("fltrust", weighting="sample")
+
+
 def test_all_distrusted_gives_zero_update() -> None:
     res = fltrust(batch([[-1.0, 0.0], [0.0, -2.0]]), torch.tensor([1.0, 1.0], dtype=torch.float64))
     assert torch.count_nonzero(res.delta) == 0 and not any(v.kept for v in res.verdicts)

@@ -189,7 +189,8 @@ def test_a_dropped_in_bucketable_rule_takes_bucket(tmp_path: Path) -> None:
         with pytest.raises(ValueError) as e:
             make_defense("mybucketrule", buckets=2)
         assert str(e.value) == (
-            "defense 'mybucketrule': unknown parameter 'buckets'; valid: ['bucket']"
+            "defense 'mybucketrule': unknown parameter 'buckets'; "
+            "valid: ['bucket', 'nnm', 'nnm_rank']"
         )
 
 

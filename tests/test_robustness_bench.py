@@ -208,16 +208,42 @@ def test_crossdevice_f_is_the_expected_share_plus_two_binomial_std() -> None:
     assert [grid.byzantine_f(p, 100, 2.0) for p in (0.0, 0.1, 0.2, 0.3)] == [1, 16, 28, 40]
     assert grid.byzantine_f(0.3, 100) == 30  # full participation: no margin
     reg = {"krum", "bulyan"}
-    assert grid.defense_preset("krum", 0.3, 100, 30, reg, "crossdevice") == ({"f": 40}, None)
-    assert grid.defense_preset("multikrum", 0.1, 100, 30, reg, "crossdevice") == (
-        {"f": 16, "weighting": "samples"},
+    mix = {"nnm_rank": "angle"}
+    assert grid.defense_preset("krum", 0.3, 100, 30, reg, "crossdevice") == (
+        {"f": 40, "nnm": 40, **mix},
         None,
     )
+    assert grid.defense_preset("multikrum", 0.1, 100, 30, reg, "crossdevice") == (
+        {"f": 16, "weighting": "samples", "nnm": 16, **mix},
+        None,
+    )
+    # rules without f mix with the same f; rules meant for heterogeneity are left alone
+    assert grid.defense_preset("median", 0.2, 100, 30, reg, "crossdevice") == (
+        {"weighting": "samples", "nnm": 28, **mix},
+        None,
+    )
+    assert grid.defense_preset("geomed", 0.2, 100, 30, reg, "crossdevice") == ({}, None)
+    assert grid.defense_preset("fltrust", 0.2, 100, 30, reg, "crossdevice") == (
+        {"weighting": "samples"},
+        None,
+    )
+    assert grid.defense_preset("median", 0.2, 10, 30, reg, "siren") == ({}, None)
     assert grid.defense_preset("multikrum", 0.1, 10, 30, reg, "siren") == ({"f": 1}, None)
     params, na = grid.defense_preset("bulyan", 0.2, 100, 30, reg, "crossdevice")
     assert params == {"f": 28} and na == (
         "n/a (precondition): bulyan needs n >= 4f + 3 (n=100, f=28)"
     )
+
+
+def test_a_users_bucket_replaces_the_presets_mixing() -> None:
+    preset = {"f": 16, "weighting": "samples", "nnm": 16, "nnm_rank": "angle"}
+    assert grid.over_preset(preset, {"bucket": 2}) == {
+        "f": 16,
+        "weighting": "samples",
+        "bucket": 2,
+    }
+    assert grid.over_preset(preset, {"nnm_rank": "distance"}) == {**preset, "nnm_rank": "distance"}
+    assert grid.over_preset({"f": 1}, {}) == {"f": 1}
 
 
 def test_crossdevice_scenario_settings() -> None:
@@ -289,7 +315,8 @@ def test_crossdevice_grid_runs_with_per_round_preconditions(
     assert "expected attackers of a cohort of 40 + 2 binomial std" in printed
     recs = {r["defense"]: r for r in json.loads((out / "results.json").read_text())}
     assert all(r["error"] is None for r in recs.values())
-    assert recs["krum"]["defense_params"] == {"f": 18}  # 12 + 2*sqrt(8.4) = 17.8 -> 18
+    # 12 + 2*sqrt(8.4) = 17.8 -> 18, and mixing with the same f
+    assert recs["krum"]["defense_params"] == {"f": 18, "nnm": 18, "nnm_rank": "angle"}
     events = [
         json.loads(x)
         for x in (out / "runs" / "signflip-krum-f0.3-s0" / "events.jsonl").read_text().splitlines()

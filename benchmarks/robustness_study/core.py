@@ -24,7 +24,7 @@ def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, 
         for frac in args.fractions:
             attack = args.attack if frac > 0 else "none"
             params, na = grid.defense_preset(d, frac, n, rounds, set(DEFENSES), args.scenario)
-            params = {**params, **args.defense_params.get(d, {})}
+            params = grid.over_preset(params, args.defense_params.get(d, {}))
             for s in range(args.seeds):
                 out = args.out / "runs" / f"{attack}-{d}-f{frac:g}-s{s}"
                 flat = {
