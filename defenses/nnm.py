@@ -69,32 +69,55 @@ def check_rank(rule: str, value: object) -> str:
     return value
 
 
-def clip_largest(x: torch.Tensor, f: int) -> torch.Tensor:
-    """``x`` with every row longer than the ``(f + 1)``-th largest row norm scaled down to it.
+def clip_scales(x: torch.Tensor, f: int) -> np.ndarray:
+    """``[n]`` float64 factors that bring every row longer than the ``(f + 1)``-th largest row
+    norm down to it (1 for the others).
 
     With at most ``f`` Byzantine rows the cap is at most the largest benign norm, so after it no
     row is longer than some benign row; at most ``f`` rows change."""
-    norms = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64)
-    if f <= 0 or f >= len(norms):
+    norms = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).numpy()
+    scales = np.ones(len(norms))
+    if 0 < f < len(norms):
+        cap = np.sort(norms)[::-1][f]
+        over = norms > cap
+        scales[over] = cap / norms[over]
+    return scales
+
+
+def clip_largest(x: torch.Tensor, f: int) -> torch.Tensor:
+    """``x`` with its rows scaled by :func:`clip_scales` (in float64, back to ``x``'s dtype)."""
+    scales = clip_scales(x, f)
+    if (scales == 1.0).all():
         return x
-    cap = torch.sort(norms, descending=True).values[f]
-    over = torch.nonzero(norms > cap).flatten()
-    if len(over) == 0:
-        return x
-    out = x.clone()
-    out[over] = (x[over].double() * (cap / norms[over])[:, None]).to(x.dtype)
-    return out
+    return (x.double() * torch.from_numpy(scales)[:, None]).to(x.dtype)
 
 
 def sq_dists(x: torch.Tensor, rank: str = "distance") -> np.ndarray:
     """``[n, n]`` float64 squared distances of the rows (``rank="distance"``) or of the rows
     scaled to unit length (``"angle"``: ``2 - 2 cos``; a zero row stays zero): exact for small
-    rounds, the Gram product at scale."""
-    if rank == "angle":
-        norms = torch.linalg.vector_norm(x, dim=1, keepdim=True, dtype=torch.float64)
-        x = x * (1.0 / torch.where(norms > 0, norms, 1.0)).to(x.dtype)
+    rounds, the Gram product at scale (for angles, ``cos_ij = (|x_i|^2 + |x_j|^2 - D_ij) /
+    (2 |x_i| |x_j|)`` from the rows' own distances, so no scaled copy of the rows is made)."""
     n, d = x.shape
-    return exact_sq_dists(x) if use_exact(n, d, False) else gram_sq_dists(x).d2
+    if use_exact(n, d, False):
+        if rank == "angle":
+            norms = torch.linalg.vector_norm(x, dim=1, keepdim=True, dtype=torch.float64)
+            x = x * (1.0 / torch.where(norms > 0, norms, 1.0)).to(x.dtype)
+        return exact_sq_dists(x)
+    d2 = gram_sq_dists(x).d2
+    if rank == "distance":
+        return d2
+    norms = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).numpy()
+    nz = norms > 0
+    cos = (norms[:, None] ** 2 + norms[None, :] ** 2 - d2) / (
+        2.0 * np.where(nz, norms, 1.0)[:, None] * np.where(nz, norms, 1.0)[None, :]
+    )
+    a2 = 2.0 - 2.0 * np.clip(cos, -1.0, 1.0)
+    # a zero row stays zero: 1 from every unit row, 0 from other zero rows
+    a2[~nz, :] = 1.0
+    a2[:, ~nz] = 1.0
+    a2[np.ix_(~nz, ~nz)] = 0.0
+    np.fill_diagonal(a2, 0.0)
+    return a2
 
 
 def neighbourhoods(d2: np.ndarray, client_ids: np.ndarray, keep: int) -> np.ndarray:
@@ -134,15 +157,17 @@ def mixed(
 ) -> AggregateResult:
     """``rule`` on the nearest-neighbour mixes of the rows (each the sample-weighted mean of
     its ``n - f`` nearest rows, nearest by ``rank``: ``"distance"`` or ``"angle"``, the latter
-    after :func:`clip_largest`); client ``i``'s verdict is the rule's verdict of mixed row
-    ``i``."""
+    mixing the rows as :func:`clip_largest` leaves them); client ``i``'s verdict is the rule's
+    verdict of mixed row ``i``."""
     n = len(batch)
     if (why := nnm_precondition(n, f)) is not None:
         raise PreconditionError(f"defense {rule.name!r}: needs {why}")
-    x = clip_largest(batch.updates, f) if rank == "angle" else batch.updates
-    hoods = neighbourhoods(sq_dists(x, rank), batch.client_ids, n - f)
+    hoods = neighbourhoods(sq_dists(batch.updates, rank), batch.client_ids, n - f)
+    m = mixing_matrix(hoods, batch.num_samples)
+    if rank == "angle":  # angles ignore the clip; the mix folds it into its columns
+        m = m * clip_scales(batch.updates, f)[None, :]
     inner = UpdateBatch(
-        mix_rows(x, mixing_matrix(hoods, batch.num_samples)),
+        mix_rows(batch.updates, m),
         batch.client_ids,
         batch.num_samples,
         batch.base_rounds,

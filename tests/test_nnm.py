@@ -122,6 +122,15 @@ def test_the_gram_path_ranks_like_the_exact_path() -> None:
     exact = neighbourhoods(exact_sq_dists(x), ids, 30)
     assert np.array_equal(np.sort(fast, axis=1), np.sort(exact, axis=1))
     assert np.array_equal(neighbourhoods(sq_dists(x), ids, 30), fast)
+    # angles from the Gram distances and the norms, against unit rows on the exact path
+    xd = x.double()
+    unit = xd / xd.norm(dim=1, keepdim=True)
+    angle = sq_dists(x, "angle")
+    assert np.abs(angle - exact_sq_dists(unit)).max() < 1e-9
+    assert np.array_equal(
+        np.sort(neighbourhoods(angle, ids, 30), axis=1),
+        np.sort(neighbourhoods(exact_sq_dists(unit), ids, 30), axis=1),
+    )
 
 
 def test_precondition_is_a_byzantine_minority() -> None:
