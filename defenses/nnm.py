@@ -69,13 +69,17 @@ def check_rank(rule: str, value: object) -> str:
     return value
 
 
-def clip_scales(x: torch.Tensor, f: int) -> np.ndarray:
-    """``[n]`` float64 factors that bring every row longer than the ``(f + 1)``-th largest row
-    norm down to it (1 for the others).
+def row_norms(x: torch.Tensor) -> np.ndarray:
+    """``[n]`` float64 Euclidean norms of the rows (no float64 copy of ``x``)."""
+    return torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).numpy()
+
+
+def clip_scales(norms: np.ndarray, f: int) -> np.ndarray:
+    """``[n]`` float64 factors that bring every row longer than the ``(f + 1)``-th largest of
+    ``norms`` down to it (1 for the others).
 
     With at most ``f`` Byzantine rows the cap is at most the largest benign norm, so after it no
     row is longer than some benign row; at most ``f`` rows change."""
-    norms = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).numpy()
     scales = np.ones(len(norms))
     if 0 < f < len(norms):
         cap = np.sort(norms)[::-1][f]
@@ -84,29 +88,24 @@ def clip_scales(x: torch.Tensor, f: int) -> np.ndarray:
     return scales
 
 
-def clip_largest(x: torch.Tensor, f: int) -> torch.Tensor:
-    """``x`` with its rows scaled by :func:`clip_scales` (in float64, back to ``x``'s dtype)."""
-    scales = clip_scales(x, f)
-    if (scales == 1.0).all():
-        return x
-    return (x.double() * torch.from_numpy(scales)[:, None]).to(x.dtype)
-
-
-def sq_dists(x: torch.Tensor, rank: str = "distance") -> np.ndarray:
+def sq_dists(
+    x: torch.Tensor, rank: str = "distance", norms: np.ndarray | None = None
+) -> np.ndarray:
     """``[n, n]`` float64 squared distances of the rows (``rank="distance"``) or of the rows
     scaled to unit length (``"angle"``: ``2 - 2 cos``; a zero row stays zero): exact for small
     rounds, the Gram product at scale (for angles, ``cos_ij = (|x_i|^2 + |x_j|^2 - D_ij) /
-    (2 |x_i| |x_j|)`` from the rows' own distances, so no scaled copy of the rows is made)."""
+    (2 |x_i| |x_j|)`` from the rows' own distances, so no scaled copy of the rows is made).
+    ``norms``: the rows' :func:`row_norms` when the caller has them."""
     n, d = x.shape
     if use_exact(n, d, False):
         if rank == "angle":
-            norms = torch.linalg.vector_norm(x, dim=1, keepdim=True, dtype=torch.float64)
-            x = x * (1.0 / torch.where(norms > 0, norms, 1.0)).to(x.dtype)
+            nt = torch.from_numpy(row_norms(x) if norms is None else norms)[:, None]
+            x = x * (1.0 / torch.where(nt > 0, nt, 1.0)).to(x.dtype)
         return exact_sq_dists(x)
     d2 = gram_sq_dists(x).d2
     if rank == "distance":
         return d2
-    norms = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).numpy()
+    norms = row_norms(x) if norms is None else norms
     nz = norms > 0
     cos = (norms[:, None] ** 2 + norms[None, :] ** 2 - d2) / (
         2.0 * np.where(nz, norms, 1.0)[:, None] * np.where(nz, norms, 1.0)[None, :]
@@ -157,15 +156,16 @@ def mixed(
 ) -> AggregateResult:
     """``rule`` on the nearest-neighbour mixes of the rows (each the sample-weighted mean of
     its ``n - f`` nearest rows, nearest by ``rank``: ``"distance"`` or ``"angle"``, the latter
-    mixing the rows as :func:`clip_largest` leaves them); client ``i``'s verdict is the rule's
+    mixing the rows scaled by :func:`clip_scales`); client ``i``'s verdict is the rule's
     verdict of mixed row ``i``."""
     n = len(batch)
     if (why := nnm_precondition(n, f)) is not None:
         raise PreconditionError(f"defense {rule.name!r}: needs {why}")
-    hoods = neighbourhoods(sq_dists(batch.updates, rank), batch.client_ids, n - f)
+    norms = row_norms(batch.updates) if rank == "angle" else None
+    hoods = neighbourhoods(sq_dists(batch.updates, rank, norms), batch.client_ids, n - f)
     m = mixing_matrix(hoods, batch.num_samples)
-    if rank == "angle":  # angles ignore the clip; the mix folds it into its columns
-        m = m * clip_scales(batch.updates, f)[None, :]
+    if norms is not None:  # angles ignore the clip; the mix folds it into its columns
+        m = m * clip_scales(norms, f)[None, :]
     inner = UpdateBatch(
         mix_rows(batch.updates, m),
         batch.client_ids,

@@ -10,7 +10,7 @@ import torch
 
 from defenses import DefenseContext, PreconditionError, UpdateBatch, make_defense
 from defenses.distances import EXACT_WORK, exact_sq_dists, gram_sq_dists
-from defenses.nnm import clip_largest, mixing_matrix, neighbourhoods, sq_dists
+from defenses.nnm import clip_scales, mixing_matrix, neighbourhoods, row_norms, sq_dists
 
 
 def batch(rows: list[list[float]], samples: list[int] | None = None, ids=None) -> UpdateBatch:
@@ -85,10 +85,11 @@ def test_angle_ranks_by_direction_and_clips_the_longest_rows() -> None:
     assert neighbourhoods(sq_dists(x), ids, 2)[2].tolist() == [2, 3]
     assert neighbourhoods(sq_dists(x, "angle"), ids, 2)[2].tolist() == [2, 0]
     # F = 1: rows longer than the 2nd largest norm (10) are clipped to it: only row 1
-    c = clip_largest(x, 1)
+    scales = clip_scales(row_norms(x), 1)
+    c = x.double() * torch.from_numpy(scales)[:, None]
     assert c[1].tolist() == pytest.approx([10 / math.sqrt(1.01), 1 / math.sqrt(1.01)])
-    assert torch.equal(c[[0, 2, 3]], x[[0, 2, 3]])
-    assert torch.equal(clip_largest(x, 0), x)
+    assert torch.equal(c[[0, 2, 3]], x[[0, 2, 3]].double())
+    assert clip_scales(row_norms(x), 0).tolist() == [1.0, 1.0, 1.0, 1.0]
 
 
 def test_angle_mix_by_hand() -> None:
