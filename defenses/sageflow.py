@@ -21,6 +21,7 @@ from defenses.base import (
     UpdateBatch,
     Verdict,
     base_models,
+    check_choice,
 )
 from defenses.geomed import check_positive, check_unit
 from defenses.krum import check_count
@@ -61,6 +62,16 @@ class SageflowDefense(Defense):
     gamma_halving_rounds : int
         Halve ``gamma`` every this many rounds, integer >= 0 (default 0 = never); see
         :func:`sageflow_gamma`.
+    entropy_filter : str
+        ``"absolute"`` (default, the paper's: keep iff ``E_k < E_th``) or ``"relative"``
+        (ours: keep iff ``E_k < E(base_k) + entropy_margin``, with ``E(base_k)`` the entropy of
+        the global model row ``k`` trained from; ``entropy_threshold`` is then unused).
+    entropy_margin : float
+        Finite float (default 0.0), used by ``entropy_filter="relative"`` only.
+    stale : str
+        ``"models"`` (default, the paper's: a stale group averages full models
+        ``base_model(tau) + u``) or ``"updates"`` (ours: every group contributes its updates to
+        the current model, ``w_agg = w_t + sum_k alpha(tau_k) beta_k u_k``).
 
     Notes
     -----
@@ -86,6 +97,18 @@ class SageflowDefense(Defense):
     kept the delta is 0 (the global model stays). Sageflow averages *models*: a stale group
     pulls the global model towards ``base_model(tau) + u``, exactly as in the paper.
 
+    Departures (ours, both off by default). *Relative filter*: the paper's ``E_th`` is one
+    absolute number, which presumes that benign local models are confident. In cross-device
+    rounds (E=1 on devices of 4-512 samples, so a local model is the global model plus a small
+    step) every model's entropy sits near the global model's; measured (crossdevice, signflip
+    0.3, seed 1): benign rows 2.27 +- 0.06 nats in round 0 and 1.56 +- 0.35 in round 29, the
+    sign-flipped rows 2.30 +- 0.004 and 2.00 +- 0.04, so no absolute ``E_th`` separates them
+    in every round, while a benign step lowers the entropy of the model it starts from and a
+    sign-flipped step raises it. *Stale updates*: averaging stale *models* pulls the global
+    model back towards ``base_model(tau)`` every round; with ~30% of a cohort arriving late
+    (crossdevice's deadline) that costs 2.2 points on clean runs (0.828 against FedAvg's 0.850,
+    3 seeds), whereas FedAvg applies late updates to the current model.
+
     The defense is stateless: staleness groups are rebuilt from the rows that arrive each round
     (the engine carries late rows over) and ``gamma_t`` is a function of ``ctx.round``, so a
     resumed run reproduces the schedule with no saved state.
@@ -100,6 +123,9 @@ class SageflowDefense(Defense):
         staleness_lambda: float = 0.5,
         gamma0: float = 1.0,
         gamma_halving_rounds: int = 0,
+        entropy_filter: str = "absolute",
+        entropy_margin: float = 0.0,
+        stale: str = "models",
     ) -> None:
         self.entropy_threshold = check_positive(self.name, "entropy_threshold", entropy_threshold)
         self.delta = check_positive(self.name, "delta", delta, allow_zero=True)
@@ -110,6 +136,18 @@ class SageflowDefense(Defense):
         self.gamma_halving_rounds = check_count(
             self.name, "gamma_halving_rounds", gamma_halving_rounds, 0
         )
+        self.entropy_filter = check_choice(
+            self.name, "entropy_filter", entropy_filter, ("absolute", "relative")
+        )
+        if isinstance(entropy_margin, bool) or not (
+            isinstance(entropy_margin, int | float) and np.isfinite(entropy_margin)
+        ):
+            raise ValueError(
+                f"defense {self.name!r}: entropy_margin {entropy_margin!r} invalid; valid: "
+                "finite float"
+            )
+        self.entropy_margin = float(entropy_margin)
+        self.stale = check_choice(self.name, "stale", stale, ("models", "updates"))
 
     def base_models(self, batch: UpdateBatch, ctx: DefenseContext) -> torch.Tensor:
         """``[K, P]``: the global model each row trained from (its full model minus update)."""
@@ -132,7 +170,7 @@ class SageflowDefense(Defense):
         m = batch.num_samples.astype(np.float64)
         taus = batch.base_rounds.astype(np.int64)
         finite = np.isfinite(ent) & np.isfinite(loss)
-        low = finite & (ent < self.entropy_threshold)
+        low = finite & (ent < self.thresholds(batch, ctx, bases))
         kept = low & (m > 0)
         # log(m_k / l_k ** delta), normalized inside each group in log space (no overflow)
         logw = np.full(len(batch), -np.inf)
@@ -153,7 +191,7 @@ class SageflowDefense(Defense):
                 weights[rows] = a * beta / beta.sum()
         kept &= weights > 0
         gamma = sageflow_gamma(self.gamma0, self.gamma_halving_rounds, ctx.round)
-        delta = self._delta(batch, ctx, bases, weights, kept, gamma)
+        delta = self._delta(batch, ctx, bases, weights, kept, gamma, self.stale == "models")
         verdicts = tuple(
             self._verdict(
                 int(c), bool(k), float(w), float(e), bool(f), bool(lo), int(tau) < ctx.round
@@ -164,6 +202,23 @@ class SageflowDefense(Defense):
         )
         return AggregateResult(delta, verdicts)
 
+    def thresholds(
+        self, batch: UpdateBatch, ctx: DefenseContext, bases: torch.Tensor
+    ) -> np.ndarray:
+        """Per-row entropy bound: ``E_th``, or ``E(base_k) + entropy_margin`` (relative; one
+        ``score_models`` call over the round's distinct base models)."""
+        if self.entropy_filter == "absolute":
+            return np.full(len(batch), self.entropy_threshold)
+        assert ctx.score_models is not None
+        taus, first = np.unique(batch.base_rounds.astype(np.int64), return_index=True)
+        ent = np.asarray(ctx.score_models(bases[first])["entropy"], dtype=np.float64).reshape(-1)
+        if ent.shape != taus.shape:
+            raise ValueError(
+                f"defense {self.name!r}: score_models must return one entropy per base model"
+            )
+        base_ent = ent[np.searchsorted(taus, batch.base_rounds.astype(np.int64))]
+        return base_ent + self.entropy_margin
+
     @staticmethod
     def _delta(
         batch: UpdateBatch,
@@ -172,8 +227,10 @@ class SageflowDefense(Defense):
         weights: np.ndarray,
         kept: np.ndarray,
         gamma: float,
+        stale_models: bool = True,
     ) -> torch.Tensor:
-        """``gamma * sum_k w_k (base_k - global + u_k)``: client-id order, float64."""
+        """``gamma * sum_k w_k (base_k - global + u_k)`` (``stale_models``; else ``gamma *
+        sum_k w_k u_k``): client-id order, float64."""
         out = torch.zeros(bases.shape[1], dtype=torch.float64)
         if not kept.any():
             return out.to(ctx.global_flat.dtype)
@@ -181,7 +238,8 @@ class SageflowDefense(Defense):
         order = np.lexsort((batch.base_rounds, batch.client_ids))  # row-order independent sums
         for i in order[kept[order]]:
             # fresh rows: base - global is exactly 0, so the update itself is summed
-            out += weights[i] * ((bases[i].double() - g) + batch.updates[i].double())
+            step = batch.updates[i].double()
+            out += weights[i] * ((bases[i].double() - g) + step if stale_models else step)
         return (gamma * out).to(ctx.global_flat.dtype)
 
     @staticmethod

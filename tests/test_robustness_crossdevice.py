@@ -43,6 +43,15 @@ def test_crossdevice_f_is_the_expected_share_plus_two_binomial_std() -> None:
         None,
     )
     assert grid.defense_preset("median", 0.2, 10, 30, reg, "siren") == ({}, None)
+    # Sageflow: the entropy drop against the base model, late updates on the current model
+    assert grid.defense_preset("sageflow", 0.1, 100, 30, reg, "crossdevice") == (
+        {"entropy_filter": "relative", "stale": "updates"},
+        None,
+    )
+    assert grid.defense_preset("sageflow", 0.1, 20, 30, reg, "sageflow") == (
+        {"entropy_threshold": 1.5},
+        None,
+    )
     assert grid.defense_preset("multikrum", 0.1, 10, 30, reg, "siren") == ({"f": 1}, None)
     params, na = grid.defense_preset("bulyan", 0.2, 100, 30, reg, "crossdevice")
     assert params == {"f": 28} and na == (
