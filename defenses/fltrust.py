@@ -20,6 +20,7 @@ from defenses.base import (
     DefenseContext,
     UpdateBatch,
     Verdict,
+    check_choice,
     check_weighting,
 )
 
@@ -37,33 +38,54 @@ class FLTrustDefense(Defense):
         (ours: TS_k m_k / sum TS m, with m_k the row's sample count, as FedAvg weighs rows; for
         cohorts whose devices hold 4 to 512 samples, where the uniform shares give the many
         small devices most of the aggregate).
+    trust : str
+        ``"cosine"`` (default, the paper's: TS_k = ReLU(cos(g_k, g0))) or ``"sign"`` (ours:
+        TS_k = 1 if cos(g_k, g0) > 0 else 0). See Notes.
+
+    Notes
+    -----
+    Why ``trust="sign"``: the paper's shares grow with the cosine to the server's update, so the
+    aggregate leans toward the direction of the ~100-sample root set. In cross-device cohorts
+    (E=1 on non-IID devices of 4 to 512 samples) benign rows have small, spread cosines and
+    that lean costs accuracy: measured, crossdevice signflip, 3 seeds, f=0/0.1/0.2/0.3 with
+    sample weights, cosine 0.806/0.808/0.803/0.799, sign 0.826/0.825/0.811/0.802 (FedAvg
+    0.850/0.830/0.787/0.730). The sign keeps the paper's two guards: a row pointing away from
+    ``g0`` gets no share, and no row counts for more than ``||g0||``.
     """
 
     name = "fltrust"
 
-    def __init__(self, eps: float = 1e-12, weighting: str = "uniform") -> None:
+    def __init__(
+        self, eps: float = 1e-12, weighting: str = "uniform", trust: str = "cosine"
+    ) -> None:
         if not (np.isfinite(eps) and eps > 0):
             raise ValueError(f"defense 'fltrust': eps {eps!r} invalid; valid: finite > 0")
         self.eps = float(eps)
         self.weighting = check_weighting(self.name, weighting)
+        self.trust = check_choice(self.name, "trust", trust, ("cosine", "sign"))
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if ctx.server_update is None:
             raise ValueError("defense 'fltrust': needs a server root set (--public-fraction > 0)")
         g0 = ctx.server_update().to(torch.float64)
-        return fltrust(batch, g0, self.eps, self.weighting)
+        return fltrust(batch, g0, self.eps, self.weighting, self.trust)
 
 
 def fltrust(
-    batch: UpdateBatch, g0: torch.Tensor, eps: float = 1e-12, weighting: str = "uniform"
+    batch: UpdateBatch,
+    g0: torch.Tensor,
+    eps: float = 1e-12,
+    weighting: str = "uniform",
+    trust_rule: str = "cosine",
 ) -> AggregateResult:
     """FLTrust's aggregate of ``batch`` given the server update ``g0`` (pure function); with
-    ``weighting="samples"`` each trust score is multiplied by the row's sample count."""
+    ``weighting="samples"`` each trust score is multiplied by the row's sample count; with
+    ``trust_rule="sign"`` a trust score is 1 for a positive cosine, else 0."""
     u = batch.updates.to(torch.float64)
     n0 = float(g0.norm())
     norms = u.norm(dim=1)
     cos = (u @ g0) / (norms * n0).clamp_min(eps)
-    trust = torch.relu(cos)
+    trust = torch.relu(cos) if trust_rule == "cosine" else (cos > 0).to(torch.float64)
     share = trust
     if weighting == "samples":
         share = trust * torch.from_numpy(batch.num_samples.astype(np.float64))

@@ -62,6 +62,33 @@ def test_sample_weighting_multiplies_trust_by_samples() -> None:
         make_defense("fltrust", weighting="sample")
 
 
+def test_sign_trust_gives_every_aligned_row_full_trust() -> None:
+    # cosines 1, 1/sqrt2, -1, 0 -> sign trust 1, 1, 0, 0 (a zero cosine is not trusted); the
+    # rows rescaled to ||g0|| = 1 are [1, 0] and [t, t], t = 1/sqrt2, with 1 and 3 samples
+    g0 = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    b = UpdateBatch(
+        torch.tensor([[2.0, 0.0], [1.0, 1.0], [-5.0, 0.0], [0.0, 3.0]]),
+        np.arange(4),
+        np.array([1, 3, 2, 4]),
+        np.zeros(4, np.int64),
+    )
+    t = 1 / math.sqrt(2)
+    res = fltrust(b, g0, weighting="samples", trust_rule="sign")
+    np.testing.assert_allclose(res.delta.numpy(), [(1 + 3 * t) / 4, 3 * t / 4], rtol=1e-6)
+    assert [v.weight for v in res.verdicts] == pytest.approx([0.25, 0.75, 0.0, 0.0])
+    assert [(v.kept, v.score) for v in res.verdicts] == [
+        (True, 1.0),
+        (True, 1.0),
+        (False, 0.0),
+        (False, 0.0),
+    ]
+    ctx = DefenseContext(0, torch.zeros(2), server_update=lambda: g0)
+    uniform = make_defense("fltrust", trust="sign")(b, ctx)
+    np.testing.assert_allclose(uniform.delta.numpy(), [(1 + t) / 2, t / 2], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"trust 'relu' invalid; valid: \['cosine', 'sign'\]"):
+        make_defense("fltrust", trust="relu")
+
+
 def test_all_distrusted_gives_zero_update() -> None:
     res = fltrust(batch([[-1.0, 0.0], [0.0, -2.0]]), torch.tensor([1.0, 1.0], dtype=torch.float64))
     assert torch.count_nonzero(res.delta) == 0 and not any(v.kept for v in res.verdicts)

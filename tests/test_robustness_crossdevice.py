@@ -39,11 +39,12 @@ def test_crossdevice_f_is_the_expected_share_plus_two_binomial_std() -> None:
     )
     assert grid.defense_preset("geomed", 0.2, 100, 30, reg, "crossdevice") == ({}, None)
     assert grid.defense_preset("fltrust", 0.2, 100, 30, reg, "crossdevice") == (
-        {"weighting": "samples"},
+        {"weighting": "samples", "trust": "sign"},
         None,
     )
     assert grid.defense_preset("median", 0.2, 10, 30, reg, "siren") == ({}, None)
-    # Sageflow: the entropy drop against the base model, late updates on the current model
+    # Sageflow: the entropy drop against the base model, late updates on the current model;
+    # the paper's E_th elsewhere
     assert grid.defense_preset("sageflow", 0.1, 100, 30, reg, "crossdevice") == (
         {"entropy_filter": "relative", "stale": "updates"},
         None,
