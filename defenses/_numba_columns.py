@@ -89,9 +89,75 @@ def median_of(col: np.ndarray) -> float:  # pragma: no cover - compiled
     return (lower + upper) / 2
 
 
+@njit(cache=True, inline="always")
+def weighted_median_of(col: np.ndarray, w: np.ndarray, total: int) -> float:  # pragma: no cover
+    """The column's weighted median (integer weights ``w``, ``total`` their sum > 0): the
+    smallest value whose cumulative weight reaches half the total, averaged with the next larger
+    value where the values up to it weigh exactly half (:func:`defenses.median.weighted_median`).
+    The value is the largest key ``t`` with ``2 W(keys < t) < total``, built bit by bit."""
+    n = col.shape[0]
+    res = np.uint32(0)
+    for bit in range(31, -1, -1):
+        cand = res | np.uint32(1 << bit)
+        c = 0
+        for i in range(n):
+            if col[i] < cand:
+                c += w[i]
+        if 2 * c < total:
+            res = cand
+    upto = 0
+    nxt = ALL
+    found = False
+    for i in range(n):
+        if col[i] <= res:
+            upto += w[i]
+        elif not found or col[i] < nxt:
+            nxt = col[i]
+            found = True
+    lo = key_value(res)
+    if 2 * upto == total and found:
+        return (lo + key_value(nxt)) / 2
+    return lo
+
+
+@njit(cache=True, inline="always")
+def weighted_cut_mean(
+    col: np.ndarray, vals: np.ndarray, w: np.ndarray, r0: int, r1: int
+) -> float:  # pragma: no cover - compiled
+    """The ``w``-weighted mean of the values of rank ``r0`` to ``r1`` of a column, ties ranked
+    in row order (a stable sort's ranks), in float64."""
+    n = col.shape[0]
+    t0, t1 = kth_key(col, r0), kth_key(col, r1)
+    lt0 = lt1 = 0
+    for i in range(n):
+        lt0 += col[i] < t0
+        lt1 += col[i] < t1
+    s = 0.0
+    ws = 0.0
+    j0 = j1 = 0
+    for i in range(n):
+        kk = col[i]
+        take = t0 < kk < t1
+        if kk == t0:
+            take = r0 <= lt0 + j0 <= r1
+            j0 += 1
+        elif kk == t1:
+            take = r0 <= lt1 + j1 <= r1
+            j1 += 1
+        if take:
+            s += np.float64(w[i]) * np.float64(vals[i])
+            ws += np.float64(w[i])
+    return s / ws
+
+
 @njit(parallel=True, cache=True)
 def column_stats(
-    x: np.ndarray, rows: np.ndarray, mode: int, param: int, out: np.ndarray
+    x: np.ndarray,
+    rows: np.ndarray,
+    mode: int,
+    param: int,
+    out: np.ndarray,
+    weights: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """Per column of the float32 rows ``x[rows]``, into ``out`` ``[d]`` (float64):
 
@@ -100,7 +166,10 @@ def column_stats(
     * ``mode`` 2: the mean of the ``param`` values closest to the median (Bulyan's last step):
       the window of ``param`` consecutive sorted values that starts at the first ``lo`` with
       ``med - s[lo] <= s[lo + param] - med`` (ties keep the smaller values), found from the
-      ``n - param`` smallest and largest values.
+      ``n - param`` smallest and largest values;
+    * ``mode`` 3: the weighted median with the integer row ``weights`` (``[n]``, > 0);
+    * ``mode`` 4: the ``weights``-weighted mean of the values of rank ``param`` to ``n - 1 - param``
+      (weighted trimmed mean; tied values ranked in row order).
 
     Each float32 is mapped to a uint32 key with the same order (sign bit flipped for positive
     values, every bit for negative ones), so an order statistic is a bitwise search on counts.
@@ -108,6 +177,9 @@ def column_stats(
     n = rows.shape[0]
     d = x.shape[1]
     xb = x.view(np.uint32)
+    total = 0
+    for i in range(n):
+        total += weights[i]
     for b in prange((d + COLUMNS - 1) // COLUMNS):
         lo = b * COLUMNS
         w = min(d, lo + COLUMNS) - lo
@@ -126,6 +198,10 @@ def column_stats(
                 r0, r1 = param, n - 1 - param
                 t0, t1 = kth_key(col, r0), kth_key(col, r1)
                 out[lo + j] = cut_sum(col, vals[j], r0, r1, t0, t1) / (r1 - r0 + 1)
+            elif mode == 3:
+                out[lo + j] = weighted_median_of(col, weights, total)
+            elif mode == 4:
+                out[lo + j] = weighted_cut_mean(col, vals[j], weights, param, n - 1 - param)
             else:
                 spare = n - param
                 start = spare

@@ -22,7 +22,7 @@ from defenses.base import (
 from defenses.blocked import row_sq_dists
 from defenses.bucketing import BucketableDefense
 from defenses.distances import compute_device
-from defenses.order_stats import column_median, use_column_kernels
+from defenses.order_stats import column_median, column_weighted_median, use_column_kernels
 
 
 def coordinate_verdicts(batch: UpdateBatch, delta: torch.Tensor) -> tuple[Verdict, ...]:
@@ -92,7 +92,7 @@ class MedianDefense(BucketableDefense):
         (a weighted median; ours: device sizes that span 100x otherwise pull the median toward
         the many small clients).
 
-    Cohort-scale rounds on the CPU find each column's median without sorting
+    Cohort-scale rounds on the CPU find each column's median, weighted or not, without sorting
     (:mod:`defenses.order_stats`; the same values).
 
     Every row is kept (``kept=True``, weight ``1/n``, reason ``"coordinate-wise"``) because the
@@ -108,7 +108,11 @@ class MedianDefense(BucketableDefense):
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         if len(batch) < 1:
             raise ValueError(f"defense {self.name!r}: needs n >= 1 (n={len(batch)})")
-        if self.weighting == "samples" and (batch.num_samples > 0).all():
+        weighted = self.weighting == "samples" and (batch.num_samples > 0).all()
+        if weighted and use_column_kernels(batch.updates):
+            delta = column_weighted_median(batch.updates, batch.num_samples)
+            delta = delta.to(batch.updates.dtype)
+        elif weighted:
             delta = weighted_median(batch.updates, batch.num_samples).to(batch.updates.dtype)
         elif use_column_kernels(batch.updates):
             delta = column_median(batch.updates).to(batch.updates.dtype)

@@ -36,17 +36,32 @@ def use_column_kernels(x: torch.Tensor) -> bool:
     )
 
 
-def _stats(x: torch.Tensor, rows: np.ndarray | None, mode: int, param: int) -> torch.Tensor:
+def _stats(
+    x: torch.Tensor,
+    rows: np.ndarray | None,
+    mode: int,
+    param: int,
+    weights: np.ndarray | None = None,
+) -> torch.Tensor:
     from defenses._numba_columns import column_stats
 
     if x.dtype != torch.float32 or x.device.type != "cpu":
         raise TypeError(f"order statistics: need float32 CPU rows, got {x.dtype} on {x.device}")
     xs = np.ascontiguousarray(x.detach().numpy())
     idx = np.arange(len(xs)) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    w = np.ones(len(idx), np.int64) if weights is None else integer_weights(weights, len(idx))
     out = np.empty(xs.shape[1])
     with numba_threads():
-        column_stats(xs, idx, mode, param, out)
+        column_stats(xs, idx, mode, param, out, w)
     return torch.from_numpy(out)
+
+
+def integer_weights(weights: np.ndarray, n: int) -> np.ndarray:
+    """``weights`` as ``[n]`` int64, each > 0 (sample counts); else ValueError."""
+    w = np.asarray(weights)
+    if w.shape != (n,) or w.dtype.kind not in "iu" or (w <= 0).any():
+        raise ValueError(f"order statistics: weights must be {n} positive integers")
+    return np.ascontiguousarray(w, dtype=np.int64)
 
 
 def column_median(x: torch.Tensor) -> torch.Tensor:
@@ -70,3 +85,18 @@ def column_window_mean(x: torch.Tensor, rows: np.ndarray, beta: int) -> torch.Te
     if not 1 <= beta <= len(rows):
         raise ValueError(f"window mean: needs 1 <= beta <= rows (rows={len(rows)}, beta={beta})")
     return _stats(x, rows, 2, beta)
+
+
+def column_weighted_median(x: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
+    """``[d]`` float64: each column's weighted median with the rows' integer ``weights`` (the
+    values of :func:`defenses.median.weighted_median`, bit for bit)."""
+    return _stats(x, None, 3, 0, weights)
+
+
+def column_weighted_trimmed_mean(x: torch.Tensor, weights: np.ndarray, k: int) -> torch.Tensor:
+    """``[d]`` float64: per column, the ``weights``-weighted mean of the values left once the
+    ``k`` smallest and ``k`` largest are dropped, tied values ranked in row order
+    (:func:`defenses.trimmedmean.weighted_trimmed_mean`'s stable sort)."""
+    if not 0 <= 2 * k < len(x):
+        raise ValueError(f"trimmed mean: needs 0 <= 2k < n (n={len(x)}, k={k})")
+    return _stats(x, None, 4, k, weights)

@@ -17,7 +17,11 @@ from defenses.base import DEFENSES, AggregateResult, DefenseContext, UpdateBatch
 from defenses.bucketing import BucketableDefense
 from defenses.krum import check_count
 from defenses.median import coordinate_verdicts, sorted_rows
-from defenses.order_stats import column_trimmed_mean, use_column_kernels
+from defenses.order_stats import (
+    column_trimmed_mean,
+    column_weighted_trimmed_mean,
+    use_column_kernels,
+)
 
 
 @DEFENSES.register
@@ -37,10 +41,12 @@ class TrimmedMeanDefense(BucketableDefense):
 
     Notes
     -----
-    Requires ``n > 2k``. Unweighted (sample counts ignored). Every row is kept (weight ``1/n``,
-    reason ``"coordinate-wise"``); the verdict score is the row's distance to the aggregate.
-    Cohort-scale rounds on the CPU cut each column without sorting (:mod:`defenses.order_stats`:
-    the same values kept, added in another order, ~1e-16 apart in float64).
+    Requires ``n > 2k``. The cut counts values, never weights: ``k`` values go on each side
+    whatever their rows' sample counts (tied values ranked by row order). Every row is kept
+    (weight ``1/n``, reason ``"coordinate-wise"``); the verdict score is the row's distance to
+    the aggregate. Cohort-scale rounds on the CPU cut each column without sorting, weighted or
+    not (:mod:`defenses.order_stats`: the same values kept, added in another order, ~1e-16
+    apart in float64).
     """
 
     name = "trimmedmean"
@@ -86,7 +92,10 @@ class TrimmedMeanDefense(BucketableDefense):
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         n = len(batch)
         k = self.trim(n)
-        if self.weighting == "samples" and (batch.num_samples > 0).all():
+        weighted = self.weighting == "samples" and (batch.num_samples > 0).all()
+        if weighted and use_column_kernels(batch.updates):
+            delta = column_weighted_trimmed_mean(batch.updates, batch.num_samples, k)
+        elif weighted:
             delta = weighted_trimmed_mean(batch.updates, batch.num_samples, k)
         elif use_column_kernels(batch.updates):
             delta = column_trimmed_mean(batch.updates, k)

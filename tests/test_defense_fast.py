@@ -216,6 +216,7 @@ def test_benchmark_quick_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
         "bulyan",
         "geomed",
         "median",
+        "median/samples",  # sample-weighted, against the sorted weighted code
         "fltrust",
     }
     assert all(r["same_rows"] for r in rows if "same_rows" in r)

@@ -85,8 +85,29 @@ def test_sign_trust_gives_every_aligned_row_full_trust() -> None:
     ctx = DefenseContext(0, torch.zeros(2), server_update=lambda: g0)
     uniform = make_defense("fltrust", trust="sign")(b, ctx)
     np.testing.assert_allclose(uniform.delta.numpy(), [(1 + t) / 2, t / 2], rtol=1e-6)
-    with pytest.raises(ValueError, match=r"trust 'relu' invalid; valid: \['cosine', 'sign'\]"):
+    with pytest.raises(
+        ValueError, match=r"trust 'relu' invalid; valid: \['cosine', 'median', 'sign'\]"
+    ):
         make_defense("fltrust", trust="relu")
+
+
+def test_median_trust_caps_at_the_median_cosine() -> None:
+    # cosines 1, 1/sqrt2, -1, 0, 0.5, 0.25, 0.6 -> median 0.5 -> trust 1, 1, 0, 0, 1, 0.5, 1;
+    # each trusted row rescaled to ||g0|| = 1 (its unit vector), uniform shares over 4.5
+    g0 = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    r3, r15, t = math.sqrt(3), math.sqrt(15), 1 / math.sqrt(2)
+    rows = [[2.0, 0.0], [1.0, 1.0], [-5.0, 0.0], [0.0, 3.0], [1.0, r3], [1.0, r15], [0.6, 0.8]]
+    res = fltrust(batch(rows), g0, trust_rule="median")
+    assert [v.score for v in res.verdicts] == pytest.approx([1, 1, 0, 0, 1, 0.5, 1])
+    units = np.array([[1, 0], [t, t], [0.5, r3 / 2], [0.25, r15 / 4], [0.6, 0.8]])
+    expected = (np.array([1, 1, 1, 0.5, 1]) @ units) / 4.5
+    np.testing.assert_allclose(res.delta.numpy(), expected, rtol=1e-6)
+    assert [v.weight for v in res.verdicts] == pytest.approx(
+        [1 / 4.5, 1 / 4.5, 0, 0, 1 / 4.5, 0.5 / 4.5, 1 / 4.5]
+    )
+    # a median cosine <= 0 leaves the sign rule: cosines 1, -1, -0.5 -> trust 1, 0, 0
+    res = fltrust(batch([[3.0, 0.0], [-1.0, 0.0], [-1.0, r3]]), g0, trust_rule="median")
+    assert [v.score for v in res.verdicts] == [1.0, 0.0, 0.0]
 
 
 def test_all_distrusted_gives_zero_update() -> None:

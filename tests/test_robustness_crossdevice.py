@@ -39,7 +39,7 @@ def test_crossdevice_f_is_the_expected_share_plus_two_binomial_std() -> None:
     )
     assert grid.defense_preset("geomed", 0.2, 100, 30, reg, "crossdevice") == ({}, None)
     assert grid.defense_preset("fltrust", 0.2, 100, 30, reg, "crossdevice") == (
-        {"weighting": "samples", "trust": "sign"},
+        {"weighting": "samples", "trust": "median"},
         None,
     )
     assert grid.defense_preset("median", 0.2, 10, 30, reg, "siren") == ({}, None)

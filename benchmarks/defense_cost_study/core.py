@@ -18,6 +18,7 @@ from benchmarks.defense_cost_study.references import (
     exact_kept,
     geomed_iterations,
     reference,
+    weighted_reference,
 )
 from defenses import DefenseContext, UpdateBatch, make_defense
 from defenses.distances import exact_sq_dists
@@ -66,6 +67,19 @@ def synthetic(n: int, d: int, seed: int) -> tuple[UpdateBatch, DefenseContext, i
     return batch, ctx, f
 
 
+def sample_weighted(batch: UpdateBatch, seed: int) -> UpdateBatch:
+    """The same rows with log-normal sample counts (median 32, 4 to 512: the crossdevice
+    devices), for the ``weighting=samples`` cases."""
+    m = np.random.default_rng(seed).lognormal(np.log(32), 1.0, len(batch))
+    m = np.clip(np.round(m), 4, 512).astype(np.int64)
+    return UpdateBatch(batch.updates, batch.client_ids, m, batch.base_rounds, batch.signals)
+
+
+#: rules also timed with ``weighting=samples`` (label ``NAME/samples``), against the sorted
+#: weighted code they used before the order-statistics kernels
+WEIGHTED_RULES = ("median", "trimmedmean")
+
+
 def run_case(n: int, model: str, d: int, args: Any, byz: Any) -> list[dict[str, Any]]:
     batch, ctx, f = synthetic(n, d, args.seed)
     d2 = exact_sq_dists(batch.updates)  # once per case: agreement + reference scores
@@ -75,47 +89,73 @@ def run_case(n: int, model: str, d: int, args: Any, byz: Any) -> list[dict[str, 
         p = {"f": f} if name in (*DISTANCE_RULES, "trimmedmean") else {}
         if make_defense(name, **p).precondition(n) is not None:
             continue
-        new = make_defense(name, **p)(batch, ctx)
-        iters = geomed_iterations(batch) if name == "geomed" else 100
-        ref = reference(name, batch, f, d2 if name in DISTANCE_RULES else None)
-        kept = exact_kept(name, d2, batch, f) if name in DISTANCE_RULES else None
-        ref_delta = ref() if ref is not None else None
-        bz = byzfl_rule(byz, name, f, iters, 1e-6)
-        thunks: dict[str, Callable] = {
-            "new": lambda nm=name, p=p: make_defense(nm, **p)(batch, ctx)
-        }
-        if ref is not None:
-            thunks["ref"] = ref
-        if bz is not None:
-            thunks["byzfl"] = lambda bz=bz: bz(batch.updates)
-        times: dict[str, list[float]] = {k: [] for k in thunks}
-        for _ in range(args.repeats):  # interleaved turns
-            for k, fn in thunks.items():
-                t0 = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t0)
-        rec: dict[str, Any] = {
-            "n": n,
-            "model": model,
-            "d": d,
-            "defense": name,
-            "f": f,
-            **agreement(new, ref_delta, kept),
-        }
-        for k, ts in times.items():
-            add = dcost if (k == "ref" and name in DISTANCE_RULES) else 0.0
-            rec[f"{k}_s"] = statistics.median(ts) + add
-            rec[f"{k}_spread_s"] = max(ts) - min(ts)
-        rec["ref_extrapolated"] = bool(extrap and name in DISTANCE_RULES)
-        if "ref_s" in rec:
-            rec["speedup_vs_ref"] = rec["ref_s"] / rec["new_s"]
-        if "byzfl_s" in rec:
-            rec["speedup_vs_byzfl"] = rec["byzfl_s"] / rec["new_s"]
-        if name in ("siren", "sageflow", "fltrust"):
-            rec["note"] = "stub context"
-        rows.append(rec)
-        print(line(rec), flush=True)
+        cases = [
+            (name, batch, p, reference(name, batch, f, d2 if name in DISTANCE_RULES else None))
+        ]
+        if name in WEIGHTED_RULES:
+            wb = sample_weighted(batch, args.seed)
+            cases.append(
+                (
+                    f"{name}/samples",
+                    wb,
+                    {**p, "weighting": "samples"},
+                    weighted_reference(name, wb, f),
+                )
+            )
+        for label, b, params, ref in cases:
+            rec = time_rule(label, name, params, b, ctx, f, d2, ref, byz, args)
+            rec.update(n=n, model=model, d=d)
+            if "ref_s" in rec and name in DISTANCE_RULES:
+                rec["ref_s"] += dcost
+                rec["ref_extrapolated"] = bool(extrap)
+                rec["speedup_vs_ref"] = rec["ref_s"] / rec["new_s"]
+            rows.append(rec)
+            print(line(rec), flush=True)
     return rows
+
+
+def time_rule(
+    label: str,
+    name: str,
+    p: dict[str, Any],
+    batch: UpdateBatch,
+    ctx: DefenseContext,
+    f: int,
+    d2: torch.Tensor,
+    ref: Callable[[], torch.Tensor] | None,
+    byz: Any,
+    args: Any,
+) -> dict[str, Any]:
+    """One rule's record: its agreement with ``ref`` and the exact selection, and the median
+    seconds of it, ``ref`` and ByzFL's rule, timed in interleaved turns."""
+    new = make_defense(name, **p)(batch, ctx)
+    iters = geomed_iterations(batch) if name == "geomed" else 100
+    kept = exact_kept(name, d2, batch, f) if name in DISTANCE_RULES else None
+    ref_delta = ref() if ref is not None else None
+    bz = byzfl_rule(byz, name, f, iters, 1e-6) if "weighting" not in p else None
+    thunks: dict[str, Callable] = {"new": lambda: make_defense(name, **p)(batch, ctx)}
+    if ref is not None:
+        thunks["ref"] = ref
+    if bz is not None:
+        thunks["byzfl"] = lambda: bz(batch.updates)
+    times: dict[str, list[float]] = {k: [] for k in thunks}
+    for _ in range(args.repeats):  # interleaved turns
+        for k, fn in thunks.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    rec: dict[str, Any] = {"defense": label, "f": f, **agreement(new, ref_delta, kept)}
+    for k, ts in times.items():
+        rec[f"{k}_s"] = statistics.median(ts)
+        rec[f"{k}_spread_s"] = max(ts) - min(ts)
+    rec["ref_extrapolated"] = False
+    if "ref_s" in rec:
+        rec["speedup_vs_ref"] = rec["ref_s"] / rec["new_s"]
+    if "byzfl_s" in rec:
+        rec["speedup_vs_byzfl"] = rec["byzfl_s"] / rec["new_s"]
+    if name in ("siren", "sageflow", "fltrust"):
+        rec["note"] = "stub context"
+    return rec
 
 
 HEAD = (

@@ -87,6 +87,19 @@ def reference(name: str, batch: UpdateBatch, f: int, d2: np.ndarray | None) -> C
     return table.get(name)
 
 
+def weighted_reference(name: str, batch: UpdateBatch, f: int) -> Callable[[], torch.Tensor] | None:
+    """The sorted ``weighting=samples`` code of ``name`` (numpy argsort of every column)."""
+    from defenses.median import weighted_median
+    from defenses.trimmedmean import weighted_trimmed_mean
+
+    x, m = batch.updates, batch.num_samples
+    table = {
+        "median": lambda: weighted_median(x, m),
+        "trimmedmean": lambda: weighted_trimmed_mean(x, m, f),
+    }
+    return table.get(name)
+
+
 def exact_cost(x: torch.Tensor, budget: float) -> tuple[float, bool]:
     """Seconds of the exact ``n x n`` distances: timed in full when a probe says it fits in
     ``budget``, else timed on a subset of rows and scaled by ``n / rows`` ("extrapolated")."""
