@@ -159,7 +159,7 @@ def time_rule(
 
 
 HEAD = (
-    f"{'n':>5} {'model':>5} {'d':>7} {'defense':<12} {'new s':>8} {'ref s':>9} "
+    f"{'n':>5} {'model':>5} {'d':>7} {'defense':<19} {'new s':>8} {'ref s':>9} "
     f"{'byzfl s':>8} {'x ref':>7} {'x byzfl':>7} {'same':>5} {'rel err':>8}  note"
 )
 
@@ -170,7 +170,7 @@ def line(r: dict[str, Any]) -> str:
 
     ref = num("ref_s", ".3f") + ("*" if r.get("ref_extrapolated") else "")
     return (
-        f"{r['n']:>5} {r['model']:>5} {r['d']:>7} {r['defense']:<12} {num('new_s', '.3f'):>8} "
+        f"{r['n']:>5} {r['model']:>5} {r['d']:>7} {r['defense']:<19} {num('new_s', '.3f'):>8} "
         f"{ref:>9} {num('byzfl_s', '.3f'):>8} {num('speedup_vs_ref', '.1f'):>7} "
         f"{num('speedup_vs_byzfl', '.1f'):>7} {str(r.get('same_rows', '-')):>5} "
         f"{num('rel_err', '.1e'):>8}  {r.get('note', '')}"
