@@ -6,7 +6,9 @@ two values a column. Here (numba, :mod:`defenses._numba_columns`) each column's 
 uint32 keys with the same order and an order statistic is found by a bitwise search on counts:
 the median is the exact same value as the sorted path's, and a trimmed mean adds the same values
 in another order (float64, ~1e-16 apart). 0.5 s at 1,000 rows of the CNN here, no copy of the
-rows. Bulyan's last step (the values closest to the median) is found the same way, and centered
+rows. The sample-weighted median and trimmed mean (``weighting=samples``) search on weighted
+counts the same way (1,000 CNN rows: 0.6 s against 17 s and 3.3 GB for numpy's argsort).
+Bulyan's last step (the values closest to the median) is found the same way, and centered
 and norm clipping and the coordinate rules' verdict distances use the blocked passes of
 :mod:`defenses.blocked` at the same scale. Used from ``n d >= 2^24`` on the CPU for float32 rows
 (:func:`use_column_kernels`); smaller rounds, GPU rounds and other dtypes keep the sort, so every
