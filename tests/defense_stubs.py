@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from defenses import DefenseContext
+from defenses import DefenseContext, UpdateBatch
 
 Scorer = Callable[[torch.Tensor], dict[str, np.ndarray]]
 
@@ -47,3 +47,28 @@ def ctx_of(
     return DefenseContext(
         round=rnd, global_flat=table[rnd], score_models=score, base_model=table.__getitem__
     )
+
+
+def batch_of(
+    rows: list[list[float]],
+    samples: list[int],
+    taus: list[int] | None = None,
+    ids: list[int] | None = None,
+) -> UpdateBatch:
+    n = len(rows)
+    return UpdateBatch(
+        torch.tensor(rows, dtype=torch.float32),
+        np.array(ids if ids is not None else range(n), np.int64),
+        np.array(samples, np.int64),
+        np.array(taus if taus is not None else [0] * n, np.int64),
+    )
+
+
+def fixed_scorer(
+    entropy: list[float],
+    loss: list[float],
+    expect: list[list[float]] | None = None,
+    seen: list[torch.Tensor] | None = None,
+) -> Scorer:
+    """Returns the given entropies and losses; checks it got the full ``[K, P]`` models."""
+    return stub_scorer([0.0] * len(entropy), loss, entropy, expect, seen)

@@ -49,12 +49,19 @@ def reference(x: torch.Tensor, k: int | None) -> torch.Tensor:
     return (s[(n - 1) // 2] + s[n // 2]) / 2 if k is None else s[k : n - k].mean(dim=0)
 
 
-@pytest.mark.parametrize("n", [1, 2, 7, 60, 61])
-def test_agrees_with_the_sorted_path(n: int) -> None:
+def tie_rich_rows(n: int) -> torch.Tensor:
+    """``[n, 300]`` float32 rows over six decades, with many ties (columns 0-39) and copies of
+    one row (columns 40-59, the first half of the rows); seeded by ``n``."""
     g = torch.Generator().manual_seed(n)
     x = torch.randn(n, 300, generator=g) * torch.logspace(-3, 3, 300)
     x[:, :40] = torch.round(x[:, :40])  # many ties
     x[: n // 2, 40:60] = x[0, 40:60].clone()  # copies of one row
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 60, 61])
+def test_agrees_with_the_sorted_path(n: int) -> None:
+    x = tie_rich_rows(n)
     assert torch.equal(column_median(x), reference(x, None))  # the same values, bit for bit
     for k in sorted({0, (n - 1) // 2, n // 4}):
         torch.testing.assert_close(column_trimmed_mean(x, k), reference(x, k), rtol=1e-14, atol=0)

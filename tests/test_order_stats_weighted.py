@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_order_stats import tie_rich_rows
 
 import defenses.order_stats as order_stats
 from defenses import DefenseContext, UpdateBatch, make_defense
@@ -49,10 +50,7 @@ def test_hand_vectors() -> None:
 
 @pytest.mark.parametrize("n", [1, 2, 7, 60, 61])
 def test_agrees_with_the_sorted_references(n: int) -> None:
-    g = torch.Generator().manual_seed(n)
-    x = torch.randn(n, 300, generator=g) * torch.logspace(-3, 3, 300)
-    x[:, :40] = torch.round(x[:, :40])  # many ties
-    x[: n // 2, 40:60] = x[0, 40:60].clone()  # copies of one row
+    x = tie_rich_rows(n)
     w = np.random.default_rng(n).integers(1, 6, size=n)
     w[: n // 2] = 2  # even weights make exact halves likely
     assert torch.equal(column_weighted_median(x, w), weighted_median(x, w))  # bit for bit
