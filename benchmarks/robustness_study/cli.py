@@ -69,7 +69,7 @@ def build_parser(attacks: list[str], defenses: list[str]) -> OneLineParser:
         "--quick",
         action="store_true",
         help="20 rounds, fewer fractions (see --fractions; about a minute on 2 "
-        "cores, crossdevice about 15); explicit --rounds/--fractions still win",
+        "cores, crossdevice about 7 minutes); explicit --rounds/--fractions still win",
     )
     p.add_argument(
         "--scenario",
