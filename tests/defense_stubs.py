@@ -54,13 +54,17 @@ def batch_of(
     samples: list[int],
     taus: list[int] | None = None,
     ids: list[int] | None = None,
+    signals: dict[str, np.ndarray] | None = None,
 ) -> UpdateBatch:
+    """Float32 rows with their sample counts; base rounds ``taus`` (default 0), client ids
+    ``ids`` (default 0..n-1) and named ``signals`` (e.g. ``"alarm"``)."""
     n = len(rows)
     return UpdateBatch(
         torch.tensor(rows, dtype=torch.float32),
         np.array(ids if ids is not None else range(n), np.int64),
         np.array(samples, np.int64),
         np.array(taus if taus is not None else [0] * n, np.int64),
+        signals or {},
     )
 
 

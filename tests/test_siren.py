@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from defense_stubs import Scorer, ctx_of, stub_scorer
+from defense_stubs import batch_of as stub_batch
 
 from defenses import DEFENSES, DefenseContext, UpdateBatch, make_defense
 from defenses.siren import SirenDefense
@@ -41,13 +42,7 @@ def batch_of(
     """Rows fresh at round ``rnd`` unless ``taus`` says otherwise."""
     n = len(rows)
     signals = {} if alarms is None else {"alarm": np.array(alarms, bool)}
-    return UpdateBatch(
-        torch.tensor(rows, dtype=torch.float32),
-        np.array(ids if ids is not None else range(n), np.int64),
-        np.array(samples or [1] * n, np.int64),
-        np.array(taus if taus is not None else [rnd] * n, np.int64),
-        signals,
-    )
+    return stub_batch(rows, samples or [1] * n, taus or [rnd] * n, ids, signals)
 
 
 def fixed_scorer(

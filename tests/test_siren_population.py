@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from defense_stubs import Scorer, stub_scorer
+from defense_stubs import Scorer, batch_of, stub_scorer
 
 from defenses import DefenseContext, UpdateBatch, make_defense
 from defenses.siren import SirenDefense
@@ -48,13 +48,7 @@ def batch(
     rows: list[list[float]], alarms: list[int], ids: list[int] | None = None, rnd: int = 0
 ) -> UpdateBatch:
     n = len(rows)
-    return UpdateBatch(
-        torch.tensor(rows, dtype=torch.float32),
-        np.array(ids if ids is not None else range(n), np.int64),
-        np.ones(n, np.int64),
-        np.full(n, rnd, np.int64),
-        {"alarm": np.array(alarms, bool)},
-    )
+    return batch_of(rows, [1] * n, [rnd] * n, ids, {"alarm": np.array(alarms, bool)})
 
 
 def outcome(res: Any) -> list[tuple[bool, str]]:
