@@ -252,6 +252,19 @@ def _serve(conn: Connection) -> None:
             conn.send(("error", rnd, "round" if kind == "round" else "start", text))
 
 
+def _warm_up() -> None:
+    """Pay a session's first-use costs now: a throwaway deployment on a throwaway devnet builds
+    web3's contract wrappers and py-evm's VM classes (~0.15 s of CPU that the first run's
+    rounds would otherwise share their cores with)."""
+    from ledger.chain import Chain
+    from ledger.session_start import committee_of
+
+    committee = committee_of(1)
+    Chain.embedded("flchain-warm-up", 1).deploy(
+        bytes(32), committee.pubkeys_eip2537(), committee.quorum, False
+    )
+
+
 def main(argv: list[str]) -> None:
     fd, parent = int(argv[0]), int(argv[1])
     _die_with_parent(parent)
@@ -269,9 +282,12 @@ def main(argv: list[str]) -> None:
     import ledger.pyevm  # noqa: F401
     import ledger.replay  # noqa: F401
     import ledger.session  # noqa: F401
+    import simulator.round.server  # noqa: F401 - the committee's replay builds a server side
+    import simulator.run.federation  # noqa: F401
     from ledger.compile import compile_flchain
 
     compile_flchain()
+    _warm_up()
     conn = Connection(fd)
     try:
         _serve(conn)

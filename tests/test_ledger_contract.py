@@ -16,7 +16,7 @@ import pytest
 from ledger_nodes import ANVIL_CHAIN_ID, AnvilNode, anvil_or_skip
 
 import ledger.compile as compile_mod
-from ledger.chain import Chain
+from ledger.chain import EMBEDDED_DEPLOY_GAS, Chain
 from ledger.chain_batch import EMBEDDED_CALL_GAS
 from ledger.chain_errors import LedgerRevert
 from ledger.commitment import COMMIT_TAG, commit_message
@@ -150,6 +150,18 @@ def test_constructor_checks(chain: Chain) -> None:
         with pytest.raises(LedgerRevert, match=reason):
             chain.deploy(*args)
     chain.deploy(CHANNEL, [KEYS[0], off_curve], 1, False)  # keys unused without verification
+
+
+def test_embedded_deploy_uses_a_fixed_gas_limit() -> None:
+    """On the embedded devnet a deployment is one pre-flight call and the mined transaction,
+    with a fixed gas limit: gas estimation's binary search ran the constructor ~13 times."""
+    chain = Chain.embedded(seed=7, n_accounts=5)
+    chain.w3.eth.estimate_gas = None  # an estimate would fail
+    contract = chain.deploy(CHANNEL, KEYS, 3, False)
+    tx = chain.w3.eth.get_transaction(chain.w3.eth.get_block(1)["transactions"][0])
+    assert tx["gas"] == EMBEDDED_DEPLOY_GAS
+    assert chain.gas_used("deploy")[0] < EMBEDDED_DEPLOY_GAS // 2  # only the gas used is charged
+    assert contract.functions.quorum().call() == 3
 
 
 def test_commit_records_and_emits(chain: Chain, channel) -> None:

@@ -34,7 +34,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--seeds",
         type=int,
         default=None,
-        help="seeds per task (default: 3 robustness, 2 crossdevice)",
+        help=(
+            "seeds per task (default: 6 robustness, whose 2-3 s runs move by up to 20%% from run "
+            "to run, 2 crossdevice)"
+        ),
     )
     p.add_argument(
         "--rounds",

@@ -19,7 +19,7 @@ from typing import Any
 from benchmarks.robustness_study import grid
 
 TASKS: dict[str, dict[str, Any]] = {
-    "robustness": {"rounds": 30, "seeds": 3},
+    "robustness": {"rounds": 30, "seeds": 6},
     "crossdevice": {"rounds": 10, "seeds": 2, "num_clients": 1_000_000, "clients_per_round": 1000},
 }
 
