@@ -226,7 +226,10 @@ def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
         if np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
             return base[idx[0] : idx[0] + len(idx)]
         out = ORDERED.empty((len(idx), base.shape[1]), base.dtype)
-        return np.take(base, idx, axis=0, out=out)
+        # the rows' own positions, in range by construction: mode="raise" would buffer the
+        # whole gather through a temporary (numpy does, with ``out``), 14 ms against 4 ms for
+        # 1,000 rows of 36 KB
+        return np.take(base, idx, axis=0, out=out, mode="clip")
     return np.stack(rows)
 
 
