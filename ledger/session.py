@@ -87,12 +87,13 @@ class Session:
         self.onchain_bls = False
         self.gas: list[int] = []
         self.busy = 0.0  # seconds spent recording rounds
+        self.cpu = 0.0  # of which CPU seconds (the process's own, at nice 19 it may wait)
         self._lock: int | None = None
 
     # -- start -------------------------------------------------------------------------------
     def open(self, initial: np.ndarray | None, resume: bool) -> dict[str, Any]:
         """Start (fresh, or resume the run in place); returns what the driver needs to know."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         self._lock = lock_ledger(self.dir)
         if resume and (self.dir / "manifest.json").is_file():
             self._resume()
@@ -104,6 +105,7 @@ class Session:
         else:
             self._fresh(initial)
         self.busy += time.perf_counter() - t0
+        self.cpu += time.process_time() - c0
         return {
             "rounds": len(self.entries),
             "contract": self.contract.address,
@@ -199,7 +201,7 @@ class Session:
     def record(self, data: RoundRows) -> dict[str, Any]:
         """Record one round (or, for a round the ledger already holds after a resume, check
         that the recomputed global model equals the recorded one)."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         rnd = data.round
         ghash = sha256(model_blob(data.global_flat))
         if self._recorded_before(rnd, ghash):
@@ -232,6 +234,7 @@ class Session:
         self._prune(rnd + 1)
         dt = time.perf_counter() - t0
         self.busy += dt
+        self.cpu += time.process_time() - c0
         return {
             "round": rnd,
             "seconds": dt,
@@ -294,5 +297,6 @@ class Session:
             "onchain_bls": self.onchain_bls,
             "rounds": len(self.entries),
             "recorder_seconds": self.busy,
+            "recorder_cpu_seconds": self.cpu,
             "gas_per_round": float(np.mean(self.gas)) if self.gas else None,
         }

@@ -54,7 +54,15 @@ def test_tiny_study_writes_the_json_the_issue_asks_for(
     assert [r["seed"] for r in task["runs"]] == [0, 1]
     assert all(r["same_accuracy"] for r in task["runs"]) and task["audit"]["clean"]
     assert res["tamper"] == [] and res["recorder_start_s"] > 0
-    assert "median overhead" in capsys.readouterr().out
+    # the recorder's CPU seconds: a part of its busy (wall) seconds, and their median share of
+    # the machine's core-seconds over the plain runs
+    runs = task["runs"]
+    assert all(0 < r["recorder_cpu_s"] <= r["recorder_busy_s"] + 0.05 for r in runs)
+    shares = [r["recorder_cpu_s"] / (task["cores"] * r["plain_seconds"]) for r in runs]
+    assert task["recorder_cpu_share"] == pytest.approx(sum(shares) / 2)
+    printed = capsys.readouterr().out
+    assert "median overhead" in printed
+    assert f"recorder CPU: {100 * task['recorder_cpu_share']:.1f}% of the machine's" in printed
     assert main([str(tmp_path / "nothing-here")]) == 2
     # audit recorded runs only
     assert main([str(out), "--jobs", "1"]) == 0

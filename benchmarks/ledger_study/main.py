@@ -128,14 +128,15 @@ def report(result: dict[str, Any]) -> None:
         )
         split = t.get("row_path_overhead") is not None
         print(
-            "seed  plain s  ledger s  overhead  lag  recorder busy s  gas/round  same acc"
+            "seed  plain s  ledger s  overhead  lag  recorder busy s  cpu s  gas/round  same acc"
             + ("  rows s  row path" if split else "")
         )
         for r in t["runs"]:
             print(
                 f"{r['seed']:>4}  {r['plain_seconds']:7.2f}  {r['ledger_seconds']:8.2f}  "
                 f"{100 * r['overhead']:+7.1f}%  {r['recorder_lag_max']:>3}  "
-                f"{r['recorder_busy_s']:15.2f}  {r['gas_per_round'] or 0:9.0f}  "
+                f"{r['recorder_busy_s']:15.2f}  {r.get('recorder_cpu_s') or 0:5.2f}  "
+                f"{r['gas_per_round'] or 0:9.0f}  "
                 f"{str(r['same_accuracy']):>8}"
                 + (
                     f"  {r['rows_seconds']:6.2f}  {100 * r['row_path_overhead']:+7.1f}%"
@@ -147,6 +148,12 @@ def report(result: dict[str, Any]) -> None:
             print(
                 f"row path alone (no ledger, rows instead of the actors' partial sums): median "
                 f"{100 * t['row_path_overhead']:+.1f}%"
+            )
+        if t.get("recorder_cpu_share") is not None:
+            print(
+                f"recorder CPU: {100 * t['recorder_cpu_share']:.1f}% of the machine's "
+                f"{t['cores']} cores over the plain run (median); on cores that training "
+                "fills, that much CPU is the least the recorder can cost"
             )
         a = t["audit"]
         print(

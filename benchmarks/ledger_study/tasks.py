@@ -12,6 +12,7 @@ ledger run ships rows), which splits the overhead into that row path and the rec
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from typing import Any
@@ -68,6 +69,7 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     # are off with it: the "rows" arm (no ledger, no pre-aggregation) splits the overhead
     # into that row path and the recorder
     split = task == "crossdevice" and getattr(args, "split_row_path", True)
+    cores = os.cpu_count() or 1
     runs = []
     for s in tqdm(range(seeds), desc=task, unit="seed", disable=not args.progress, file=sys.stderr):
         times: dict[str, float] = {}
@@ -94,6 +96,7 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
                 "row_path_overhead": times["rows"] / times["plain"] - 1 if split else None,
                 "recorder_lag_max": lg["recorder_lag_max"],
                 "recorder_busy_s": lg["recorder_seconds"],
+                "recorder_cpu_s": lg.get("recorder_cpu_seconds"),
                 "driver_waited_s": lg["ledger_seconds"],
                 "gas_per_round": lg["gas_per_round"],
                 "same_accuracy": out["ledger"]["final_accuracy"] == out["plain"]["final_accuracy"],
@@ -110,4 +113,9 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
             statistics.median(r["row_path_overhead"] for r in runs) if split else None
         ),
         "recorder_lag_max": max(r["recorder_lag_max"] for r in runs),
+        # the recorder's CPU seconds against the machine's core-seconds over the plain run
+        "cores": cores,
+        "recorder_cpu_share": statistics.median(
+            (r["recorder_cpu_s"] or 0.0) / (cores * r["plain_seconds"]) for r in runs
+        ),
     }
