@@ -29,6 +29,31 @@ def test_rows_of_one_matrix_are_gathered_or_sliced() -> None:
     assert np.array_equal(stack_rows([m[0], other]), np.stack([m[0], other]))
 
 
+def test_rows_of_several_matrices_reuse_a_released_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Carried rows with fresh ones (several bases): stacked as np.stack does, into the arena's
+    buffer, which a later batch reuses once the first is let go."""
+    monkeypatch.setattr(collect.ORDERED, "min_bytes", 0)
+    monkeypatch.setattr(collect.ORDERED, "_bufs", [])
+    a = np.arange(8, dtype=np.float32).reshape(2, 4).copy()
+    b = np.arange(8, 16, dtype=np.float32).reshape(2, 4).copy()
+    first = stack_rows([b[1], a[0], b[0]])
+    assert first[:, 0].tolist() == [12.0, 0.0, 8.0] and first.dtype == np.float32
+    assert collect.ORDERED._bufs == [first]  # the arena's buffer (identity, not an address)
+    key = id(first)
+    second = stack_rows([a[1], b[1], a[0]])  # first is still held: another buffer
+    assert second is not first and collect.ORDERED._bufs[1] is second
+    assert first[:, 0].tolist() == [12.0, 0.0, 8.0]
+    del first
+    third = stack_rows([a[0], b[0], a[1]])
+    assert id(third) == key and collect.ORDERED._bufs[0] is third  # the released one, reused
+    assert np.array_equal(third, np.stack([a[0], b[0], a[1]]))
+    assert second[:, 0].tolist() == [4.0, 12.0, 0.0]
+    with pytest.raises(ValueError, match="different shapes"):  # never broadcast a short row
+        stack_rows([a[0], b[0, :1]])
+
+
 def test_subset_of_every_row_is_the_batch_itself() -> None:
     b = UpdateBatch(
         torch.arange(6.0).reshape(3, 2),
@@ -82,15 +107,17 @@ def test_gathered_rows_never_overwrite_a_batch_still_in_use(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(collect.ORDERED, "min_bytes", 0)
+    monkeypatch.setattr(collect.ORDERED, "_bufs", [])
     m = np.arange(20, dtype=np.float32).reshape(5, 4).copy()
     first = stack_rows([m[3], m[0], m[4]])
     second = stack_rows([m[4], m[1], m[2]])
     assert first[:, 0].tolist() == [12.0, 0.0, 16.0]  # untouched by the second gather
     assert second[:, 0].tolist() == [16.0, 4.0, 8.0]
-    where = second.__array_interface__["data"][0]
+    assert collect.ORDERED._bufs == [first, second]  # the arena's buffers (by identity)
+    key = id(second)
     del second
     third = stack_rows([m[0], m[1], m[3]])
-    assert third.__array_interface__["data"][0] == where  # the released buffer, reused
+    assert id(third) == key and collect.ORDERED._bufs[1] is third  # the released one, reused
     assert third[:, 0].tolist() == [0.0, 4.0, 12.0] and first[:, 0].tolist() == [12.0, 0.0, 16.0]
 
 
