@@ -238,3 +238,30 @@ def test_ledger_audits_clean_in_oneshot_mode(tmp_path: Path) -> None:
     rep = audit_run(Path(cfg.output.out), bls=False)
     assert rep.clean, rep.text()
     assert rep.rounds == 2
+
+
+@pytest.mark.parametrize("direction", ["down", "both"])
+def test_one_shot_modes_refuse_a_download_mask(tmp_path: Path, direction: str) -> None:
+    """The one-shot modes send clients no model: a download mask would change the global
+    model by a transfer that never happens (342 of 870 entries, unrefused), so it is refused
+    in one line; masked uploads run, and layerwise (which downloads) takes both."""
+    for mode in ("oneshot", "naive"):
+        cfg = mode_config(
+            tmp_path / f"{mode}-{direction}",
+            mode,
+            rounds=1,
+            compression="mask",
+            compression_params={"direction": direction, "rate": 0.5},
+        )
+        with pytest.raises(ValueError, match="sends clients no model in this mode"):
+            Simulation(cfg)
+    for mode, d in (("oneshot", "up"), ("layerwise", direction)):
+        kw = {"direction": d, "rate": 0.5}
+        cfg = mode_config(tmp_path / f"ok-{mode}", mode, rounds=1, compression="mask",
+                          compression_params=kw)  # fmt: skip
+        sim = Simulation(cfg)
+        try:
+            rec = sim.run_round(0, 0.0)
+        finally:
+            sim.close()
+        assert (rec.extra["download_bytes"] > 0) == (mode == "layerwise")

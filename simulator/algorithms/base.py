@@ -290,6 +290,11 @@ class Algorithm:
         eligible population each round). Default: whether the class overrides it."""
         return type(self).choose is not Algorithm.choose
 
+    def downloads_model(self) -> bool:
+        """Whether clients download the global model each round (a compressed download is a
+        change of it). FedMA's one-shot modes send none: clients start from their own draw."""
+        return True
+
     def wire_bytes(self, w: WireInfo) -> tuple[np.ndarray, np.ndarray]:
         """``(upload, download)`` bytes of each selected client's transfers this round (float64
         ``[K]`` each, aligned with ``w.client_ids``), before any compression option. Default: the

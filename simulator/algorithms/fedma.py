@@ -142,6 +142,9 @@ class FedMA(Algorithm):
     def staged(self) -> bool:
         return self.p["mode"] == "layerwise"
 
+    def downloads_model(self) -> bool:
+        return self.staged
+
     @property
     def client_state(self) -> dict[str, Any]:  # type: ignore[override]
         """The own model; in ``layerwise`` mode also the permutations and their round."""

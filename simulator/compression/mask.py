@@ -39,7 +39,8 @@ Departures from the deck. The deck's ``M_i^d`` is per client and feeds a persona
 aggregation ``Theta_i <- l2 Theta_i + (1 - l2) M_i^p * sum_j k_j (...)`` (pFedEff): here the
 download mask is one per round, applied to the one global model, because personalised models
 are an algorithm's business (Ditto, FedALA, ...) and not a property of the wire; this option
-composes with any algorithm. The deck says neither how the mask is drawn from the scores (we
+composes with any algorithm (download masks with any that sends clients the model: FedMA's
+one-shot modes send none and refuse them; upload masks with any that uploads updates). The deck says neither how the mask is drawn from the scores (we
 take the top ``k``, ties broken by the lower index) nor how its indices travel
 (:func:`simulator.compression.base.sparse_bytes`).
 

@@ -164,12 +164,19 @@ def compress_returned(
 
 
 def check_compression(algorithm: Algorithm, comp: Compressor) -> None:
-    """Refuse to mask uploads that are not model updates (predictions, condensed data: the
-    importances rank the entries of an update), in one line."""
+    """Refuse, in one line, to mask uploads that are not model updates (predictions, condensed
+    data: the importances rank the entries of an update) and downloads that do not happen (a
+    masked download changes the global model by what it sends)."""
     if comp.upload and algorithm.upload != "update":
         raise ValueError(
             f"compression {comp.name!r}: masks model updates, but algorithm {algorithm.name!r} "
             f"sends {algorithm.upload!r} (compress only the downloads: direction=down)"
+        )
+    if comp.download and not algorithm.downloads_model():
+        raise ValueError(
+            f"compression {comp.name!r}: masks the global model's downloads, but algorithm "
+            f"{algorithm.name!r} sends clients no model in this mode (compress only the "
+            "uploads: direction=up)"
         )
 
 
