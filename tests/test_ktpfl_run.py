@@ -195,6 +195,10 @@ def test_runs_on_the_ray_pool(ray_session: None, tmp_path: Path) -> None:
         ),
         ({"defense": "krum"}, "defense 'krum': algorithm 'ktpfl' sends 'preds', not model"),
         ({"attack": "signflip", "attack_fraction": 0.3}, "attack 'signflip': algorithm 'ktpfl'"),
+        (  # no global model travels: a download mask would change nothing, silently
+            {"compression": "mask", "compression_params": {"direction": "down"}},
+            "compression 'mask': masks the global model's downloads, but algorithm 'ktpfl'",
+        ),
     ],
 )
 def test_refusals(tmp_path: Path, kw: dict[str, Any], message: str) -> None:

@@ -142,6 +142,10 @@ class KTpFL(Algorithm):
         return {PREDS: probs.reshape(-1), TARGET: f.state[TARGET]}
 
     # -- the server side ---------------------------------------------------------------------
+    def downloads_model(self) -> bool:
+        """No global model travels (choice 5): the download is the target."""
+        return False
+
     def wire_bytes(self, w: WireInfo) -> tuple[np.ndarray, np.ndarray]:
         """Up: the float32 predictions; down: the float32 target (both ``4 * row_size``)."""
         if w.row_size < 1:
