@@ -40,8 +40,9 @@ aggregation ``Theta_i <- l2 Theta_i + (1 - l2) M_i^p * sum_j k_j (...)`` (pFedEf
 download mask is one per round, applied to the one global model, because personalised models
 are an algorithm's business (Ditto, FedALA, ...) and not a property of the wire; this option
 composes with any algorithm (download masks with any that sends clients the model: FedMA's
-one-shot modes send none and refuse them; upload masks with any that uploads updates). The deck says neither how the mask is drawn from the scores (we
-take the top ``k``, ties broken by the lower index) nor how its indices travel
+one-shot modes and KT-pFL send none and refuse them; upload masks with any that uploads
+updates). The deck says neither how the mask is drawn from the scores (we take the top ``k``,
+ties broken by the lower index) nor how its indices travel
 (:func:`simulator.compression.base.sparse_bytes`).
 
 How the two masks compound. The seed's communication volume of pFedEff-75/50/25 is
