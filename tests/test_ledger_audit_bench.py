@@ -69,6 +69,37 @@ def test_tiny_study_writes_the_json_the_issue_asks_for(
     assert "audited 2 runs, 6 rounds" in capsys.readouterr().out
 
 
+def test_repeats_pair_the_arms_and_take_the_median_ratio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--repeats 3: each seed's arms run three times back to back (the order alternating), its
+    overhead is the median of the three ratios, its times the medians; the first repetition's
+    ledger run is the one audited."""
+    out = tmp_path / "study"
+    args = ["--tasks", "robustness", "--seeds", "1", "--repeats", "3", *TINY]
+    assert main([*args, "--out", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    (task,) = json.loads((tmp_path / "r.json").read_text())["tasks"]
+    (run,) = task["runs"]
+    plain = [_seconds(out / "robustness" / d) for d in ("plain-s0", "plain-s0-r1", "plain-s0-r2")]
+    led = [_seconds(out / "robustness" / d) for d in ("ledger-s0", "ledger-s0-r1", "ledger-s0-r2")]
+    ratios = [b / a - 1 for a, b in zip(plain, led, strict=True)]
+    assert run["pair_overheads"] == pytest.approx(ratios)
+    assert run["overhead"] == pytest.approx(sorted(ratios)[1]) == task["overhead"]
+    assert run["plain_seconds"] == pytest.approx(sorted(plain)[1])
+    assert task["repeats"] == 3 and run["run_dir"] == str(out / "robustness" / "ledger-s0")
+    order = ["plain-s0", "ledger-s0", "ledger-s0-r1", "plain-s0-r1", "plain-s0-r2", "ledger-s0-r2"]
+    done = [(out / "robustness" / d / "summary.json").stat().st_mtime_ns for d in order]
+    assert done == sorted(done)  # the arms' order alternates from one repetition to the next
+    assert "each seed: the median of 3 back-to-back pairs" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["--repeats", "0"])
+    assert exc.value.code == 2
+
+
+def _seconds(run_dir: Path) -> float:
+    return float(json.loads((run_dir / "summary.json").read_text())["run_seconds"])
+
+
 def test_tamper_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -128,6 +159,8 @@ def test_crossdevice_splits_the_row_path(
             "--clients-per-round",
             "8",
             "--seeds",
+            "1",
+            "--repeats",
             "1",
             *TINY,
             "--out",

@@ -40,6 +40,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ),
     )
     p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help=(
+            "times each seed's arms run, back to back in alternating order; a seed's overhead "
+            "is the median of its repetitions' ratios (default: 1 robustness, 3 crossdevice, "
+            "whose 2 seeds alone read this machine's drift)"
+        ),
+    )
+    p.add_argument(
         "--rounds",
         type=int,
         default=None,
@@ -129,6 +139,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--{flag.replace('_', '-')}: {exc}")
     if (args.seeds is not None and args.seeds < 1) or (args.rounds is not None and args.rounds < 3):
         p.error("--seeds must be >= 1 and --rounds >= 3 (the tamper study needs 3 rounds)")
+    if args.repeats is not None and args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.committee < 0 or args.jobs < 1:
         p.error("--committee must be >= 0 and --jobs >= 1")
     return args

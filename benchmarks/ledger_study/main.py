@@ -122,9 +122,11 @@ def report(result: dict[str, Any]) -> None:
             f"{result['recorder_start_s']:.2f} s"
         )
     for t in result["tasks"]:
+        reps = t.get("repeats", 1)
         print(
             f"\n{t['task']}: {t['population']} devices, {t['clients_per_round']} a round, "
             f"{t['rounds']} rounds"
+            + (f"; each seed: the median of {reps} back-to-back pairs" if reps > 1 else "")
         )
         split = t.get("row_path_overhead") is not None
         print(

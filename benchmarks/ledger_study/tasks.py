@@ -1,5 +1,6 @@
 """The ledger study's tasks and their runs: each seed recorded without and with the ledger,
-interleaved (the order alternates from seed to seed, since this machine's speed drifts).
+interleaved (the order alternates from pair to pair, since this machine's speed drifts), and
+``--repeats`` times: a seed's overhead is the median of the ratios within its repetitions.
 
 ``robustness`` is the robustness benchmark's default task (10 IID digits clients, all of them
 every round, E=5, MLP, 30 rounds; multikrum against 20% label flipping, so some rows are
@@ -20,8 +21,14 @@ from typing import Any
 from benchmarks.robustness_study import grid
 
 TASKS: dict[str, dict[str, Any]] = {
-    "robustness": {"rounds": 30, "seeds": 6},
-    "crossdevice": {"rounds": 10, "seeds": 2, "num_clients": 1_000_000, "clients_per_round": 1000},
+    "robustness": {"rounds": 30, "seeds": 6, "repeats": 1},
+    "crossdevice": {
+        "rounds": 10,
+        "seeds": 2,
+        "repeats": 3,
+        "num_clients": 1_000_000,
+        "clients_per_round": 1000,
+    },
 }
 
 
@@ -57,56 +64,36 @@ def task_config(task: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Each seed without and with the ledger, interleaved; the task's figures."""
+    """Each seed without and with the ledger, interleaved (``--repeats`` times, the arms' order
+    alternating); the task's figures."""
     from tqdm import tqdm
-
-    from simulator.config.sections import build_config
-    from simulator.run.experiment import run_experiment
 
     flat = task_config(task, args)
     seeds = args.seeds or (2 if args.quick else TASKS[task]["seeds"])
+    repeats = getattr(args, "repeats", None) or TASKS[task]["repeats"]
     # the ledger needs every row in the driver, so a linear rule's partial sums on the actors
     # are off with it: the "rows" arm (no ledger, no pre-aggregation) splits the overhead
     # into that row path and the recorder
     split = task == "crossdevice" and getattr(args, "split_row_path", True)
+    arms = ["plain", "ledger"] + (["rows"] if split else [])
     cores = os.cpu_count() or 1
     runs = []
-    for s in tqdm(range(seeds), desc=task, unit="seed", disable=not args.progress, file=sys.stderr):
-        times: dict[str, float] = {}
-        out: dict[str, dict[str, Any]] = {}
-        arms = ["plain", "ledger"] + (["rows"] if split else [])
-        for arm in arms if s % 2 == 0 else arms[::-1]:
-            d = args.out / task / f"{arm}-s{s}"
-            extra = {"preaggregate": False} if arm == "rows" else {}
-            res = run_experiment(
-                build_config(
-                    flat={**flat, **extra, "seed": s, "out": str(d), "ledger": arm == "ledger"}
-                )
-            )
-            times[arm], out[arm] = res["run_seconds"], res
-        lg = out["ledger"]["ledger"]
-        runs.append(
-            {
-                "seed": s,
-                "run_dir": out["ledger"]["out"],
-                "plain_seconds": times["plain"],
-                "ledger_seconds": times["ledger"],
-                "rows_seconds": times.get("rows"),
-                "overhead": times["ledger"] / times["plain"] - 1,
-                "row_path_overhead": times["rows"] / times["plain"] - 1 if split else None,
-                "recorder_lag_max": lg["recorder_lag_max"],
-                "recorder_busy_s": lg["recorder_seconds"],
-                "recorder_cpu_s": lg.get("recorder_cpu_seconds"),
-                "driver_waited_s": lg["ledger_seconds"],
-                "gas_per_round": lg["gas_per_round"],
-                "same_accuracy": out["ledger"]["final_accuracy"] == out["plain"]["final_accuracy"],
-            }
-        )
+    bar = tqdm(
+        total=seeds * repeats, desc=task, unit="pair", disable=not args.progress, file=sys.stderr
+    )
+    for s in range(seeds):
+        reps = []
+        for rep in range(repeats):
+            reps.append(_pair(args, task, flat, s, rep, arms if (s + rep) % 2 == 0 else arms[::-1]))
+            bar.update()
+        runs.append(_seed_row(s, reps, split))
+    bar.close()
     return {
         "task": task,
         "clients_per_round": flat["clients_per_round"],
         "population": flat["num_clients"],
         "rounds": flat["rounds"],
+        "repeats": repeats,
         "runs": runs,
         "overhead": statistics.median(r["overhead"] for r in runs),
         "row_path_overhead": (
@@ -117,5 +104,59 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
         "cores": cores,
         "recorder_cpu_share": statistics.median(
             (r["recorder_cpu_s"] or 0.0) / (cores * r["plain_seconds"]) for r in runs
+        ),
+    }
+
+
+def _pair(
+    args: argparse.Namespace, task: str, flat: dict[str, Any], seed: int, rep: int, order: list
+) -> dict[str, dict[str, Any]]:
+    """One repetition of a seed: each arm once, in ``order``; arm -> its run's summary."""
+    from simulator.config.sections import build_config
+    from simulator.run.experiment import run_experiment
+
+    out: dict[str, dict[str, Any]] = {}
+    for arm in order:
+        d = args.out / task / (f"{arm}-s{seed}" + (f"-r{rep}" if rep else ""))
+        extra = {"preaggregate": False} if arm == "rows" else {}
+        cfg = {**flat, **extra, "seed": seed, "out": str(d), "ledger": arm == "ledger"}
+        out[arm] = run_experiment(build_config(flat=cfg))
+    return out
+
+
+def _seed_row(seed: int, reps: list[dict[str, dict[str, Any]]], split: bool) -> dict[str, Any]:
+    """A seed's figures from its repetitions: each overhead is the median over repetitions of
+    the ratio within one (the arms of a repetition ran back to back), the times and the
+    recorder's seconds are medians, the lag the largest; the first repetition's ledger run is
+    the one audited."""
+    med = statistics.median
+
+    def secs(arm: str) -> list[float]:
+        return [r[arm]["run_seconds"] for r in reps]
+
+    def ledger(key: str) -> list[Any]:
+        return [r["ledger"]["ledger"][key] for r in reps]
+
+    plain, led = secs("plain"), secs("ledger")
+    rows = secs("rows") if split else None
+    cpu = [c for c in ledger("recorder_cpu_seconds") if c is not None] if reps else []
+    return {
+        "seed": seed,
+        "run_dir": reps[0]["ledger"]["out"],
+        "plain_seconds": med(plain),
+        "ledger_seconds": med(led),
+        "rows_seconds": med(rows) if rows else None,
+        "overhead": med(b / a - 1 for a, b in zip(plain, led, strict=True)),
+        "pair_overheads": [b / a - 1 for a, b in zip(plain, led, strict=True)],
+        "row_path_overhead": (
+            med(b / a - 1 for a, b in zip(plain, rows, strict=True)) if rows else None
+        ),
+        "recorder_lag_max": max(ledger("recorder_lag_max")),
+        "recorder_busy_s": med(ledger("recorder_seconds")),
+        "recorder_cpu_s": med(cpu) if cpu else None,
+        "driver_waited_s": med(ledger("ledger_seconds")),
+        "gas_per_round": reps[0]["ledger"]["ledger"]["gas_per_round"],
+        "same_accuracy": all(
+            r["ledger"]["final_accuracy"] == r["plain"]["final_accuracy"] for r in reps
         ),
     }
