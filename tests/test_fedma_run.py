@@ -253,7 +253,8 @@ def test_one_shot_modes_refuse_a_download_mask(tmp_path: Path, direction: str) -
             compression="mask",
             compression_params={"direction": direction, "rate": 0.5},
         )
-        with pytest.raises(ValueError, match="sends clients no model in this mode"):
+        hint = r"sends clients no global model \(compress only the uploads: direction=up\)$"
+        with pytest.raises(ValueError, match=hint):
             Simulation(cfg)
     for mode, d in (("oneshot", "up"), ("layerwise", direction)):
         kw = {"direction": d, "rate": 0.5}

@@ -292,7 +292,8 @@ class Algorithm:
 
     def downloads_model(self) -> bool:
         """Whether clients download the global model each round (a compressed download is a
-        change of it). FedMA's one-shot modes send none: clients start from their own draw."""
+        change of it). None travels in FedMA's one-shot modes (clients start from their own
+        draw) or in KT-pFL (the server sends targets)."""
         return True
 
     def wire_bytes(self, w: WireInfo) -> tuple[np.ndarray, np.ndarray]:

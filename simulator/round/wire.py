@@ -173,10 +173,10 @@ def check_compression(algorithm: Algorithm, comp: Compressor) -> None:
             f"sends {algorithm.upload!r} (compress only the downloads: direction=down)"
         )
     if comp.download and not algorithm.downloads_model():
+        hint = "compress only the uploads: direction=up" if algorithm.upload == "update" else ""
         raise ValueError(
             f"compression {comp.name!r}: masks the global model's downloads, but algorithm "
-            f"{algorithm.name!r} sends clients no model in this mode (compress only the "
-            "uploads: direction=up)"
+            f"{algorithm.name!r} sends clients no global model" + (f" ({hint})" if hint else "")
         )
 
 
