@@ -139,15 +139,16 @@ def _seed_row(seed: int, reps: list[dict[str, dict[str, Any]]], split: bool) -> 
 
     plain, led = secs("plain"), secs("ledger")
     rows = secs("rows") if split else None
-    cpu = [c for c in ledger("recorder_cpu_seconds") if c is not None] if reps else []
+    cpu = [c for c in ledger("recorder_cpu_seconds") if c is not None]
+    pairs = [b / a - 1 for a, b in zip(plain, led, strict=True)]
     return {
         "seed": seed,
         "run_dir": reps[0]["ledger"]["out"],
         "plain_seconds": med(plain),
         "ledger_seconds": med(led),
         "rows_seconds": med(rows) if rows else None,
-        "overhead": med(b / a - 1 for a, b in zip(plain, led, strict=True)),
-        "pair_overheads": [b / a - 1 for a, b in zip(plain, led, strict=True)],
+        "overhead": med(pairs),
+        "pair_overheads": pairs,
         "row_path_overhead": (
             med(b / a - 1 for a, b in zip(plain, rows, strict=True)) if rows else None
         ),
