@@ -40,6 +40,22 @@ SLOTS = 3  # rounds the recorder may hold: the one it works on and two queued
 #: ``2-5``); unset: wherever the OS puts it, at nice 19. Pin it to a core training does not
 #: use (and the driver off it, e.g. ``taskset``) when the machine has one to spare.
 CPUS_ENV = "FEDSENTRY_RECORDER_CPUS"
+#: rounds whose rows take at least this many bytes get their slots faulted in ahead
+PREFAULT_BYTES = 4 << 20
+#: madvise options of Linux 5.14+ (not in Python 3.11's mmap module): map a range's pages now,
+#: allocating them (write) or only mapping those that exist (read), without changing a byte
+MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23
+
+
+def populate(buf: Any, option: int) -> bool:
+    """``madvise(option)`` over a whole mapping (an ``mmap``, or a ``SharedMemory``'s); False
+    where the kernel or the object cannot (nothing is lost then: the pages fault in on use)."""
+    m = getattr(buf, "_mmap", buf)
+    try:
+        m.madvise(option)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
 
 
 def parse_cpus(text: str) -> set[int]:
@@ -184,6 +200,16 @@ class _Views:
             self.maps[i] = (name, _attach(name))
         return np.ndarray((n, d), "<f4", buffer=self.maps[i][1])
 
+    def prefault(self, names: list[str]) -> None:
+        """Map the driver's new slots ``names`` (slot ``i`` is ``names[i]``) and allocate their
+        pages, without writing a byte (the driver may already be copying rows in)."""
+        for i, name in enumerate(names):
+            self.rows((i, name, 0, 0))  # maps it
+            m = self.maps[i][1]
+            if not populate(m, MADV_POPULATE_WRITE):
+                # an older kernel: reading a page of a shared mapping allocates it too
+                np.frombuffer(m, np.uint8)[:: mmap.PAGESIZE].sum()
+
     def close(self) -> None:
         for _, m in self.maps.values():
             try:
@@ -229,6 +255,8 @@ def _serve(conn: Connection) -> None:
                 _, meta, slot = msg
                 data = RoundRows(rows=views.rows(slot), **meta)
                 conn.send(("done", meta["round"], session.record(data)))
+            elif kind == "prefault":
+                views.prefault(msg[1])
             elif kind == "ping":
                 conn.send(("pong",))
             elif kind == "close":

@@ -27,7 +27,15 @@ from typing import Any
 import numpy as np
 
 from ledger.errors import LedgerError, LedgerRoundError
-from ledger.host import CPUS_ENV, SLOTS, RecorderHost, parse_cpus
+from ledger.host import (
+    CPUS_ENV,
+    MADV_POPULATE_READ,
+    PREFAULT_BYTES,
+    SLOTS,
+    RecorderHost,
+    parse_cpus,
+    populate,
+)
 from ledger.records import verdict_document
 
 _SESSIONS = itertools.count()
@@ -72,6 +80,7 @@ class LedgerRecorder:
         self.seconds = 0.0  # time the driver waited for or talked to the recorder
         self.gas: list[int] = []
         self._slots: list[shared_memory.SharedMemory | None] = [None] * SLOTS
+        self._fresh: set[int] = set()  # slots not written yet
         self._gen = 0
         self._uid = next(_SESSIONS)
         self._closed = False
@@ -143,6 +152,7 @@ class LedgerRecorder:
         # a run resumed at round 0 (killed before its ledger started) starts its ledger afresh
         initial = np.array(sim.global_flat.numpy(), np.float32) if sim.next_round == 0 else None
         self.host.conn.send(("open", self.cfg.to_dict(), self.run_dir, initial, resume))
+        self._prefault(sim)  # after "open", which unmaps the last run's slots
         self.acked = self.sent = sim.next_round - 1
         if resume:
             self._wait(lambda: self.info is not None)
@@ -189,21 +199,43 @@ class LedgerRecorder:
         self.sent = rnd
         self.seconds += time.perf_counter() - t0
 
+    def _new_slot(self, i: int, size: int) -> shared_memory.SharedMemory:
+        """A fresh shared slot ``i`` of ``size`` bytes (the old one, if any, let go)."""
+        old = self._slots[i]
+        if old is not None:
+            old.close()
+            old.unlink()
+        self._gen += 1
+        # a name never used before: the recorder maps a slot again when its name changes
+        shm = shared_memory.SharedMemory(
+            create=True,
+            size=max(size, 1 << 16),
+            name=f"fsrec{os.getpid()}-{self._uid}-{i}-{self._gen}",
+        )
+        self._slots[i] = shm
+        self._fresh.add(i)
+        return shm
+
+    def _prefault(self, sim: Any) -> None:
+        """Create the slots for a full round's rows now and have the recorder fault their
+        pages in on its own core while round 0 trains.
+
+        A slot's first copy otherwise pays its page faults in the driver: 26-52 ms against
+        3 ms for 36 MB (1,000 digits-MLP rows), three times a run. Small rounds skip this."""
+        size = self.cfg.experiment.clients_per_round * sim.global_flat_shared.numel() * 4
+        if size < PREFAULT_BYTES:
+            return
+        names = [self._new_slot(i, size).name for i in range(SLOTS)]
+        self.host.conn.send(("prefault", names))
+
     def _put(self, i: int, rows: np.ndarray) -> tuple[int, str, int, int]:
         """Copy ``rows`` into shared slot ``i`` (grown when too small)."""
         shm = self._slots[i]
         if shm is None or shm.size < rows.nbytes:
-            if shm is not None:
-                shm.close()
-                shm.unlink()
-            self._gen += 1
-            # a name never used before: the recorder maps a slot again when its name changes
-            shm = shared_memory.SharedMemory(
-                create=True,
-                size=max(rows.nbytes, 1 << 16),
-                name=f"fsrec{os.getpid()}-{self._uid}-{i}-{self._gen}",
-            )
-            self._slots[i] = shm
+            shm = self._new_slot(i, rows.nbytes)
+        if i in self._fresh:  # map its pages at once (already there if the recorder faulted
+            self._fresh.discard(i)  # them in): ~5 ms against ~20 ms of faults for 36 MB
+            populate(shm, MADV_POPULATE_READ)
         n, d = rows.shape
         np.ndarray((n, d), "<f4", buffer=shm.buf)[...] = rows
         return i, shm.name, n, d

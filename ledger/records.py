@@ -177,15 +177,47 @@ def _record_json(record: dict[str, Any]) -> bytes:
     return canonical_json(record)
 
 
+def record_body(
+    channel_hex: str,
+    contract: str,
+    chain_id: int,
+    rnd: int,
+    client: int,
+    update_hash: bytes,
+    samples: int,
+    base_round: int,
+    base_hash: bytes,
+    loss: float | None,
+    alarm: bool,
+) -> bytes:
+    """The canonical JSON of :func:`make_record`'s record, written directly: the same bytes as
+    ``_record_json(make_record(...))`` (keys in sorted order, floats as ``repr``, no escapes:
+    every string is hex or a hex address), ~1 us instead of ~9 (a 1,000-client round signs
+    1,000 records). ``channel_hex`` is the channel id as ``0x`` hex and ``contract`` a ``0x``
+    address: a string JSON would escape raises ``ValueError``."""
+    for s in (channel_hex, contract):  # hex: nothing JSON would escape
+        if not (s.isascii() and s.isalnum()):
+            raise ValueError(f"{s!r} is not plain 0x hex")
+    lo = "null" if loss is None or not math.isfinite(loss) else repr(float(loss))
+    return (
+        f'{{"alarm":{"true" if alarm else "false"},"base_hash":"0x{base_hash.hex()}",'
+        f'"base_round":{int(base_round)},"chain_id":{int(chain_id)},"channel":"{channel_hex}",'
+        f'"client":{int(client)},"contract":"{contract}","loss":{lo},"round":{int(rnd)},'
+        f'"samples":{int(samples)},"update_hash":"0x{update_hash.hex()}",'
+        f'"v":{RECORD_VERSION}}}'
+    ).encode()
+
+
 def record_digest(record: dict[str, Any]) -> bytes:
     """What a client signs: sha256(:data:`RECORD_DOMAIN` || canonical JSON of the record)."""
     return sha256(RECORD_DOMAIN + _record_json(record))
 
 
-def sign_record(record: dict[str, Any], key: coincurve.PrivateKey) -> bytes:
+def sign_record(record: dict[str, Any] | bytes, key: coincurve.PrivateKey) -> bytes:
     """Canonical JSON bytes of ``{"record": ..., "signature": hex}`` (65-byte recoverable
-    ECDSA signature over :func:`record_digest`)."""
-    body = _record_json(record)
+    ECDSA signature over :func:`record_digest`); ``record`` is a record dict or its canonical
+    JSON (:func:`record_body`)."""
+    body = record if isinstance(record, bytes) else _record_json(record)
     sig = key.sign_recoverable(sha256(RECORD_DOMAIN + body), hasher=None)
     return b'{"record":' + body + b',"signature":"' + sig.hex().encode() + b'"}'
 

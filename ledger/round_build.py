@@ -29,8 +29,8 @@ from ledger.records import (
     ClientKeys,
     canonical_json,
     extras_blob,
-    make_record,
     model_blob,
+    record_body,
     sha256,
     sign_record,
     update_prefix,
@@ -128,23 +128,52 @@ def signed_record(
 ) -> tuple[Entry, bytes]:
     """Row ``i``'s update record signed with its client's ``key`` (the pack entry
     ``record/<client>``) and the client's submission leaf."""
-    c = int(data.client_ids[i])
-    rec = make_record(
-        where.channel,
-        where.contract,
-        where.chain_id,
+    loss = float(data.loss[i]) if len(data.loss) else None
+    alarm = bool(data.alarm[i]) if len(data.alarm) else False
+    return _signed(
+        "0x" + where.channel.hex(),
+        where,
         data.round,
-        c,
+        int(data.client_ids[i]),
         update_hash,
         int(data.num_samples[i]),
         int(data.base_rounds[i]),
         base_hash,
-        float(data.loss[i]) if len(data.loss) else None,
-        bool(data.alarm[i]) if len(data.alarm) else False,
+        loss,
+        alarm,
+        key,
     )
-    signed = sign_record(rec, key)
+
+
+def _signed(
+    channel_hex: str,
+    where: Channel,
+    rnd: int,
+    c: int,
+    update_hash: bytes,
+    samples: int,
+    base_round: int,
+    base_hash: bytes,
+    loss: float | None,
+    alarm: bool,
+    key: Any,
+) -> tuple[Entry, bytes]:
+    body = record_body(
+        channel_hex,
+        where.contract,
+        where.chain_id,
+        rnd,
+        c,
+        update_hash,
+        samples,
+        base_round,
+        base_hash,
+        loss,
+        alarm,
+    )
+    signed = sign_record(body, key)
     rhash = sha256(signed)
-    leaf = submission_leaf(c, update_hash, int(data.num_samples[i]), base_hash, rhash)
+    leaf = submission_leaf(c, update_hash, samples, base_hash, rhash)
     return Entry(f"record/{c}", rhash, (signed,)), leaf
 
 
@@ -182,12 +211,21 @@ def build_round(
     entries: list[Entry] = []
     leaves: dict[int, bytes] = {}
     admitted: dict[int, bytes] = {}
+    n = len(data)
+    # per-row fields as Python lists once (indexing numpy arrays row by row costs more)
+    samples, bases = data.num_samples.tolist(), data.base_rounds.tolist()
+    losses = data.loss.tolist() if len(data.loss) else [None] * n
+    alarms = data.alarm.tolist() if len(data.alarm) else [False] * n
+    channel_hex, rnd = "0x" + where.channel.hex(), int(data.round)
     for i, c in enumerate(data.client_ids.tolist()):
         key, pub = keys.get(c)
         if not admitted_before(c) and c not in admitted:
             admitted[c] = pub
-        bh = base_hash(int(data.base_rounds[i]))
-        record, leaves[c] = signed_record(data, i, where, key, hashes[i], bh)
+        bh = base_hash(bases[i])
+        record, leaves[c] = _signed(
+            channel_hex, where, rnd, c, hashes[i], samples[i], bases[i], bh, losses[i],
+            bool(alarms[i]), key,
+        )  # fmt: skip
         parts = (prefix, rows[i], tails[i]) if tails[i] else (prefix, rows[i])
         entries += [Entry(f"update/{c}", hashes[i], parts), record]
     gblob = model_blob(data.global_flat)

@@ -92,3 +92,63 @@ def test_an_error_surfaces_when_the_driver_next_waits(monkeypatch: pytest.Monkey
     r2.on_round_end(*_round(0))
     with pytest.raises(LedgerRoundError, match="round 0"):
         r2.flush()  # or at the flush before a checkpoint / at the end
+
+
+def test_the_recorder_faults_a_new_slots_pages_in_without_writing() -> None:
+    """``prefault``: every page of the driver's new slot allocated (tmpfs blocks), by the
+    recorder's side, and the bytes the driver already wrote left as they were."""
+    from multiprocessing import shared_memory
+    from pathlib import Path
+
+    from ledger.host import _Views
+
+    size = 8 << 20
+    shm = shared_memory.SharedMemory(create=True, size=size)
+    try:
+        path = Path("/dev/shm") / shm.name
+        if not path.exists():
+            pytest.skip("no /dev/shm")
+        shm.buf[:4] = b"rows"  # the driver got there first: one page
+        assert path.stat().st_blocks * 512 == 4096
+        views = _Views()
+        views.prefault([shm.name])
+        assert path.stat().st_blocks * 512 == size  # 2,048 pages of 4 KB, all there
+        assert bytes(shm.buf[:4]) == b"rows" and not any(shm.buf[4 : 1 << 16])
+        views.close()
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+def test_slots_for_a_full_round_are_made_at_start_when_rounds_are_big(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1,000 rows of 1,200 floats (4.8 MB) a round: three slots of that size at start, their
+    names sent to the recorder, and the rounds' rows copied into them (no new slot); 100 rows
+    (0.48 MB): nothing ahead."""
+    for clients, want in ((1000, True), (100, False)):
+        sent: list[tuple] = []
+        conn = SimpleNamespace(send=sent.append, poll=lambda: False)
+        r = _recorder(monkeypatch, conn)  # type: ignore[arg-type]
+        r.cfg.experiment = SimpleNamespace(clients_per_round=clients)
+        sim = SimpleNamespace(global_flat_shared=torch.zeros(1200))
+        r._prefault(sim)  # noqa: SLF001
+        try:
+            names = [m[1] for m in sent if m[0] == "prefault"]
+            if not want:
+                assert names == [] and r._slots == [None] * 3  # noqa: SLF001
+                continue
+            assert names == [[s.name for s in r._slots]]  # noqa: SLF001
+            assert [s.size for s in r._slots] == [1000 * 1200 * 4] * 3  # noqa: SLF001
+            rows = np.arange(900 * 1200, dtype=np.float32).reshape(900, 1200)
+            for i in range(3):
+                slot = r._put(i, rows)  # noqa: SLF001
+                assert slot == (i, names[0][i], 900, 1200)
+            got = np.ndarray((900, 1200), "<f4", buffer=r._slots[2].buf)  # noqa: SLF001
+            assert got[899, 1199] == 900 * 1200 - 1
+            del got
+        finally:
+            for s in r._slots:  # noqa: SLF001
+                if s is not None:
+                    s.close()
+                    s.unlink()

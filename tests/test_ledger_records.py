@@ -16,6 +16,7 @@ from ledger.records import (
     client_secret,
     make_record,
     model_blob,
+    record_body,
     recover_key,
     sign_record,
     update_blob,
@@ -89,3 +90,40 @@ def test_client_keys_are_seeded_cached_and_standard() -> None:
     assert a[1] == coincurve.PrivateKey(client_secret(0, 7)).public_key.format()
     assert client_secret(0, 7) == hashlib.sha256(b"flchain-client:0:7").digest()
     assert a[1] != ClientKeys(1).get(7)[1] != ClientKeys(0).get(8)[1]
+
+
+def test_record_body_writes_the_canonical_json_of_make_record() -> None:
+    """The direct writer of a record's JSON gives exactly canonical_json(make_record(...)):
+    the bytes a client signs and an audit re-derives from the parsed record."""
+    contract = "0xAbCdEf0123456789aBcDeF0123456789AbCdEf01"
+    cases = [
+        # round, client, samples, base round, loss, alarm
+        (0, 0, 1, 0, 0.1 + 0.2, False),  # 0.30000000000000004: every digit of the repr
+        (3, 7, 42, 2, math.inf, True),  # non-finite loss -> null
+        (12, 2**40 + 1, 600, 9, float(np.float32(2.3125)), False),
+        (5, 999_999, 16, 5, None, True),
+        (1, 12, 8, 0, -1.5e-07, False),  # a float repr with an exponent
+    ]
+    for rnd, client, samples, base, loss, alarm in cases:
+        args = (rnd, client, b"\x02" * 32, samples, base, b"\x03" * 32, loss, alarm)
+        want = canonical_json(make_record(b"\x01" * 32, contract, 31337, *args))
+        assert record_body("0x" + "01" * 32, contract, 31337, *args) == want
+    by_hand = (
+        b'{"alarm":false,"base_hash":"0x' + b"03" * 32 + b'","base_round":0,"chain_id":5,'
+        b'"channel":"0x' + b"01" * 32 + b'","client":12,"contract":"0xab","loss":-1.5e-07,'
+        b'"round":1,"samples":8,"update_hash":"0x' + b"02" * 32 + b'","v":2}'
+    )
+    assert record_body("0x" + "01" * 32, "0xab", 5, *cases[4][:2], b"\x02" * 32,
+                       *cases[4][2:4], b"\x03" * 32, *cases[4][4:]) == by_hand  # fmt: skip
+    key, pub = ClientKeys(0).get(7)
+    assert sign_record(record_body("0x" + "01" * 32, contract, 1, 3, 7, b"\x02" * 32, 42, 2,
+                                   b"\x03" * 32, None, True), key) == sign_record(
+        make_record(b"\x01" * 32, contract, 1, 3, 7, b"\x02" * 32, 42, 2, b"\x03" * 32,
+                    None, True), key)  # fmt: skip
+    for bad in ('0x"ab', "0x\\n", "0xé1"):
+        try:
+            record_body("0x01", bad, 1, 0, 0, b"", 1, 0, b"", None, False)
+        except ValueError as exc:
+            assert "not plain 0x hex" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} accepted")
