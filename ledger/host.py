@@ -255,6 +255,9 @@ def _serve(conn: Connection) -> None:
                 _, meta, slot = msg
                 data = RoundRows(rows=views.rows(slot), **meta)
                 conn.send(("done", meta["round"], session.record(data)))
+            elif kind == "keys":
+                if session is not None and not failed:
+                    session.keys.prefetch(msg[1])
             elif kind == "prefault":
                 views.prefault(msg[1])
             elif kind == "ping":

@@ -135,6 +135,15 @@ class ClientKeys:
             self._keys.popitem(last=False)
         return out
 
+    def prefetch(self, client_ids: Any) -> int:
+        """Derive the keys of ``client_ids`` now (at most ``capacity`` of them, the last ones);
+        returns how many were new."""
+        ids = [int(c) for c in client_ids][-self.capacity :]
+        new = sum(c not in self._keys for c in ids)
+        for c in ids:
+            self.get(c)
+        return new
+
 
 def make_record(
     channel: bytes,

@@ -152,3 +152,15 @@ def test_slots_for_a_full_round_are_made_at_start_when_rounds_are_big(
                 if s is not None:
                     s.close()
                     s.unlink()
+
+
+def test_a_rounds_clients_are_named_to_the_recorder_when_it_is_planned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``on_plan`` sends the clients that train this round (arriving now or later), sorted, so
+    the recorder derives their keys while they train; none when nobody trains."""
+    sent: list[tuple] = []
+    r = _recorder(monkeypatch, SimpleNamespace(send=sent.append))  # type: ignore[arg-type]
+    r.on_plan(None, SimpleNamespace(now={9, 2, 5}, hold={7}))
+    r.on_plan(None, SimpleNamespace(now=set(), hold=set()))
+    assert [(m[0], m[1].tolist()) for m in sent] == [("keys", [2, 5, 7, 9])]

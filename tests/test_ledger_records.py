@@ -127,3 +127,12 @@ def test_record_body_writes_the_canonical_json_of_make_record() -> None:
             assert "not plain 0x hex" in str(exc)
         else:
             raise AssertionError(f"{bad!r} accepted")
+
+
+def test_prefetched_keys_are_the_derived_ones_and_counted_once() -> None:
+    keys = ClientKeys(0, capacity=3)
+    assert keys.prefetch([4, 5]) == 2 and keys.prefetch([5, 6]) == 1
+    k5 = keys.get(5)
+    assert k5[1] == ClientKeys(0).get(5)[1]  # the same key as derived on demand
+    assert keys.prefetch(range(10, 20)) == 3  # only the last `capacity` ids are kept
+    assert keys.prefetch([17, 18, 19]) == 0
