@@ -29,6 +29,8 @@ def test_tiny_study_writes_the_json_the_issue_asks_for(
             "robustness",
             "--seeds",
             "2",
+            "--repeats",
+            "1",
             *TINY,
             "--set",
             "local_epochs=1",

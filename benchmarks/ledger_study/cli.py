@@ -45,8 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help=(
             "times each seed's arms run, back to back in alternating order; a seed's overhead "
-            "is the median of its repetitions' ratios (default: 1 robustness, 3 crossdevice, "
-            "whose 2 seeds alone read this machine's drift)"
+            "is the median of its repetitions' ratios (default 3: one pair of this machine's "
+            "2-5 s runs moves by +-15%%)"
         ),
     )
     p.add_argument(

@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.robustness_study import grid
 
 TASKS: dict[str, dict[str, Any]] = {
-    "robustness": {"rounds": 30, "seeds": 6, "repeats": 1},
+    "robustness": {"rounds": 30, "seeds": 6, "repeats": 3},
     "crossdevice": {
         "rounds": 10,
         "seeds": 2,
