@@ -35,6 +35,7 @@ from ledger.records import (
     sign_record,
     update_prefix,
 )
+from ledger.spans import spans
 from ledger.store import BlobError, decode
 
 
@@ -203,29 +204,44 @@ def build_round(
     -------
     BuiltRound
     """
-    rows = np.asarray(data.rows, dtype="<f4")
+    rows = np.ascontiguousarray(data.rows, dtype="<f4")
     size = rows.shape[1] if rows.ndim == 2 else 0
     prefix = update_prefix(size)
     tails = data.tails()
-    hashes = hash_rows(rows, tails)
-    entries: list[Entry] = []
-    leaves: dict[int, bytes] = {}
-    admitted: dict[int, bytes] = {}
     n = len(data)
     # per-row fields as Python lists once (indexing numpy arrays row by row costs more)
-    samples, bases = data.num_samples.tolist(), data.base_rounds.tolist()
+    ids, samples, bases = (
+        a.tolist() for a in (data.client_ids, data.num_samples, data.base_rounds)
+    )
     losses = data.loss.tolist() if len(data.loss) else [None] * n
     alarms = data.alarm.tolist() if len(data.alarm) else [False] * n
     channel_hex, rnd = "0x" + where.channel.hex(), int(data.round)
-    for i, c in enumerate(data.client_ids.tolist()):
-        key, pub = keys.get(c)
+    ks = keys.get_many(ids, spans)
+    bhs = [base_hash(b) for b in bases]
+    head = hashlib.sha256(prefix)
+    hashes: list[bytes] = [b""] * n
+    signed: list[Any] = [None] * n
+
+    def work(lo: int, hi: int) -> None:  # row i's hash, signed record and leaf
+        for i in range(lo, hi):
+            h = head.copy()
+            h.update(rows[i])
+            if tails[i]:
+                h.update(tails[i])
+            hashes[i] = h.digest()
+            signed[i] = _signed(
+                channel_hex, where, rnd, ids[i], hashes[i], samples[i], bases[i], bhs[i],
+                losses[i], bool(alarms[i]), ks[i][0],
+            )  # fmt: skip
+
+    spans(n, work)
+    entries: list[Entry] = []
+    leaves: dict[int, bytes] = {}
+    admitted: dict[int, bytes] = {}
+    for i, c in enumerate(ids):
         if not admitted_before(c) and c not in admitted:
-            admitted[c] = pub
-        bh = base_hash(bases[i])
-        record, leaves[c] = _signed(
-            channel_hex, where, rnd, c, hashes[i], samples[i], bases[i], bh, losses[i],
-            bool(alarms[i]), key,
-        )  # fmt: skip
+            admitted[c] = ks[i][1]
+        record, leaves[c] = signed[i]
         parts = (prefix, rows[i], tails[i]) if tails[i] else (prefix, rows[i])
         entries += [Entry(f"update/{c}", hashes[i], parts), record]
     gblob = model_blob(data.global_flat)
