@@ -92,10 +92,29 @@ def test_repeats_pair_the_arms_and_take_the_median_ratio(
     order = ["plain-s0", "ledger-s0", "ledger-s0-r1", "plain-s0-r1", "plain-s0-r2", "ledger-s0-r2"]
     done = [(out / "robustness" / d / "summary.json").stat().st_mtime_ns for d in order]
     assert done == sorted(done)  # the arms' order alternates from one repetition to the next
-    assert "each seed: the median of 3 back-to-back pairs" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "each seed: the median of 3 back-to-back pairs" in printed
+    # one seed: the interval is that of the median of its three ratios, resampled
+    lo, hi = task["overhead_ci90"]
+    assert min(ratios) <= lo <= run["overhead"] <= hi <= max(ratios)
+    assert f"90% bootstrap interval of the median overhead: {100 * lo:+.1f}%" in printed
     with pytest.raises(SystemExit) as exc:
         main(["--repeats", "0"])
     assert exc.value.code == 2
+
+
+def test_the_overheads_bootstrap_interval_by_hand() -> None:
+    """Equal ratios: no spread. One seed's three pairs 0.1, 0.2, 0.3: the median of three draws
+    is 0.1 with probability 7/27 (two or three draws of 0.1), well over 5%, and likewise 0.3:
+    the 90% interval is (0.1, 0.3). The same runs give the same interval."""
+    from benchmarks.ledger_study.tasks import interval
+
+    assert interval([[0.05, 0.05], [0.05]]) == (0.05, 0.05)
+    assert interval([[0.1, 0.2, 0.3]]) == (0.1, 0.3)
+    runs = [[0.157, 0.181, 0.159], [0.023, 0.028, 0.118]]
+    assert interval(runs) == interval(runs)
+    lo, hi = interval(runs, level=0.5)
+    assert 0.023 <= lo <= hi <= 0.181
 
 
 def _seconds(run_dir: Path) -> float:

@@ -158,6 +158,13 @@ def report(result: dict[str, Any]) -> None:
                 "fills, that much CPU is the least the recorder can cost"
             )
         a = t["audit"]
+        if t.get("overhead_ci90"):
+            lo, hi = t["overhead_ci90"]
+            print(
+                f"90% bootstrap interval of the median overhead: {100 * lo:+.1f}% .. "
+                f"{100 * hi:+.1f}% ({len(t['runs'])} seeds x {t.get('repeats', 1)} pairs; "
+                "how far this machine's drift moves it)"
+            )
         print(
             f"median overhead {100 * t['overhead']:+.1f}%, recorder at most "
             f"{t['recorder_lag_max']} rounds behind; audit {a['rounds_per_s']:.1f} rounds/s "

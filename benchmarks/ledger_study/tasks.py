@@ -96,6 +96,8 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
         "repeats": repeats,
         "runs": runs,
         "overhead": statistics.median(r["overhead"] for r in runs),
+        # how far this machine's drift moves that median: a bootstrap over seeds and pairs
+        "overhead_ci90": list(interval([r["pair_overheads"] for r in runs])),
         "row_path_overhead": (
             statistics.median(r["row_path_overhead"] for r in runs) if split else None
         ),
@@ -161,3 +163,23 @@ def _seed_row(seed: int, reps: list[dict[str, dict[str, Any]]], split: bool) -> 
             r["ledger"]["final_accuracy"] == r["plain"]["final_accuracy"] for r in reps
         ),
     }
+
+
+def interval(
+    pairs_by_seed: list[list[float]], level: float = 0.9, draws: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """A bootstrap interval of the task's overhead (the median over seeds of each seed's
+    median pair ratio): seeds drawn with replacement, then each drawn seed's pairs with
+    replacement, ``draws`` times (a fixed generator: the same runs give the same interval);
+    the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the statistic."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    k = len(pairs_by_seed)
+    stats = np.empty(draws)
+    for j in range(draws):
+        picked = rng.integers(0, k, k)
+        meds = [np.median(rng.choice(pairs_by_seed[i], len(pairs_by_seed[i]))) for i in picked]
+        stats[j] = np.median(meds)
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
