@@ -17,9 +17,9 @@ import torch
 
 from ledger.audit_round import Commitment, PackFacts
 from ledger.pack import Pack, PackError
+from ledger.pack_rows import batch_of_pack
 from ledger.records import hx, model_blob, sha256, unhx
 from ledger.replay import TOLERANCE, Replayer
-from ledger.round_build import batch_of_pack
 from ledger.store import BlobError, decode
 
 Finding = tuple[int | None, int | None, str, Any, Any]

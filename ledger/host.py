@@ -22,7 +22,6 @@ Run as ``python -m ledger.host FD`` by :class:`RecorderHost`; not a user command
 from __future__ import annotations
 
 import atexit
-import mmap
 import os
 import signal
 import socket
@@ -31,31 +30,14 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
-import numpy as np
+from ledger.slots import Views
 
 SLOTS = 3  # rounds the recorder may hold: the one it works on and two queued
 #: environment variable naming the CPUs the recorder process is pinned to (``1``, ``2,3``,
 #: ``2-5``); unset: wherever the OS puts it, at nice 19. Pin it to a core training does not
 #: use (and the driver off it, e.g. ``taskset``) when the machine has one to spare.
 CPUS_ENV = "FEDSENTRY_RECORDER_CPUS"
-#: rounds whose rows take at least this many bytes get their slots faulted in ahead
-PREFAULT_BYTES = 4 << 20
-#: madvise options of Linux 5.14+ (not in Python 3.11's mmap module): map a range's pages now,
-#: allocating them (write) or only mapping those that exist (read), without changing a byte
-MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23
-
-
-def populate(buf: Any, option: int) -> bool:
-    """``madvise(option)`` over a whole mapping (an ``mmap``, or a ``SharedMemory``'s); False
-    where the kernel or the object cannot (nothing is lost then: the pages fault in on use)."""
-    m = getattr(buf, "_mmap", buf)
-    try:
-        m.madvise(option)
-    except (AttributeError, OSError, ValueError):
-        return False
-    return True
 
 
 def parse_cpus(text: str) -> set[int]:
@@ -179,66 +161,13 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-class _Views:
-    """Shared-memory slots the driver wrote rows into, each mapped once (a slot the driver
-    replaced with a bigger one is mapped again)."""
-
-    def __init__(self) -> None:
-        self.maps: dict[int, tuple[str, Any]] = {}
-
-    def rows(self, slot: tuple[int, str, int, int] | None) -> np.ndarray:
-        if slot is None:
-            return np.zeros((0, 0), np.float32)
-        i, name, n, d = slot
-        if i not in self.maps or self.maps[i][0] != name:
-            if i in self.maps:
-                old = self.maps.pop(i)[1]
-                try:
-                    old.close() if isinstance(old, mmap.mmap) else old.release()
-                except BufferError:  # a view of it is still alive: let the GC unmap it
-                    pass
-            self.maps[i] = (name, _attach(name))
-        return np.ndarray((n, d), "<f4", buffer=self.maps[i][1])
-
-    def prefault(self, names: list[str]) -> None:
-        """Map the driver's new slots ``names`` (slot ``i`` is ``names[i]``) and allocate their
-        pages, without writing a byte (the driver may already be copying rows in)."""
-        for i, name in enumerate(names):
-            self.rows((i, name, 0, 0))  # maps it
-            m = self.maps[i][1]
-            if not populate(m, MADV_POPULATE_WRITE):
-                # an older kernel: reading a page of a shared mapping allocates it too
-                np.frombuffer(m, np.uint8)[:: mmap.PAGESIZE].sum()
-
-    def close(self) -> None:
-        for _, m in self.maps.values():
-            try:
-                m.close() if isinstance(m, mmap.mmap) else m.release()
-            except BufferError:
-                pass
-        self.maps.clear()
-
-
-def _attach(name: str) -> Any:
-    path = Path("/dev/shm") / name.lstrip("/")
-    if path.exists():
-        with open(path, "r+b") as f:
-            return mmap.mmap(f.fileno(), 0)
-    from multiprocessing import resource_tracker, shared_memory
-
-    shm = shared_memory.SharedMemory(name)
-    # the driver owns it; the tracker registered it under its POSIX name, with a leading slash
-    resource_tracker.unregister(f"/{shm.name}", "shared_memory")
-    return shm.buf
-
-
 def _serve(conn: Connection) -> None:
     from ledger.errors import LedgerError, LedgerRoundError
     from ledger.round_build import RoundRows
     from ledger.session import Session
     from simulator.config.sections import build_config
 
-    views, session, failed = _Views(), None, False
+    views, session, failed = Views(), None, False
     while True:
         try:
             msg = conn.recv()

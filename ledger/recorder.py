@@ -27,16 +27,9 @@ from typing import Any
 import numpy as np
 
 from ledger.errors import LedgerError, LedgerRoundError
-from ledger.host import (
-    CPUS_ENV,
-    MADV_POPULATE_READ,
-    PREFAULT_BYTES,
-    SLOTS,
-    RecorderHost,
-    parse_cpus,
-    populate,
-)
+from ledger.host import CPUS_ENV, SLOTS, RecorderHost, parse_cpus
 from ledger.records import verdict_document
+from ledger.slots import MADV_POPULATE_READ, PREFAULT_BYTES, populate
 
 _SESSIONS = itertools.count()
 

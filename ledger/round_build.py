@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from defenses.base import UpdateBatch
-from defenses.siren_reputation import BANNED
 from ledger.merkle import admission_leaf, merkle_root, submission_leaf
 from ledger.pack import Entry
+from ledger.pack_rows import banned_rows
 from ledger.records import (
     ClientKeys,
     canonical_json,
@@ -36,7 +36,6 @@ from ledger.records import (
     update_prefix,
 )
 from ledger.spans import spans
-from ledger.store import BlobError, decode
 
 
 @dataclass(frozen=True)
@@ -262,68 +261,3 @@ def build_round(
         merkle_root([admission_leaf(c, admitted[c]) for c in adm]),
         adm,
     )
-
-
-def rows_of_pack(
-    pack: Any, size: int, extras: dict[int, dict[str, np.ndarray]] | None = None
-) -> tuple[np.ndarray, list[int]]:
-    """The update rows of a pack, in its order (``[n, size]`` float32) and their clients; the
-    clients' extras go into ``extras`` (client id -> name -> array) when it is given. Raises
-    ``ValueError`` if an update entry does not hold ``size`` values (and readable extras)."""
-    prefix = len(update_prefix(size))
-    end = prefix + 4 * size
-    ids = list(pack.clients("update"))
-    rows = np.empty((len(ids), size), np.float32)
-    for i, c in enumerate(ids):
-        raw = pack.raw(f"update/{c}")
-        if len(raw) < end or (len(raw) > end and extras is None):
-            raise ValueError(f"update of client {c} has {len(raw)} bytes, expected {end}")
-        rows[i] = np.frombuffer(raw[prefix:end], "<f4")
-        if extras is not None and len(raw) > end:
-            try:
-                extras[int(c)] = decode(bytes(raw[end:]))
-            except BlobError as exc:
-                raise ValueError(f"update of client {c}: unreadable extras ({exc})") from None
-    return rows, ids
-
-
-def banned_rows(client_ids: np.ndarray, doc: dict[str, Any]) -> np.ndarray:
-    """The batch signal ``"banned"`` of a recorded round, from its verdict document ``doc``: a
-    row is banned when the document gives its client the verdict ``"banned"``.
-
-    Which clients are banned is per-client state of the run (Siren's strikes, in the
-    client-state store, which the replay does not have); the server's rule takes it as an input
-    and rejects their rows unjudged (Siren's paper rule), and the verdict document records
-    exactly that decision. Raises ``ValueError`` on a malformed document."""
-    try:
-        out = {int(v["client"]) for v in doc["verdicts"] if v["reason"] == BANNED}
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"verdict document without readable verdicts: {exc!r}") from None
-    return np.array([c in out for c in np.asarray(client_ids).tolist()], bool)
-
-
-def batch_of_pack(
-    pack: Any, size: int, extras: dict[int, dict[str, np.ndarray]] | None = None
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """A recorded round's rows and the other fields of its update batch, in the order the
-    engine aggregated them (the committee's catch-up and the audit's replay): ``UpdateBatch(
-    torch.from_numpy(rows), **fields)``; the clients' extras go into ``extras`` when given
-    (:func:`rows_of_pack`). The signals are the records' (loss, alarm) and the verdict
-    document's bans (:func:`banned_rows`). Raises ``ValueError``/``KeyError`` on a bad entry."""
-    import json
-
-    rows, ids = rows_of_pack(pack, size, extras)
-    recs = [json.loads(bytes(pack.raw(f"record/{c}")))["record"] for c in ids]
-    client_ids = np.array(ids, np.int64)
-    return rows, {
-        "client_ids": client_ids,
-        "num_samples": np.array([r["samples"] for r in recs], np.int64),
-        "base_rounds": np.array([r["base_round"] for r in recs], np.int64),
-        "signals": {
-            "loss": np.array(
-                [np.nan if r["loss"] is None else r["loss"] for r in recs], np.float32
-            ),
-            "alarm": np.array([bool(r["alarm"]) for r in recs], bool),
-            "banned": banned_rows(client_ids, json.loads(bytes(pack.raw("verdicts")))),
-        },
-    }

@@ -192,7 +192,7 @@ def test_the_ledger_records_the_condensed_sets(tmp_path: Path) -> None:
     and extras) clean."""
     from ledger.audit import audit_run
     from ledger.pack import Pack
-    from ledger.round_build import rows_of_pack
+    from ledger.pack_rows import rows_of_pack
 
     cfg = run_config(tmp_path / "run", rounds=2, ledger=True, committee=1)
     cap = Rows()

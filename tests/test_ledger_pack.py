@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from ledger.pack import MAGIC, Entry, Pack, PackError, pack_path, write_pack
+from ledger.pack_rows import rows_of_pack
 from ledger.records import update_prefix
-from ledger.round_build import hash_rows, rows_of_pack
+from ledger.round_build import hash_rows
 
 
 def sha(b: bytes) -> bytes:

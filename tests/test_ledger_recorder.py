@@ -100,7 +100,7 @@ def test_the_recorder_faults_a_new_slots_pages_in_without_writing() -> None:
     from multiprocessing import shared_memory
     from pathlib import Path
 
-    from ledger.host import _Views
+    from ledger.slots import Views
 
     size = 8 << 20
     shm = shared_memory.SharedMemory(create=True, size=size)
@@ -110,7 +110,7 @@ def test_the_recorder_faults_a_new_slots_pages_in_without_writing() -> None:
             pytest.skip("no /dev/shm")
         shm.buf[:4] = b"rows"  # the driver got there first: one page
         assert path.stat().st_blocks * 512 == 4096
-        views = _Views()
+        views = Views()
         views.prefault([shm.name])
         assert path.stat().st_blocks * 512 == size  # 2,048 pages of 4 KB, all there
         assert bytes(shm.buf[:4]) == b"rows" and not any(shm.buf[4 : 1 << 16])

@@ -103,8 +103,8 @@ def test_extras_are_recorded_with_their_rows_and_replayed(tmp_path: Path) -> Non
     holds the row, then the extras blob (its hash covers both); a crash and resume (the
     committee catches up through the packs, extras included) audits clean."""
     from ledger.pack import Pack
+    from ledger.pack_rows import rows_of_pack
     from ledger.records import update_prefix
-    from ledger.round_build import rows_of_pack
     from ledger.store import decode
     from simulator.round.engine import Simulation
 

@@ -27,7 +27,7 @@ from defenses.siren_reputation import (
     update_strikes,
 )
 from ledger.audit import audit_run
-from ledger.round_build import banned_rows
+from ledger.pack_rows import banned_rows
 from ledger.tamper_tools import flip
 from simulator.policies.base import Arrival
 from simulator.round.collect import make_batch
