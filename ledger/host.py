@@ -226,7 +226,15 @@ def _warm_up() -> None:
 
 
 def main(argv: list[str]) -> None:
-    fd, parent = int(argv[0]), int(argv[1])
+    try:
+        fd, parent = int(argv[0]), int(argv[1])
+    except (IndexError, ValueError):
+        print(
+            "ledger.host: the ledger's recorder process, started by a --ledger run "
+            "(not a user command)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # the lowest CPU priority: recording uses the cycles training leaves idle, and the bound of

@@ -164,3 +164,15 @@ def test_a_rounds_clients_are_named_to_the_recorder_when_it_is_planned(
     r.on_plan(None, SimpleNamespace(now={9, 2, 5}, hold={7}))
     r.on_plan(None, SimpleNamespace(now=set(), hold=set()))
     assert [(m[0], m[1].tolist()) for m in sent] == [("keys", [2, 5, 7, 9])]
+
+
+def test_the_recorder_entry_point_refuses_a_user_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ledger.host import main
+
+    for argv in ([], ["x", "y"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert capsys.readouterr().err.strip().endswith("(not a user command)")
