@@ -165,6 +165,7 @@ def _serve(conn: Connection) -> None:
     from ledger.errors import LedgerError, LedgerRoundError
     from ledger.round_build import RoundRows
     from ledger.session import Session
+    from ledger.spans import lent
     from simulator.config.sections import build_config
 
     views, session, failed = Views(), None, False
@@ -181,9 +182,10 @@ def _serve(conn: Connection) -> None:
                 session, failed = Session(build_config(cfg_dict), run_dir), False
                 conn.send(("ready", session.open(initial, resume)))
             elif kind == "round" and session is not None and not failed:
-                _, meta, slot = msg
+                _, meta, slot, lend = msg
                 data = RoundRows(rows=views.rows(slot), **meta)
-                conn.send(("done", meta["round"], session.record(data)))
+                with lent(lend):  # the driver waits for this round: its CPUs are free
+                    conn.send(("done", meta["round"], session.record(data)))
             elif kind == "keys":
                 if session is not None and not failed:
                     session.keys.prefetch(msg[1])

@@ -196,9 +196,19 @@ class LedgerRecorder:
             "extras": aligned_extras(getattr(record, "extras", {}), ids),
         }
         slot = self._put(rnd % SLOTS, rows) if rows.size else None
-        self.host.conn.send(("round", meta, slot))
+        self.host.conn.send(("round", meta, slot, self._lend(rnd)))
         self.sent = rnd
         self.seconds += time.perf_counter() - t0
+
+    def _lend(self, rnd: int) -> list[int] | None:
+        """The driver's CPUs, lent to the recorder for round ``rnd`` when the driver will wait
+        for that round right after handing it over (the run's last round, a checkpoint's
+        flush): the recorder's per-client work then runs on them too (:mod:`ledger.spans`).
+        Pinned at 1,000 clients a round, the last round's records take ~48 ms instead of ~85."""
+        every = self.cfg.output.checkpoint_every
+        if rnd != self.cfg.experiment.rounds - 1 and not (every and (rnd + 1) % every == 0):
+            return None
+        return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
     def _new_slot(self, i: int, size: int) -> shared_memory.SharedMemory:
         """A fresh shared slot ``i`` of ``size`` bytes (the old one, if any, let go)."""

@@ -45,7 +45,8 @@ def _recorder(monkeypatch: pytest.MonkeyPatch, conn: ScriptedConn) -> rec_mod.Le
     monkeypatch.setattr(rec_mod.RecorderHost, "get", classmethod(lambda cls: host))
     cfg = SimpleNamespace(
         defense=SimpleNamespace(defense="fedavg", defense_params={}),
-        output=SimpleNamespace(resume=None),
+        output=SimpleNamespace(resume=None, checkpoint_every=0),
+        experiment=SimpleNamespace(rounds=100),
     )
     r = rec_mod.LedgerRecorder(cfg, "/nonexistent")
     r.acked = r.sent = -1
@@ -176,3 +177,19 @@ def test_the_recorder_entry_point_refuses_a_user_in_one_line(
             main(argv)
         assert exc.value.code == 2
         assert capsys.readouterr().err.strip().endswith("(not a user command)")
+
+
+def test_the_driver_lends_its_cpus_for_the_rounds_it_waits_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run's last round and each checkpoint's round carry the driver's CPUs (it waits for
+    them right after handing them over); other rounds carry none."""
+    sent: list[tuple] = []
+    r = _recorder(monkeypatch, SimpleNamespace(send=sent.append))  # type: ignore[arg-type]
+    monkeypatch.setattr(rec_mod.os, "sched_getaffinity", lambda pid: {3, 0}, raising=False)
+    r.cfg.experiment = SimpleNamespace(rounds=10)
+    r.cfg.output.checkpoint_every = 0
+    assert [r._lend(k) for k in (0, 8, 9)] == [None, None, [0, 3]]  # noqa: SLF001
+    r.cfg.output.checkpoint_every = 4
+    lent = [k for k in range(10) if r._lend(k)]  # noqa: SLF001
+    assert lent == [3, 7, 9]

@@ -96,3 +96,25 @@ def test_keys_derived_on_threads_are_the_keys_derived_one_by_one(
     one = ClientKeys(1)
     assert [pub for _, pub in many] == [one.get(c)[1] for c in ids]
     assert [k.secret for k, _ in many] == [one.get(c)[0].secret for c in ids]
+
+
+def test_lent_cpus_run_a_span_and_are_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recorder pinned to CPU 1: inline; with CPU 0 lent (a driver waiting for the round),
+    two spans, the pool's thread moved onto {0, 1} for its span and back onto {1} after."""
+    _cpus(monkeypatch, 1)
+    monkeypatch.setattr(spans_mod.os, "sched_getaffinity", lambda pid: {1}, raising=False)
+    moves: list[set[int]] = []
+    monkeypatch.setattr(
+        spans_mod.os, "sched_setaffinity", lambda pid, cpus: moves.append(set(cpus)), raising=False
+    )
+    seen: list[tuple[int, int]] = []
+    spans_mod.spans(200, lambda lo, hi: seen.append((lo, hi)))
+    assert seen == [(0, 200)] and moves == []
+    seen.clear()
+    with spans_mod.lent([0]):
+        spans_mod.spans(200, lambda lo, hi: seen.append((lo, hi)))
+    assert sorted(seen) == [(0, 100), (100, 200)]
+    assert moves == [{0, 1}, {1}]
+    seen.clear()
+    spans_mod.spans(200, lambda lo, hi: seen.append((lo, hi)))  # lent for that work only
+    assert seen == [(0, 200)]
