@@ -123,60 +123,6 @@ def hash_rows(rows: np.ndarray, tails: list[bytes] | None = None) -> list[bytes]
     return out
 
 
-def signed_record(
-    data: RoundRows, i: int, where: Channel, key: Any, update_hash: bytes, base_hash: bytes
-) -> tuple[Entry, bytes]:
-    """Row ``i``'s update record signed with its client's ``key`` (the pack entry
-    ``record/<client>``) and the client's submission leaf."""
-    loss = float(data.loss[i]) if len(data.loss) else None
-    alarm = bool(data.alarm[i]) if len(data.alarm) else False
-    return _signed(
-        "0x" + where.channel.hex(),
-        where,
-        data.round,
-        int(data.client_ids[i]),
-        update_hash,
-        int(data.num_samples[i]),
-        int(data.base_rounds[i]),
-        base_hash,
-        loss,
-        alarm,
-        key,
-    )
-
-
-def _signed(
-    channel_hex: str,
-    where: Channel,
-    rnd: int,
-    c: int,
-    update_hash: bytes,
-    samples: int,
-    base_round: int,
-    base_hash: bytes,
-    loss: float | None,
-    alarm: bool,
-    key: Any,
-) -> tuple[Entry, bytes]:
-    body = record_body(
-        channel_hex,
-        where.contract,
-        where.chain_id,
-        rnd,
-        c,
-        update_hash,
-        samples,
-        base_round,
-        base_hash,
-        loss,
-        alarm,
-    )
-    signed = sign_record(body, key)
-    rhash = sha256(signed)
-    leaf = submission_leaf(c, update_hash, samples, base_hash, rhash)
-    return Entry(f"record/{c}", rhash, (signed,)), leaf
-
-
 def build_round(
     data: RoundRows,
     where: Channel,
@@ -227,11 +173,16 @@ def build_round(
             h.update(rows[i])
             if tails[i]:
                 h.update(tails[i])
-            hashes[i] = h.digest()
-            signed[i] = _signed(
-                channel_hex, where, rnd, ids[i], hashes[i], samples[i], bases[i], bhs[i],
-                losses[i], bool(alarms[i]), ks[i][0],
+            hashes[i] = d = h.digest()
+            c = ids[i]
+            body = record_body(
+                channel_hex, where.contract, where.chain_id, rnd, c, d, samples[i], bases[i],
+                bhs[i], losses[i], bool(alarms[i]),
             )  # fmt: skip
+            record = sign_record(body, ks[i][0])
+            rhash = sha256(record)
+            leaf = submission_leaf(c, d, samples[i], bhs[i], rhash)
+            signed[i] = Entry(f"record/{c}", rhash, (record,)), leaf
 
     spans(n, work)
     entries: list[Entry] = []
