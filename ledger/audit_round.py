@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ledger.keys import ClientKeys
 from ledger.merkle import admission_leaf, merkle_root, submission_leaf
 from ledger.pack import Pack, PackError
-from ledger.records import ClientKeys, hx, recover_key, unhx
+from ledger.records import hx, recover_key, unhx
 
 Finding = tuple[int | None, int | None, str, Any, Any]
 

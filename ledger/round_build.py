@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from defenses.base import UpdateBatch
+from ledger.keys import ClientKeys
 from ledger.merkle import admission_leaf, merkle_root, submission_leaf
 from ledger.pack import Entry
 from ledger.pack_rows import banned_rows
 from ledger.records import (
-    ClientKeys,
     canonical_json,
     extras_blob,
     model_blob,

@@ -32,10 +32,11 @@ import torch
 from ledger.commitment import commit_message
 from ledger.committee import Committee
 from ledger.errors import LedgerError, LedgerRoundError
+from ledger.keys import ClientKeys
 from ledger.pack import Entry, Pack, PackError, write_pack
 from ledger.pack_rows import batch_of_pack
 from ledger.pyevm import genesis_spec
-from ledger.records import ClientKeys, hx, model_blob, sha256, unhx
+from ledger.records import hx, model_blob, sha256, unhx
 from ledger.round_build import Channel, RoundRows, build_round
 from ledger.round_commit import attest, index_entry, send_commit
 from ledger.session_start import (

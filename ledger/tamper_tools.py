@@ -23,9 +23,10 @@ from eth_utils import keccak
 
 from ledger.commitment import commit_message
 from ledger.committee import Committee
+from ledger.keys import ClientKeys
 from ledger.merkle import admission_leaf, merkle_root, submission_leaf
 from ledger.pack import Entry, Pack, pack_path, write_pack
-from ledger.records import ClientKeys, canonical_json, hx, sign_record, unhx
+from ledger.records import canonical_json, hx, sign_record, unhx
 
 Expected = tuple[int | None, int | None, str]
 

@@ -9,11 +9,10 @@ import math
 import coincurve
 import numpy as np
 
+from ledger.keys import ClientKeys, client_secret
 from ledger.records import (
     RECORD_DOMAIN,
-    ClientKeys,
     canonical_json,
-    client_secret,
     make_record,
     model_blob,
     record_body,

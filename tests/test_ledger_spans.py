@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from ledger import spans as spans_mod
-from ledger.records import ClientKeys, update_prefix
+from ledger.keys import ClientKeys
+from ledger.records import update_prefix
 from ledger.round_build import Channel, RoundRows, build_round
 
 
