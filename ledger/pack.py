@@ -16,9 +16,12 @@ Entry names: ``global``, ``verdicts``, ``admitted``, ``update/<client>``, ``reco
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import mmap
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,9 @@ from ledger.records import canonical_json
 MAGIC = b"FSPACK2\n"
 PACK_VERSION = 2
 _IOV_MAX = 512  # buffers per os.writev call (Linux allows 1024)
+#: packs at least this large are written with ``O_DIRECT`` (:func:`_write_direct`)
+DIRECT_MIN = 1 << 20
+_ALIGN = 4096  # O_DIRECT's alignment of buffer, offset and length (any block size up to it)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -80,14 +86,74 @@ def write_pack(directory: Path, rnd: int, entries: Sequence[Entry]) -> bytes:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     bufs: list[Buffer] = [MAGIC, len(index).to_bytes(8, "little"), index]
     bufs += [p for e in entries for p in e.parts]
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        for i in range(0, len(bufs), _IOV_MAX):
-            _writev_all(fd, bufs[i : i + _IOV_MAX])
-    finally:
-        os.close(fd)
+    total = len(MAGIC) + 8 + len(index) + at
+    if total < DIRECT_MIN or not _write_direct(tmp, bufs, total):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for i in range(0, len(bufs), _IOV_MAX):
+                _writev_all(fd, bufs[i : i + _IOV_MAX])
+        finally:
+            os.close(fd)
     os.replace(tmp, path)
     return pack_id
+
+
+class _Stage:
+    """A page-aligned buffer that a process's large packs are assembled in (kept and reused:
+    a fresh 37 MB mapping costs ~30 ms of page faults)."""
+
+    lock = threading.Lock()
+    buf: mmap.mmap | None = None
+
+    @classmethod
+    def get(cls, size: int) -> mmap.mmap:
+        if cls.buf is None or len(cls.buf) < size:
+            if cls.buf is not None:
+                cls.buf.close()
+            cls.buf = mmap.mmap(-1, size)
+        return cls.buf
+
+
+def _write_direct(tmp: Path, bufs: Sequence[Buffer], total: int) -> bool:
+    """Write a pack's ``total`` bytes to ``tmp`` with ``O_DIRECT`` (False, having written
+    nothing, where the OS or the file system has no direct I/O).
+
+    Through the page cache, a 37 MB pack (1,000 digits-MLP rows) cost this machine 80-150 ms
+    of CPU once ~100 MB of the disk's writes were dirty (9 ms before), in the writing process
+    itself; direct from an aligned buffer it costs ~5 ms to assemble, ~1 ms of CPU to write
+    and ~15 ms of waiting for the disk. The bytes are the same: the buffer is padded to the
+    alignment for the write and the file truncated to ``total``."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    padded = -(-total // _ALIGN) * _ALIGN
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:  # a file system without direct I/O (e.g. some tmpfs)
+            return False
+        raise
+    try:
+        with _Stage.lock:
+            with memoryview(_Stage.get(padded)) as view:
+                at = 0
+                for b in bufs:
+                    m = memoryview(b).cast("B")
+                    view[at : at + m.nbytes] = m
+                    at += m.nbytes
+                view[at:padded] = bytes(padded - at)
+                done = 0
+                while done < padded:
+                    try:
+                        done += os.write(fd, view[done:padded])
+                    except OSError as exc:
+                        if exc.errno == errno.EINVAL and done == 0:  # refused at the first write
+                            return False
+                        raise
+        os.ftruncate(fd, total)
+    finally:
+        os.close(fd)
+    return True
 
 
 def _writev_all(fd: int, bufs: Sequence[Buffer]) -> None:

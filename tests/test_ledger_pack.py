@@ -54,6 +54,67 @@ def test_many_buffers_and_rows_from_a_matrix(tmp_path: Path) -> None:
         rows_of_pack(p, 5)
 
 
+def _direct_io(directory: Path) -> bool:
+    """Whether ``directory``'s file system takes O_DIRECT writes."""
+    import os
+
+    if not hasattr(os, "O_DIRECT"):
+        return False
+    try:
+        fd = os.open(directory / "probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def test_large_packs_written_direct_have_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pack of at least DIRECT_MIN bytes is assembled in an aligned buffer and written with
+    O_DIRECT (padded to 4,096 bytes, then truncated): the same bytes as through the page cache,
+    and the same when the file system refuses direct I/O."""
+    import os
+
+    import ledger.pack as pack_mod
+
+    if not _direct_io(tmp_path):
+        pytest.skip("this file system takes no O_DIRECT writes")
+    rows = np.arange(700 * 5, dtype=np.float32).reshape(700, 5)
+    entries = [Entry.of("global", b"G" * 7)] + [
+        Entry(f"update/{i}", sha(update_prefix(5) + rows[i].tobytes()), (update_prefix(5), rows[i]))
+        for i in range(len(rows))
+    ]
+    total, real = 0, pack_mod._write_direct
+    for name, lim in (("cached", 1 << 40), ("direct", 1)):
+        monkeypatch.setattr(pack_mod, "DIRECT_MIN", lim)
+        calls: list[tuple[int, bool]] = []
+
+        def spy(*a, c=calls):  # type: ignore[no-untyped-def]
+            c.append((a[2], real(*a)))  # (bytes, written direct)
+            return c[-1][1]
+
+        monkeypatch.setattr(pack_mod, "_write_direct", spy)
+        pid = write_pack(tmp_path / name, 0, entries)
+        total = len(pack_path(tmp_path / name, pid).read_bytes())
+        assert calls == ([] if name == "cached" else [(total, True)])
+    assert total % 4096 != 0  # so the padding had to go
+    cached = pack_path(tmp_path / "cached", pid).read_bytes()
+    assert pack_path(tmp_path / "direct", pid).read_bytes() == cached
+    assert np.array_equal(rows_of_pack(Pack.read(tmp_path / "direct", pid), 5)[0], rows)
+    # a file system without direct I/O: refused at open, the page cache writes it
+    real_open = os.open
+
+    def no_direct(path, flags, *a):  # type: ignore[no-untyped-def]
+        if flags & os.O_DIRECT:
+            raise OSError(22, "Invalid argument")
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(os, "open", no_direct)
+    pid2 = write_pack(tmp_path / "refused", 0, entries)
+    assert pid2 == pid and pack_path(tmp_path / "refused", pid).read_bytes() == cached
+
+
 def test_extras_follow_their_row_in_the_update_entry(tmp_path: Path) -> None:
     """A client's extras are a canonical tensor blob right after its row, covered by the
     update hash; a round without extras records exactly the rows (the old bytes)."""
