@@ -75,6 +75,7 @@ class Chain(BatchSender):
     call_gas: int | None = None
     gas_log: list[tuple[str, int]] = field(default_factory=list)
     _nonces: dict[str, int] = field(default_factory=dict, repr=False)
+    _chain_id: int | None = field(default=None, repr=False)
 
     @classmethod
     def embedded(cls, seed: int | str = 0, n_accounts: int = 10, indexed: bool = True) -> Chain:
