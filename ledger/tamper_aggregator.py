@@ -50,7 +50,8 @@ def submission_replayed(run: Path, r: int) -> Expected:
     o = r - 1 if r > 0 else r + 1
     if o >= len(es):
         raise NotApplicable("needs two rounds")
-    common = [c for c in clients_of(run, r) if c in set(clients_of(run, o))]
+    other = set(clients_of(run, o))
+    common = [c for c in clients_of(run, r) if c in other]
     if not common:
         raise NotApplicable(f"no client submitted in rounds {r} and {o}")
     c = common[0]
@@ -188,9 +189,8 @@ def verdict_rewritten(run: Path, r: int) -> Expected:
     signature consistent; only the replay can tell)."""
     pack = pack_of(run, r)
     doc = pack_json(pack, "verdicts")
-    bad = [
-        v for v in doc["verdicts"] if not v["kept"] and v["client"] in set(pack.clients("update"))
-    ]
+    submitted = set(pack.clients("update"))
+    bad = [v for v in doc["verdicts"] if not v["kept"] and v["client"] in submitted]
     if not bad:
         raise NotApplicable(f"round {r} rejected no client")
     bad[0]["kept"] = True
