@@ -76,3 +76,19 @@ def batch_of_pack(
             "banned": banned_rows(client_ids, json.loads(bytes(pack.raw("verdicts")))),
         },
     }
+
+
+def resumed_round(
+    pack: Any, size: int | None
+) -> tuple[np.ndarray, list[int], tuple[np.ndarray, dict[str, Any]] | None, dict[int, Any]]:
+    """What a resumed recorder takes from a recorded round's pack: the new global model, the
+    clients admitted that round and, with a committee (``size``, the row length), the update
+    batch (:func:`batch_of_pack`) and the clients' extras. Raises ``PackError``, ``KeyError``
+    or ``ValueError`` on a bad pack."""
+    import json
+
+    g = decode(bytes(pack.raw("global")))["global"]
+    admitted = [int(c) for c, _ in json.loads(bytes(pack.raw("admitted")))["admitted"]]
+    extras: dict[int, Any] = {}
+    batch = batch_of_pack(pack, size, extras) if size is not None else None
+    return g, admitted, batch, extras

@@ -34,7 +34,7 @@ from ledger.committee import Committee
 from ledger.errors import LedgerError, LedgerRoundError
 from ledger.keys import ClientKeys
 from ledger.pack import Entry, Pack, PackError, write_pack
-from ledger.pack_rows import batch_of_pack
+from ledger.pack_rows import resumed_round
 from ledger.pyevm import genesis_spec
 from ledger.records import hx, model_blob, sha256, unhx
 from ledger.round_build import Channel, RoundRows, build_round
@@ -176,20 +176,15 @@ class Session:
 
         for rnd in sorted(self.entries):
             e = self.entries[rnd]
+            size = self.replayer.row_size if self.replayer is not None else None
             try:
-                pack = Pack.read(self.dir, unhx(e["pack"]))
-                g = decode(bytes(pack.raw("global")))["global"]
-                adm = json.loads(bytes(pack.raw("admitted")))["admitted"]
-                rows = meta = None
-                extras: dict[int, dict[str, np.ndarray]] = {}
-                if self.replayer is not None:
-                    rows, meta = batch_of_pack(pack, self.replayer.row_size, extras)
+                g, adm, got, extras = resumed_round(Pack.read(self.dir, unhx(e["pack"])), size)
             except (PackError, KeyError, ValueError) as exc:
                 raise LedgerError(f"cannot resume: round {rnd}'s pack is unusable: {exc}") from None
-            if self.replayer is not None and rows is not None:
-                batch = UpdateBatch(torch.from_numpy(rows), **meta)
+            if self.replayer is not None and got is not None:
+                batch = UpdateBatch(torch.from_numpy(got[0]), **got[1])
                 self.replayer.step(rnd, batch, self.history, extras)
-            self.admitted |= {int(c) for c, _ in adm}
+            self.admitted |= set(adm)
             self.hashes[rnd + 1] = unhx(e["global_hash"])
             self.history[rnd + 1] = torch.from_numpy(g)
             self._prune(rnd + 1)
