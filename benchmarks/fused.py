@@ -1,13 +1,16 @@
 """The fused reference of ``benchmarks/throughput.py``: the same rounds with nothing but training
 and averaging, as fast as plain Python processes can do them on this machine.
 
-Two ways, and the faster one is the ceiling:
+Two ways on the CPU, a third where CUDA is available; the fastest is the ceiling:
 
 * **one process, all threads**: the round's K clients as one stacked computation (the trainer's
   own vmap code) with torch's default intra-op threads;
 * **one process per core, one thread each**: plain ``multiprocessing`` workers (spawned once, no
   Ray), each training its share of the round's clients as one stacked computation and returning
-  the weighted sum of its updates; the parent adds the sums.
+  the weighted sum of its updates; the parent adds the sums;
+* where CUDA is available, **one process on the GPU**: the round's K clients as one stacked
+  computation on the device (the data moved there once; a virtual population's gathered rows
+  each round).
 
 No virtual clock, no defense, no verdicts, no logs, no Ray: what is left is the work itself.
 Clients, seeds and weights are those of a FedSentry run of the same task (FedAvg, E local epochs,
@@ -50,23 +53,26 @@ def chosen_clients(cfg: Config, fed: Federation, rnd: int) -> np.ndarray:
 class _Trainer:
     """Trains a set of clients and returns the weighted sum of their updates."""
 
-    def __init__(self, cfg: Config, fed: Federation) -> None:
+    def __init__(self, cfg: Config, fed: Federation, device: str = "cpu") -> None:
         a = cfg.algorithm
         self.spec = LocalSpec(a.lr, a.batch_size)
         self.epochs, self.seed = a.local_epochs, cfg.experiment.seed
-        self.model = fed.model_spec.build(seed=0)
+        self.device = torch.device(device)
+        self.model = fed.model_spec.build(seed=0).to(self.device)
         self.layout = FlatLayout(self.model)
         self.clients, self.x, self.y = fed.clients, fed.x_train, fed.y_train
+        self.x_t = torch.from_numpy(self.x).to(self.device)
+        self.y_t = torch.from_numpy(self.y).to(self.device)
 
     def __call__(self, g: np.ndarray, rnd: int, ids: np.ndarray) -> tuple[np.ndarray, float, int]:
         px, py, idx = client_arrays(self.clients, ids, self.x, self.y)
-        x = torch.from_numpy(self.x if px is None else px)
-        y = torch.from_numpy(self.y if py is None else py)
+        x = self.x_t if px is None else torch.from_numpy(px).to(self.device)
+        y = self.y_t if py is None else torch.from_numpy(py).to(self.device)
         seeds = client_seeds(self.seed, rnd, ids)
         out = train_clients(
             self.model,
             self.layout,
-            torch.from_numpy(g),
+            torch.from_numpy(g).to(self.device),
             x,
             y,
             idx,
@@ -75,7 +81,8 @@ class _Trainer:
             self.spec,
         )
         w = np.array([len(i) for i in idx], np.float64)
-        s = (torch.from_numpy(w.astype(np.float32)) @ out.updates).double().numpy()
+        wt = torch.from_numpy(w.astype(np.float32)).to(self.device)
+        s = (wt @ out.updates).double().cpu().numpy()
         return s, float(w.sum()), int(w.sum()) * self.epochs
 
 
@@ -161,6 +168,18 @@ class FusedProcesses(_Fused):
             p.join(timeout=10)
 
 
+class FusedCuda(_Fused):
+    """One process on the GPU (CUDA): the round as one stacked computation on the device."""
+
+    def __init__(self, cfg: Config, fed: Federation) -> None:
+        super().__init__(cfg, fed)
+        self.trainer = _Trainer(cfg, fed, device="cuda")
+        self.mode = "1 process on cuda"
+
+    def step(self, rnd: int, ids: np.ndarray) -> tuple[np.ndarray, float, int]:
+        return self.trainer(self.g, rnd, ids)
+
+
 def rates(updates: int, samples: int, seconds: float, rounds: int) -> dict[str, Any]:
     return {
         "rounds_timed": rounds,
@@ -226,9 +245,12 @@ def ceiling(results: dict[str, dict[str, Any]], modes: dict[str, str]) -> dict[s
 def measure_fused(
     cfg: Config, fed: Federation, warmup: int, rounds: int, min_seconds: float = 0.0
 ) -> dict[str, Any]:
-    """The ceiling alone: the faster of :class:`FusedThreads` and :class:`FusedProcesses`,
-    timed in turns; both rates are kept under ``"tried"``."""
-    runners = [FusedThreads(cfg, fed), FusedProcesses(cfg, fed)]
+    """The ceiling alone: the fastest of :class:`FusedThreads`, :class:`FusedProcesses` and,
+    where CUDA is available, :class:`FusedCuda`, timed in turns; every rate is kept under
+    ``"tried"``."""
+    runners: list[_Fused] = [FusedThreads(cfg, fed), FusedProcesses(cfg, fed)]
+    if torch.cuda.is_available():
+        runners.append(FusedCuda(cfg, fed))
     try:
         res = interleaved({r.mode: r.round for r in runners}, warmup, rounds, min_seconds)
     finally:

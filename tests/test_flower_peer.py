@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.peers import flower_peer  # noqa: E402
 from benchmarks.peers.flower_apps import OFFLINE_ENV, local_sgd  # noqa: E402
 from benchmarks.peers.flower_peer import best_flower, run_flower  # noqa: E402
 
@@ -36,6 +37,12 @@ RESULT_KEYS = {
 SIZES = (12, 15, 20, 26, 33, 41)  # six clients of different sizes
 DIM, CLASSES = 5, 3
 linear = functools.partial(nn.Linear, DIM, CLASSES)
+
+
+def _no_launch(*args: object) -> None:
+    """Stands in for the simulation's launch: bad arguments must be refused before it (a GPU
+    share on a machine without one would otherwise wait for a GPU forever)."""
+    raise AssertionError("the Flower simulation was launched")
 
 
 def _clients(sizes: tuple[int, ...] = SIZES, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -96,9 +103,12 @@ def test_local_sgd_zero_lr_keeps_weights() -> None:
         {"clients_per_round": 0},
         {"epochs": 0},
         {"client_cpus": 0.0},
+        {"client_gpus": -0.25},
+        {"client_gpus": 1.5},
     ],
 )
-def test_run_flower_rejects_bad_arguments(kwargs: dict) -> None:
+def test_run_flower_rejects_bad_arguments(kwargs: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flower_peer, "_launch", _no_launch)
     args = {
         "rounds": 2,
         "clients_per_round": 3,
@@ -110,6 +120,16 @@ def test_run_flower_rejects_bad_arguments(kwargs: dict) -> None:
     }
     with pytest.raises(ValueError):
         run_flower(_clients(), linear, **args)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_a_gpu_share_without_cuda_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flower_peer, "_launch", _no_launch)
+    with pytest.raises(ValueError, match="client_gpus > 0 needs a CUDA device"):
+        run_flower(
+            _clients(), linear, rounds=2, clients_per_round=3, epochs=1, batch_size=4, lr=0.1,
+            seed=0, client_gpus=0.25,
+        )  # fmt: skip
 
 
 def test_best_flower_needs_options() -> None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import fused
 from benchmarks.throughput_study.main import main
@@ -77,3 +78,13 @@ def test_min_seconds_times_more_rounds_and_rejects_bad_values(
     for bad in ("-1", "nan"):
         assert main(["--tasks", "digits-mlp-k10", "--min-seconds", bad]) == 2
         assert "--min-seconds" in capsys.readouterr().err
+
+
+def test_flower_gpu_shares_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    """--flower-gpus: a share outside (0, 1] is an error (exit 2); without CUDA any share is."""
+    for bad in ("0", "1.5"):
+        assert main(["--tasks", "digits-mlp-k10", "--flower-gpus", bad]) == 2
+        assert "is not a share in (0, 1]" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["--tasks", "digits-mlp-k10", "--flower-gpus", "0.5"]) == 2
+        assert "--flower-gpus needs a CUDA device" in capsys.readouterr().err

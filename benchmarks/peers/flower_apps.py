@@ -107,16 +107,23 @@ def local_sgd(
 
 
 def _client_train(
-    msg: Any, context: Any, *, model_fn: Callable[[], nn.Module], data_path: str
+    msg: Any,
+    context: Any,
+    *,
+    model_fn: Callable[[], nn.Module],
+    data_path: str,
+    device: str = "cpu",
 ) -> Any:
-    """Flower ``@app.train()`` handler: local SGD from the received global weights."""
+    """Flower ``@app.train()`` handler: local SGD from the received global weights, on
+    ``device`` (``"cuda"`` when the client holds a GPU share; weights travel on the CPU)."""
     from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
     torch.set_num_threads(1)
     partition = int(context.node_config["partition-id"])
     x, y = _client_tensors(data_path, partition)
+    x, y = x.to(device), y.to(device)
     cfg = msg.content["config"]
-    model = model_fn()
+    model = model_fn().to(device)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     seed = np.random.SeedSequence([int(cfg["seed"]), int(cfg["server-round"]), partition])
     gen = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
@@ -130,7 +137,8 @@ def _client_train(
         generator=gen,
     )
     metrics = MetricRecord({"num-examples": len(x), "samples-processed": seen})
-    content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics})
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    content = RecordDict({"arrays": ArrayRecord(state), "metrics": metrics})
     return Message(content=content, reply_to=msg)
 
 
@@ -223,17 +231,23 @@ def _simulate(spec: dict[str, Any], model_fn: Callable[[], nn.Module]) -> dict[s
     torch.set_num_threads(1)
     log: dict[str, Any] = {"start": {}, "end": {}, "updates": {}, "samples": {}, "failures": {}}
     client_app = ClientApp()
+    gpus = float(spec.get("client_gpus", 0.0))
     client_app.train()(
-        functools.partial(_client_train, model_fn=model_fn, data_path=spec["data_path"])
+        functools.partial(
+            _client_train,
+            model_fn=model_fn,
+            data_path=spec["data_path"],
+            device="cuda" if gpus > 0 else "cpu",
+        )
     )
     server_app = ServerApp()
     server_app.main()(functools.partial(_server_main, spec=spec, model_fn=model_fn, log=log))
     backend_config = {
-        "client_resources": {"num_cpus": float(spec["client_cpus"]), "num_gpus": 0.0},
+        "client_resources": {"num_cpus": float(spec["client_cpus"]), "num_gpus": gpus},
         "init_args": {
             "address": "local",
             "include_dashboard": False,
-            "num_gpus": 0,
+            "num_gpus": torch.cuda.device_count() if gpus > 0 else 0,
             "object_store_memory": OBJECT_STORE_BYTES,
             "logging_level": "ERROR",
             "log_to_driver": False,
@@ -264,6 +278,7 @@ def _simulate(spec: dict[str, Any], model_fn: Callable[[], nn.Module]) -> dict[s
         "updates_per_s": updates / seconds,
         "samples_per_s": samples / seconds,
         "client_cpus": float(spec["client_cpus"]),
+        "client_gpus": gpus,
         "final_weights_ok": bool(log.get("final_weights_ok", False)),
         "startup_s": log["start"][first] - t_sim,
         "round_s": [log["end"][r] - log["start"][r] for r in timed],

@@ -68,6 +68,7 @@ def run_flower(
     lr: float,
     seed: int,
     client_cpus: float = 1.0,
+    client_gpus: float = 0.0,
     warmup_rounds: int = 1,
 ) -> dict[str, Any]:
     """Run FedAvg as a Flower simulation and time the post-warm-up training rounds.
@@ -93,6 +94,9 @@ def run_flower(
         Seeds the initial model, node sampling and client shuffles.
     client_cpus : float, default 1.0
         Ray CPUs per client; the actor pool holds ``floor(CPUs / client_cpus)`` actors.
+    client_gpus : float, default 0.0
+        Ray GPU share per client; above 0 the clients train on CUDA (and the pool also holds
+        at most ``floor(GPUs / client_gpus)`` actors).
     warmup_rounds : int, default 1
         Leading rounds left out of the timing (they absorb Ray/actor start-up).
 
@@ -100,8 +104,9 @@ def run_flower(
     -------
     dict
         ``rounds_timed, seconds, client_updates, samples, updates_per_s, samples_per_s,
-        client_cpus, final_weights_ok`` plus diagnostics in seconds: ``startup_s`` (from
-        ``run_simulation`` to the first timed round: Ray start, actor pool, warm-up rounds),
+        client_cpus, client_gpus, final_weights_ok`` plus diagnostics in seconds:
+        ``startup_s`` (from ``run_simulation`` to the first timed round: Ray start, actor pool,
+        warm-up rounds),
         ``imports_s`` (child start to ``run_simulation``), ``shutdown_s`` and ``round_s``
         (list of timed rounds' durations).
     """
@@ -115,6 +120,10 @@ def run_flower(
         raise ValueError("need 1 <= clients_per_round <= len(client_data)")
     if min(epochs, batch_size) < 1 or client_cpus <= 0:
         raise ValueError("epochs, batch_size and client_cpus must be positive")
+    if not 0 <= client_gpus <= 1:
+        raise ValueError(f"client_gpus must be in [0, 1], got {client_gpus}")
+    if client_gpus > 0 and not _cuda():
+        raise ValueError("client_gpus > 0 needs a CUDA device; this machine has none")
     with tempfile.TemporaryDirectory(prefix="flower_peer_") as tmp:
         path = _write_clients(client_data, virtual, n, tmp)
         spec = {
@@ -127,9 +136,16 @@ def run_flower(
             "lr": lr,
             "seed": seed,
             "client_cpus": client_cpus,
+            "client_gpus": client_gpus,
             "warmup_rounds": warmup_rounds,
         }
         return _launch(spec, model_fn, tmp)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def _write_clients(client_data: Any, virtual: bool, n: int, tmp: str) -> str:
@@ -156,9 +172,11 @@ def best_flower(
     model_fn: Callable[[], nn.Module],
     *,
     cpus_options: Sequence[float] = (1.0, 2.0),
+    gpus_options: Sequence[float] = (),
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """Run :func:`run_flower` for each ``client_cpus`` option and return the fastest.
+    """Run :func:`run_flower` for each ``client_cpus`` option (CPU clients) and each
+    ``gpus_options`` share (clients on CUDA, one CPU each) and return the fastest.
 
     Parameters
     ----------
@@ -167,15 +185,26 @@ def best_flower(
         ``client_cpus``).
     cpus_options : sequence of float, default (1.0, 2.0)
         ``client_cpus`` values to try.
+    gpus_options : sequence of float, default ()
+        ``client_gpus`` shares to try (with ``client_cpus=1``).
 
     Returns
     -------
     dict
         The result with the highest ``updates_per_s``, plus ``"tried"``:
-        ``{client_cpus: updates_per_s}`` for every option.
+        ``{client_cpus: updates_per_s}`` for every CPU option and ``{"gpu=G":
+        updates_per_s}`` for every GPU option.
     """
-    if not cpus_options:
-        raise ValueError("cpus_options is empty")
+    if not cpus_options and not gpus_options:
+        raise ValueError("cpus_options and gpus_options are both empty")
     runs = [run_flower(client_data, model_fn, client_cpus=c, **kwargs) for c in cpus_options]
+    runs += [
+        run_flower(client_data, model_fn, client_cpus=1.0, client_gpus=g, **kwargs)
+        for g in gpus_options
+    ]
     best = max(runs, key=lambda r: r["updates_per_s"])
-    return {**best, "tried": {r["client_cpus"]: r["updates_per_s"] for r in runs}}
+    tried = {
+        (f"gpu={r['client_gpus']:g}" if r["client_gpus"] else r["client_cpus"]): r["updates_per_s"]
+        for r in runs
+    }
+    return {**best, "tried": tried}

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.fused import FusedProcesses, FusedThreads, ceiling, interleaved
+from benchmarks.fused import FusedCuda, FusedProcesses, FusedThreads, ceiling, interleaved
 from benchmarks.throughput_study.tasks import BATCH, EPOCHS, LR, Task, task_config
 from simulator.config.sections import Config
 from simulator.round.engine import Simulation
@@ -27,6 +27,8 @@ def measure(
     least ``min_seconds`` of each one's own time (a cheap round is a few ms)."""
     sim = Simulation(cfg, federation=fed)
     fused = [FusedThreads(cfg, fed), FusedProcesses(cfg, fed)]
+    if torch.cuda.is_available():
+        fused.append(FusedCuda(cfg, fed))
     where: set[str] = set()
     t0 = time.perf_counter()
 
@@ -55,7 +57,12 @@ def _build(spec: ModelSpec) -> torch.nn.Module:
 
 
 def measure_flower(
-    fed: Federation, task: Task, seed: int, rounds: int, cpus: tuple[float, ...]
+    fed: Federation,
+    task: Task,
+    seed: int,
+    rounds: int,
+    cpus: tuple[float, ...],
+    gpus: tuple[float, ...] = (),
 ) -> dict[str, Any]:
     from benchmarks.peers.flower_peer import best_flower
 
@@ -77,6 +84,7 @@ def measure_flower(
         seed=seed,
         warmup_rounds=warmup,
         cpus_options=cpus,
+        gpus_options=gpus,
     )
 
 
@@ -112,7 +120,7 @@ def measure_task(
         if task.clients_per_round >= 1000:  # minutes a round; 2 CPUs a client is slower
             fr = args.flower_rounds_large or (1 if args.quick else 2)
             cpus = cpus[:1]
-        fl = measure_flower(fed, task, args.seed, fr, cpus)
+        fl = measure_flower(fed, task, args.seed, fr, cpus, tuple(args.flower_gpus or ()))
     return {
         "name": name,
         "fedsentry": fs,
