@@ -40,7 +40,6 @@ from simulator.round.adversary import Adversary
 from simulator.round.aggregate import aggregate_round, server_step
 from simulator.round.checkpoint import Checkpointed
 from simulator.round.collect import ORDERED, gather, settle, train
-from simulator.round.context import RoundContext
 from simulator.round.parts import (
     check_cohort,
     check_upload,
@@ -52,6 +51,7 @@ from simulator.round.plan import make_plan, plan_tasks
 from simulator.round.record import make_record
 from simulator.round.server import ServerSide
 from simulator.round.types import InFlight, RoundCallback, RoundRecord
+from simulator.round.views import RunViews
 from simulator.round.workers import Workers
 from simulator.run.executor import make_executor
 from simulator.run.federation import Federation, build_federation
@@ -61,7 +61,7 @@ from simulator.training.groups import train_flops
 log = logging.getLogger("fedsentry")
 
 
-class Simulation(Checkpointed):
+class Simulation(Checkpointed, RunViews):
     """One federated run.
 
     Parameters
@@ -162,53 +162,6 @@ class Simulation(Checkpointed):
     def refused(self, selected: np.ndarray) -> set[int]:
         """The selected clients the callbacks' ``refuse`` take out when the round starts."""
         return set().union(*(h.refuse(self, selected) for h in self.hooks("refuse")))
-
-    @property
-    def global_flat_shared(self) -> torch.Tensor:
-        """The global model restricted to the shared entries (what rows are relative to)."""
-        return self.space.shared_of(self.global_flat)
-
-    @property
-    def server_side(self) -> ServerSide:
-        """A view of this run's server side (defense, algorithm, global model, history, server
-        state: the live objects) for :mod:`simulator.round.aggregate`'s functions."""
-        f = self.fed
-        return ServerSide(
-            self.defense,
-            self.algorithm,
-            self.space,
-            self.server,
-            f.public_x,
-            f.public_y,
-            f.num_clients,
-            f.layout,
-            self.cfg.experiment.seed,
-            self.global_flat,
-            self.server_state,
-            self.history,
-            self.store,
-            self.compression,
-        )
-
-    def context(self) -> RoundContext:
-        """What this round's steps read (:class:`~simulator.round.context.RoundContext`)."""
-        return RoundContext(
-            self.cfg,
-            self.fed,
-            self.policy,
-            self.algorithm,
-            self.defense,
-            self.adversary,
-            self.space,
-            self.store,
-            self.train_clients,
-            self.scheduler,
-            self.server,
-            self.client_eval,
-            self.flops_per_sample,
-            self.compression,
-            self.spaces,
-        )
 
     # -- one round -----------------------------------------------------------------------------
     def run_round(self, rnd: int, wall_start: float) -> RoundRecord:
