@@ -51,13 +51,9 @@ import torch
 
 from simulator.algorithms.exchange import Optimizer, ServerRound, WireInfo
 from simulator.algorithms.params import Param, coerce
+from simulator.algorithms.state_shapes import table_entries
 from simulator.config.fields import ConfigError
 from simulator.config.learning import AlgorithmConfig
-
-#: shapes a client-state table can declare: the trainable parameters, the whole flat model, or
-#: the row the client sends (:meth:`Algorithm.row_entries`), or one entry per sample of the
-#: server's public set and class (``|D_r| x C``: predictions on it); an int is that many entries
-STATE_SHAPES = ("params", "model", "row", "public")
 
 
 class Algorithm:
@@ -153,23 +149,8 @@ class Algorithm:
         """Entries of one row of the client-state table ``table`` (its declared
         :attr:`client_state` shape resolved for a model of ``layout``; ``public_entries``: the
         run's public samples x classes, 0 without a public set); one line naming the valid
-        shapes otherwise."""
-        shape = self.client_state[table]
-        if callable(shape):
-            shape = int(shape(layout))
-        if shape == "row" and self.upload != "update":
-            shape = self.row_entries(layout)
-        if shape == "public" and public_entries >= 1:
-            shape = public_entries
-        if isinstance(shape, int) and not isinstance(shape, bool) and shape >= 1:
-            return shape
-        if shape in ("params", "model"):
-            return int(layout.num_params if shape == "params" else layout.size)
-        raise ValueError(
-            f"algorithm {self.name!r}: client_state table {table!r} has shape {shape!r}; "
-            f"valid: {list(STATE_SHAPES)} ('row' with an upload other than model updates, "
-            "'public' with a public set), an int >= 1 or a callable of the layout"
-        )
+        shapes otherwise (:func:`~simulator.algorithms.state_shapes.table_entries`)."""
+        return table_entries(self, table, layout, public_entries)
 
     # -- the model -------------------------------------------------------------------------
     def extend_model(self, model: Any, spec: Any) -> Any:
