@@ -91,13 +91,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm
 from simulator.algorithms.exchange import Optimizer, ServerRound, WireInfo
 from simulator.algorithms.fedaf_losses import (
-    ServerObjective,
     cdc_term,
     class_sums,
     dm_loss,
@@ -106,19 +104,15 @@ from simulator.algorithms.fedaf_losses import (
     split_as,
     union,
 )
+from simulator.algorithms.fedaf_server import resampled, train_on_union
 from simulator.algorithms.params import Param
 from simulator.config.fields import ConfigError
-from simulator.rng import client_seeds
 from simulator.training.flat import FlatLayout
 from simulator.training.models import MaskedBatchNorm
-from simulator.training.spec import LocalSpec
-from simulator.training.stacked import train_clients
 from simulator.training.step import Finish, Step
 
 #: the client-state table holding S_k, and the name of the row a client sends
 TABLE, UPLOAD = "syn", "condensed"
-#: pseudo-client ids of the server's own seeds (its training shuffle, the fresh init)
-SHUFFLE_ID, FRESH_ID = 2**31 - 11, 2**31 - 12
 
 
 def _int(help: str, default: int, low: int) -> Param:
@@ -247,56 +241,11 @@ class FedAF(Algorithm):
         counts = r.extras["counts"][kept].float()
         v, have = soft_labels(r.extras["logits"][kept].float(), counts)
         x, y = union(rows, counts > 0, ipc, layout.input_shape)
-        nxt = r.global_flat + self._train(r, model, layout, x, y, v, have)
+        nxt = r.global_flat + train_on_union(r, self.cfg, self.p, model, layout, x, y, v, have)
         r.server["v"], r.server["v_have"] = v, have
         r.server["v_model"] = r.global_flat[: layout.num_params].clone()
-        r.server["embed"] = self._resampled(r, nxt[: layout.num_params])
+        r.server["embed"] = resampled(r, nxt[: layout.num_params], self.p["gamma"])
         return nxt
-
-    def _train(
-        self,
-        r: ServerRound,
-        model: Any,
-        layout: FlatLayout,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        v: torch.Tensor,
-        have: torch.Tensor,
-    ) -> torch.Tensor:
-        """The update of the server's training on ``(x, y)``."""
-        a = self.cfg
-        seed = int(client_seeds(r.seed, r.round, np.array([SHUFFLE_ID]))[0])
-        spec = LocalSpec(
-            a.lr,
-            self.p["server_batch"],
-            a.weight_decay,
-            ServerObjective(self.p["lambda_glob"], self.p["tau"]),
-            momentum=a.momentum,
-        )
-        shared = {"log_r": F.log_softmax(v / self.p["tau"], dim=-1), "have": have}
-        out = train_clients(
-            model,
-            layout,
-            r.global_flat,
-            x,
-            y,
-            [np.arange(len(y))],
-            [self.p["server_epochs"]],
-            [seed],
-            spec,
-            vectorize=False,
-            shared=shared,
-        )
-        return out.updates[0]
-
-    def _resampled(self, r: ServerRound, w: torch.Tensor) -> torch.Tensor:
-        """``gamma * w + (1 - gamma) * w~``, w~ a fresh init seeded by (seed, next round)."""
-        g = self.p["gamma"]
-        if g == 1.0:
-            return w.clone()
-        seed = int(client_seeds(r.seed, r.round + 1, np.array([FRESH_ID]))[0])
-        fresh = r.model_spec.build(seed=seed)
-        return g * w + (1.0 - g) * FlatLayout(fresh).flatten(fresh)[: w.numel()]
 
     def wire_bytes(self, w: WireInfo) -> tuple[np.ndarray, np.ndarray]:
         """Upload: the held classes' condensed images and mean logits, and the class counts;
