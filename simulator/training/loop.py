@@ -1,7 +1,7 @@
 """One call of local training (:func:`simulator.training.stacked.train_clients`): the K clients'
-batches and step, where their local steps start (the step's ``client_start``, :meth:`begin`), the
-SGD loop, and its two drivers: all K clients as one stacked computation (``torch.func.vmap``) or
-one client at a time (the sequential reference)."""
+batches and step, where their local steps start (the step's ``client_start``, :meth:`begin`) and
+the SGD loop. Its two drivers, all K clients as one stacked computation (``torch.func.vmap``) or
+one client at a time (the sequential reference), are in :mod:`simulator.training.drivers`."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ from simulator.training.step import PLAIN
 
 
 class LocalTraining:
-    """One call of :func:`train_clients`: the K clients' batches, their step, the SGD loop that
-    runs it (:meth:`sgd`) and the two ways to drive that loop (:meth:`stacked`,
-    :meth:`one_by_one`)."""
+    """One call of :func:`train_clients`: the K clients' batches, their step and the SGD loop
+    that runs it (:meth:`sgd`); the two ways to drive that loop are
+    :func:`~simulator.training.drivers.run_stacked` and
+    :func:`~simulator.training.drivers.run_one_by_one`."""
 
     def __init__(
         self,
@@ -199,111 +200,3 @@ class LocalTraining:
             x, y, m, nz = self.xs1[i], self.ys1[i], self.first[i], self.start_noise[i]
             new, rows = cs.start(pflat, own, x, y, m, buffers, nz, n_it)
         return new.detach().contiguous(), {t: v.detach() for t, v in rows.items()}
-
-    def stacked(
-        self, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
-        """All K clients as one ``[K, P]`` computation: (updates, losses, outputs)."""
-        k, layout, global_flat, p_num = self.k, self.layout, self.global_flat, self.p_num
-        cs, aux = self.cs, self.aux
-        # one [K, P] copy for the parameters, one for the float buffers (if any): at a thousand
-        # clients per actor these copies are most of a round's fixed cost
-        # (no copy of the parameters where the step's start builds them from the global model)
-        shared_start = bool(cs.starts and k and not starts)
-        pflat = self.gflat.expand(k, -1) if shared_start else self.gflat.expand(k, -1).clone()
-        bflat = global_flat[p_num:].expand(k, -1).clone()
-        for i, start in starts.items():
-            pflat[i], bflat[i] = start[:p_num], start[p_num:]
-        b_numels = layout.numels[len(layout.param_names) :]
-        buffers = {
-            n: t.reshape(k, *sh)
-            for n, t, sh in zip(
-                layout.buffer_names,
-                torch.split(bflat, b_numels, dim=1),
-                layout.shapes[len(layout.param_names) :],
-                strict=True,
-            )
-        }
-        buffers.update({n: b.expand(k, *b.shape).clone() for n, b in layout.int_buffers.items()})
-        pflat, begun = self.begin(pflat, state, buffers, None, own=not shared_start)
-        if aux and k:
-            pflat = torch.cat(
-                [pflat]
-                + [
-                    vmap(lambda st, x, y, m, t=t: self.start_aux(t, st, (x, y, m)))(
-                        state[t], self.xs1, self.ys1, self.first
-                    )
-                    for t in self.trainable
-                ],
-                dim=1,
-            )
-        pflat.requires_grad_(True)
-        new_p, loss_sum = self.run(pflat, buffers, slice(None), True, state)
-        losses = (loss_sum / self.steps.clamp_min(1)).cpu().numpy()
-        with torch.no_grad():
-            outputs = (
-                vmap(cs.finish, in_dims=(0, 0, 0, None, 0, 0, 0, 0))(
-                    new_p,
-                    state,
-                    self.steps.to(new_p.dtype),
-                    self.lr,
-                    self.xs1,
-                    self.ys1,
-                    self.first,
-                    buffers,
-                )
-                if k and cs.finishes
-                else {}
-            )
-            outputs = {**begun, **cs.split_aux(new_p), **outputs}
-        new_p = new_p[:, :p_num] if aux else new_p
-        if layout.buffer_names:
-            bufs = [buffers[n].reshape(k, -1) for n in layout.buffer_names]
-            updates = torch.cat([new_p, *bufs], dim=1) - global_flat
-        else:
-            # in place only when nothing the step returned shares the parameters' memory
-            base = new_p.untyped_storage().data_ptr()
-            shared = any(v.untyped_storage().data_ptr() == base for v in outputs.values())
-            updates = new_p - global_flat if shared else new_p.sub_(global_flat)
-        return updates, losses, outputs
-
-    def one_by_one(
-        self, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
-        """The sequential reference, one client at a time: (updates, losses, outputs)."""
-        layout, global_flat, p_num, cs = self.layout, self.global_flat, self.p_num, self.cs
-        out_rows, out_losses, outs = [], [], []
-        for i in range(self.k):
-            init = starts.get(i, global_flat)
-            own = {n: t[i] for n, t in state.items()}
-            own_model = layout.unflatten(init)
-            buffers = {n: own_model[n].clone() for n in layout.buffer_names}
-            buffers.update({n: b.clone() for n, b in layout.int_buffers.items()})
-            p0, begun = self.begin(init[:p_num], state, buffers, i)
-            first = (self.xs1[i], self.ys1[i], self.first[i])
-            pflat = torch.cat([p0] + [self.start_aux(t, own[t], first) for t in self.trainable])
-            pflat = pflat.clone().requires_grad_(True)
-            new_p, loss_sum = self.run(pflat, buffers, i, False, own)
-            bufs = [buffers[n].reshape(-1) for n in layout.buffer_names]
-            out_rows.append(torch.cat([new_p[:p_num], *bufs]) - global_flat)
-            out_losses.append(float(loss_sum) / max(int(self.steps[i]), 1))
-            with torch.no_grad():
-                fin = (
-                    cs.finish(
-                        new_p,
-                        own,
-                        self.steps[i].to(new_p.dtype),
-                        self.lr,
-                        self.xs1[i],
-                        self.ys1[i],
-                        self.first[i],
-                        buffers,
-                    )
-                    if cs.finishes
-                    else {}
-                )
-                outs.append({**begun, **cs.split_aux(new_p), **fin})
-        updates = torch.stack(out_rows) if out_rows else torch.zeros(0, layout.size)
-        losses = np.asarray(out_losses, np.float32)
-        outputs = {n: torch.stack([o[n] for o in outs]) for n in outs[0]} if outs else {}
-        return updates, losses, outputs

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from simulator.training.drivers import run_one_by_one, run_stacked
 from simulator.training.flat import FlatLayout
 from simulator.training.loop import LocalTraining
 from simulator.training.spec import LocalSpec, TrainOutput
@@ -86,9 +87,9 @@ def train_clients(
     )
     state = state or {}
     if vectorize:
-        updates, losses, outputs = t.stacked(starts or {}, state)
+        updates, losses, outputs = run_stacked(t, starts or {}, state)
     else:
-        updates, losses, outputs = t.one_by_one(starts or {}, state)
+        updates, losses, outputs = run_one_by_one(t, starts or {}, state)
     return TrainOutput(
         updates.detach(),
         np.asarray(losses, np.float32),
