@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from benchmarks.peers import flower_apps
@@ -122,7 +123,7 @@ def run_flower(
         raise ValueError("epochs, batch_size and client_cpus must be positive")
     if not 0 <= client_gpus <= 1:
         raise ValueError(f"client_gpus must be in [0, 1], got {client_gpus}")
-    if client_gpus > 0 and not _cuda():
+    if client_gpus > 0 and not torch.cuda.is_available():
         raise ValueError("client_gpus > 0 needs a CUDA device; this machine has none")
     with tempfile.TemporaryDirectory(prefix="flower_peer_") as tmp:
         path = _write_clients(client_data, virtual, n, tmp)
@@ -140,12 +141,6 @@ def run_flower(
             "warmup_rounds": warmup_rounds,
         }
         return _launch(spec, model_fn, tmp)
-
-
-def _cuda() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
 
 
 def _write_clients(client_data: Any, virtual: bool, n: int, tmp: str) -> str:

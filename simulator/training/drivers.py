@@ -102,23 +102,8 @@ def run_stacked(
 def run_one_by_one(
     lt: LocalTraining, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
-    """The sequential reference, one client at a time: (updates, losses, outputs).
-
-    Parameters
-    ----------
-    lt : LocalTraining
-        The call's clients, their batches and step.
-    starts : dict[int, torch.Tensor]
-        ``{position k: [P] model}`` for clients that start from their own model.
-    state : dict[str, torch.Tensor]
-        The clients' rows of the client-state store, ``{name: [K, ...]}``.
-
-    Returns
-    -------
-    tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]
-        The updates ``[K, P]`` (relative to the global model), the mean loss of each client's
-        local steps ``[K]`` and the step's outputs ``{name: [K, ...]}``.
-    """
+    """The sequential reference, one client at a time: (updates, losses, outputs), with the
+    parameters and results of :func:`run_stacked`."""
     layout, global_flat, p_num, cs = lt.layout, lt.global_flat, lt.p_num, lt.cs
     out_rows, out_losses, outs = [], [], []
     for i in range(lt.k):
