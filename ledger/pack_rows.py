@@ -4,6 +4,7 @@ re-derive the round from (:mod:`ledger.session`, :mod:`ledger.audit_replay`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -59,8 +60,6 @@ def batch_of_pack(
     torch.from_numpy(rows), **fields)``; the clients' extras go into ``extras`` when given
     (:func:`rows_of_pack`). The signals are the records' (loss, alarm) and the verdict
     document's bans (:func:`banned_rows`). Raises ``ValueError``/``KeyError`` on a bad entry."""
-    import json
-
     rows, ids = rows_of_pack(pack, size, extras)
     recs = [json.loads(bytes(pack.raw(f"record/{c}")))["record"] for c in ids]
     client_ids = np.array(ids, np.int64)
@@ -85,8 +84,6 @@ def resumed_round(
     clients admitted that round and, with a committee (``size``, the row length), the update
     batch (:func:`batch_of_pack`) and the clients' extras. Raises ``PackError``, ``KeyError``
     or ``ValueError`` on a bad pack."""
-    import json
-
     g = decode(bytes(pack.raw("global")))["global"]
     admitted = [int(c) for c, _ in json.loads(bytes(pack.raw("admitted")))["admitted"]]
     extras: dict[int, Any] = {}
