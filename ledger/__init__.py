@@ -13,3 +13,13 @@ catch; ``proof`` gives a client its inclusion proof.
 Modules are imported where used: the driver of a run imports only ``recorder``, ``host`` and
 ``errors``, not the chain stack.
 """
+
+import importlib.util
+import os
+
+# Ethereum's keccak-256 (every trie node, address and transaction hash of py-evm) through the C
+# backend of safe-pysha3 when installed: ~1 us a call against ~7 us for pycryptodome, which
+# eth-hash picks first; the devnet's block import runs ~15% faster. An ETH_HASH_BACKEND already
+# set wins. eth-hash reads the variable at its first hash, which comes after this import.
+if importlib.util.find_spec("sha3") is not None:
+    os.environ.setdefault("ETH_HASH_BACKEND", "pysha3")

@@ -117,14 +117,14 @@ class RunAudit:
     def read_contract(self) -> Iterator[Finding]:
         """Deployed code and setup against the compiled source and the manifest; then read the
         ``Committed`` events."""
-        from ledger.compile import compile_flchain
+        from ledger.compile import compile_flchain, runtime_code_sha256
 
         c = compile_flchain()
         code = bytes(self.chain.w3.eth.get_code(self.contract))
         if not code:
             yield None, None, "contract-code", c.runtime_sha256, f"no code at {self.contract}"
             return
-        found = self.chain.code_sha256(self.contract)
+        found = runtime_code_sha256(code)
         for want, what in (
             (c.runtime_sha256, "compiled source"),
             (self.manifest["compiler"]["runtime_sha256"], "manifest"),
@@ -132,7 +132,7 @@ class RunAudit:
             if found != want:
                 yield None, None, "contract-code", f"{want} ({what})", found
         k = self.chain.w3.eth.contract(address=self.contract, abi=c.abi)
-        f = k.functions
+        view = self.chain.view
         committee = self.manifest.get("committee") or []
         try:
             want = {
@@ -143,15 +143,15 @@ class RunAudit:
                 "verify_signatures": bool(self.manifest.get("onchain_bls")),
             }
             got = {
-                "aggregator": f.aggregator().call(),
-                "channel_id": hx(f.channel_id().call()),
-                "quorum": f.quorum().call(),
-                "committee_size": f.committee_size().call(),
-                "verify_signatures": f.verify_signatures().call(),
+                "aggregator": view(k, "aggregator"),
+                "channel_id": hx(view(k, "channel_id")),
+                "quorum": view(k, "quorum"),
+                "committee_size": view(k, "committee_size"),
+                "verify_signatures": view(k, "verify_signatures"),
             }
             for i, m in enumerate(committee):
                 want[f"committee_key({i})"] = hx(g1_eip2537(bytes.fromhex(m["pubkey"])))
-                got[f"committee_key({i})"] = hx(f.committee_key(i).call())
+                got[f"committee_key({i})"] = hx(view(k, "committee_key", i))
         except Exception as exc:  # noqa: BLE001 - other code at the address: say what failed
             yield None, None, "contract-setup", "the FLChain v2 interface", repr(exc)[:120]
             return

@@ -24,12 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import eth_abi
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_keys import keys
 from eth_tester import EthereumTester, PyEVMBackend
 from eth_tester.backends.pyevm.main import get_default_account_state, get_default_genesis_params
 from eth_tester.exceptions import TransactionFailed
+from eth_utils import to_checksum_address
+from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
 from web3.exceptions import ContractLogicError
@@ -228,6 +231,25 @@ class Chain(BatchSender):
         except Exception:  # any refusal means "not available"
             return False
         return bytes(out) == bytes(128)
+
+    def view(self, contract: Contract, name: str, *args: Any) -> Any:
+        """The value of view function ``name(*args)`` of ``contract``, as web3's ``call()``
+        gives it. On the embedded devnet it goes to eth-tester directly (~3.5 ms a call, web3's
+        middleware stack ~5.6 ms; the audit reads ~10 values a run). Raises what the call
+        raises (a revert: eth-tester's ``TransactionFailed`` or web3's ``ContractLogicError``).
+        """
+        fn = getattr(contract.functions, name)(*args)
+        if self.backend != "embedded":
+            return fn.call()
+        data = contract.encode_abi(name, args=list(args))
+        tester = self.w3.provider.ethereum_tester
+        raw = tester.call({"from": self.accounts[0].address, "to": contract.address, "data": data})
+        kinds = [o["type"] for o in fn.abi["outputs"]]
+        values = [
+            to_checksum_address(v) if k == "address" else v
+            for k, v in zip(kinds, eth_abi.decode(kinds, HexBytes(raw)), strict=True)
+        ]
+        return values[0] if len(values) == 1 else tuple(values)
 
     def code_sha256(self, address: str) -> str:
         """sha256 of the runtime code at ``address`` (compare with the compiled hash)."""

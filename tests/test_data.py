@@ -246,3 +246,17 @@ def test_registry_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="test_fraction"):
         load_dataset("digits", seed=0, test_fraction=1.5)
     assert issubclass(DataError, ValueError)
+
+
+def test_digits_are_read_once_and_loads_stay_independent() -> None:
+    """The digits are parsed once a process; each load still gets its own arrays."""
+    from simulator.data.datasets import digits
+
+    digits._digits.cache_clear()
+    a = load_dataset("digits", seed=0)
+    a.x_train[...] = -1.0
+    b = load_dataset("digits", seed=0)
+    assert digits._digits.cache_info().hits == 1
+    assert b.x_train.min() == 0.0 and not (a.x_train == b.x_train).all()
+    with pytest.raises(ValueError, match="read-only"):
+        digits._digits()[0][0, 0] = 1.0

@@ -19,6 +19,7 @@ import ledger.compile as compile_mod
 from ledger.chain import EMBEDDED_DEPLOY_GAS, Chain
 from ledger.chain_batch import EMBEDDED_CALL_GAS
 from ledger.chain_errors import LedgerRevert
+from ledger.chain_events import event_logs
 from ledger.commitment import COMMIT_TAG, commit_message
 from ledger.committee import Committee
 from ledger.compile import EVM_VERSION, compile_flchain
@@ -132,6 +133,20 @@ def test_deploy_and_code_hash(chain: Chain, compiled, channel) -> None:
     assert chain.code_sha256(channel.address) == compiled.runtime_sha256
 
 
+def test_view_reads_what_web3_reads(chain: Chain, channel) -> None:
+    """Chain.view (eth-tester directly on the embedded chain) gives web3's call() values, with
+    their types: a checksum address, bytes32, uint256, bool and dynamic bytes."""
+    f, view = channel.functions, chain.view
+    assert view(channel, "aggregator") == f.aggregator().call() == chain.aggregator.address
+    assert view(channel, "channel_id") == CHANNEL
+    got = [view(channel, n) for n in ("quorum", "committee_size", "verify_signatures")]
+    assert got == [3, 4, False] and isinstance(got[2], bool)
+    assert [view(channel, "committee_key", i) for i in range(4)] == KEYS
+    assert view(channel, "message", 0, *DIGESTS) == f.message(0, *DIGESTS).call()
+    with pytest.raises(Exception, match="unknown signer"):
+        view(channel, "committee_key", 4)
+
+
 def test_constructor_checks(chain: Chain) -> None:
     padded = bytearray(KEYS[1])
     padded[70] = 1  # y's zero padding
@@ -175,6 +190,9 @@ def test_commit_records_and_emits(chain: Chain, channel) -> None:
     assert [args[n] for n in names] == DIGESTS
     assert (args["signers"], args["signature"], args["message"]) == (0b1011, SIG, expected)
     assert channel.functions.commitments(0).call() == expected
+    if chain.backend == "embedded":  # the audit's decoder reads the same event (and its gas)
+        ((logged, gas),) = event_logs(chain, channel.events.Committed(), channel.address)
+        assert logged == dict(args) and gas == receipt["gasUsed"]
     assert channel.functions.current_round().call() == 1
     other = [DIGESTS[0], b"\xaa" * 32, *DIGESTS[2:]]
     chain.transact(_commit(channel, 1, 0b1111, other), chain.aggregator)

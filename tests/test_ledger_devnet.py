@@ -208,3 +208,61 @@ def test_bad_directory_and_genesis(copy, tmp_path):
     with pytest.raises(ChainExportError, match="genesis.json") as info:
         import_chain(tmp_path / "nowhere")
     assert "\n" not in str(info.value)
+
+
+def test_keccak_goes_through_the_c_backend_unless_told_otherwise():
+    """Importing the ledger selects safe-pysha3 for eth-hash; an ETH_HASH_BACKEND set before
+    wins. keccak256("abc") is the Keccak-256 (not SHA3-256) test vector either way."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import ledger.chain\nfrom eth_hash.auto import keccak\n"
+        "print(keccak(b'abc').hex(), keccak.hasher.__module__)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ETH_HASH_BACKEND"}
+    want = "4e03657aea45a94fc7d47ba826c8d667c0d1e6e33a64a036ec44f58fa12d6c45"
+    for given, backend in ((None, "pysha3"), ("pycryptodome", "pycryptodome")):
+        run_env = env if given is None else {**env, "ETH_HASH_BACKEND": given}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=run_env, capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert out == [want, f"eth_hash.backends.{backend}"]
+
+
+def test_event_decoder_by_hand():
+    """The audit's event decoder on a log written by hand: two static indexed inputs (an
+    address, a uint) in the topics; bytes32, bool, dynamic bytes and an address in the data
+    (head of 4 words, the bytes at offset 0x80: length 3, then b"abc" padded)."""
+    from ledger.chain_events import _decoder
+
+    abi = {
+        "name": "E",
+        "inputs": [
+            {"name": "who", "type": "address", "indexed": True},
+            {"name": "h", "type": "bytes32", "indexed": False},
+            {"name": "n", "type": "uint256", "indexed": True},
+            {"name": "ok", "type": "bool", "indexed": False},
+            {"name": "blob", "type": "bytes", "indexed": False},
+            {"name": "to", "type": "address", "indexed": False},
+        ],
+    }
+    who = "0x" + "ab" * 20
+    word = lambda x: x.to_bytes(32, "big")  # noqa: E731
+    topics = [0, int(who, 16), 7]
+    to = bytes.fromhex("00" * 12 + "cd" * 20)
+    data = b"\x11" * 32 + word(1) + word(0x80) + to + word(3) + b"abc" + bytes(29)
+    args = _decoder(abi)(topics, data)
+    assert list(args) == ["who", "h", "n", "ok", "blob", "to"]
+    assert args == {  # addresses checksummed (EIP-55), as web3 gives them
+        "who": "0xABaBaBaBABabABabAbAbABAbABabababaBaBABaB",
+        "h": b"\x11" * 32,
+        "n": 7,
+        "ok": True,
+        "blob": b"abc",
+        "to": "0xCdCDCdCdcdcdcdCdcDcDCdcDcDCdCdcdCdcDCDcD",
+    }
+    for bad in ({"type": "bytes", "indexed": True}, {"type": "tuple", "indexed": False}):
+        with pytest.raises(ValueError, match="not decoded here"):
+            _decoder({"name": "F", "inputs": [{"name": "x", **bad}]})
