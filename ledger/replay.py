@@ -49,7 +49,7 @@ class Replayer:
         from simulator.round.server import ServerSide
         from simulator.run.federation import build_federation
 
-        self.side = ServerSide.of(cfg, build_federation(cfg))
+        self.side = ServerSide.of(cfg, build_federation(cfg, devices=False))
 
     @property
     def row_size(self) -> int:

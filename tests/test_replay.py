@@ -210,12 +210,14 @@ def test_step_starts_from_the_given_history(tmp_path: Path) -> None:
 
 def test_replayer_builds_no_simulation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The replayer is the server side only: no client-state store, executor, client
-    evaluation or scheduler."""
+    evaluation or scheduler, and no devices (a 10^6-device population took the audit of a
+    1,000-client run ~0.1-0.6 s to generate)."""
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("Replayer built a client-side part")
 
     import simulator.run.executor as setup
+    import simulator.run.federation as federation
     import simulator.state.store as state
     import simulator.training.evaluation as evaluation
 
@@ -223,6 +225,8 @@ def test_replayer_builds_no_simulation(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(setup, "make_executor", refuse)
     monkeypatch.setattr(state.ClientStore, "__init__", refuse)
     monkeypatch.setattr(evaluation.ClientEval, "__init__", refuse)
+    monkeypatch.setattr(federation, "population_of", refuse)
+    monkeypatch.setattr(federation, "availability_of", refuse)
     cfg = small_config(tmp_path, **{**BASE, **PUBLIC, "defense": "siren"})
     rep = Replayer(cfg)
     assert rep.row_size > 0
