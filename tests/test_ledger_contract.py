@@ -134,8 +134,7 @@ def test_deploy_and_code_hash(chain: Chain, compiled, channel) -> None:
 
 
 def test_view_reads_what_web3_reads(chain: Chain, channel) -> None:
-    """Chain.view (eth-tester directly on the embedded chain) gives web3's call() values, with
-    their types: a checksum address, bytes32, uint256, bool and dynamic bytes."""
+    """Chain.view gives web3's call() values and types (checksum address, bytes32, bool...)."""
     f, view = channel.functions, chain.view
     assert view(channel, "aggregator") == f.aggregator().call() == chain.aggregator.address
     assert view(channel, "channel_id") == CHANNEL
