@@ -234,9 +234,10 @@ class Chain(BatchSender):
 
     def view(self, contract: Contract, name: str, *args: Any) -> Any:
         """The value of view function ``name(*args)`` of ``contract``, as web3's ``call()``
-        gives it. On the embedded devnet it goes to eth-tester directly (~3.5 ms a call, web3's
-        middleware stack ~5.6 ms; the audit reads ~10 values a run). Raises what the call
-        raises (a revert: eth-tester's ``TransactionFailed`` or web3's ``ContractLogicError``).
+        gives it (a tuple when the function has several outputs). On the embedded devnet it
+        goes to eth-tester directly (~3.5 ms a call, web3's middleware stack ~5.6 ms; the audit
+        reads ~10 values a run). Raises what the call raises (a revert: eth-tester's
+        ``TransactionFailed`` or web3's ``ContractLogicError``).
         """
         fn = getattr(contract.functions, name)(*args)
         if self.backend != "embedded":

@@ -9,6 +9,7 @@ a 30-round run (a sixth of its audit), and web3's log decoder ~0.7 ms an event; 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import eth_abi
@@ -56,7 +57,7 @@ def event_logs(chain: Any, event: Any, address: str) -> list[tuple[dict[str, Any
     return out
 
 
-def _decoder(abi: dict[str, Any]) -> Any:
+def _decoder(abi: dict[str, Any]) -> Callable[[list[int], bytes], dict[str, Any]]:
     """``decode(topics, data) -> args`` for an event ABI whose indexed inputs are static (their
     values are the topics themselves) and without tuples, the ``args`` web3 would give."""
     inputs = abi["inputs"]
