@@ -92,10 +92,13 @@ def test_sigkill_during_a_ledger_run_then_resume(
     ).read_bytes()
 
 
+@pytest.mark.slow
 def test_recorder_killed_between_commit_and_index_line(tmp_path: Path, reference: Path) -> None:
     """The recorder dies mid-write of the third ``rounds.jsonl`` line, after round 2's
     commitment is on chain: the resumed run rebuilds that line from the chain event and the
-    round's pack, byte for byte the line the recorder would have written (counts included)."""
+    round's pack, byte for byte the line the recorder would have written (counts included).
+    Marked ``slow`` (~20 s): in the default suite, ``test_ledger_run``'s ``rounds.jsonl:2`` case
+    kills the recorder at the same point and audits the resumed run."""
     out = tmp_path / "killed"
     proc = run_cli(*RUN, "--out", str(out), failpoint="rounds.jsonl:3")
     assert proc.returncode != 0 and "--resume" in proc.stderr

@@ -4,7 +4,8 @@ The study runs in a subprocess (tests/two_node_study.py): one Ray per process, a
 session may already own one. That process starts a :class:`ray.cluster_utils.Cluster` (a head node
 and a second node, one CPU each, so the two actors must land on different nodes), runs the study
 on it through the ``python -m`` entry point with ``--ray-address``, shuts the cluster down, and
-runs the same study on a one-node local Ray.
+runs the same study on a one-node local Ray. The study's three tests are marked ``slow`` (~40 s of
+set-up on a 2-core machine): ``.ci/run`` runs them after the default suite.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def results(run: Path) -> dict[str, Any]:
     return json.loads((run / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_actors_ran_on_both_nodes(study: Path) -> None:
     head, second = json.loads((study / "cluster_nodes.json").read_text())
     assert head != second
@@ -109,6 +111,7 @@ def test_actors_ran_on_both_nodes(study: Path) -> None:
     assert one["actor_node_ids"][0] not in (head[:12], second[:12])  # a different Ray
 
 
+@pytest.mark.slow
 def test_two_nodes_give_the_one_node_metrics(study: Path) -> None:
     for run in RUNS:
         two = events(study / "two_node" / "runs" / run)
@@ -126,6 +129,7 @@ def test_two_nodes_give_the_one_node_metrics(study: Path) -> None:
         assert a == b
 
 
+@pytest.mark.slow
 def test_the_study_has_stragglers(study: Path) -> None:
     """The comparison covers late updates: some are carried (stale), some dropped."""
     ev = events(study / "two_node" / "runs" / RUNS[0])
