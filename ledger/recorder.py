@@ -33,7 +33,7 @@ from ledger.slots import MADV_POPULATE_READ, PREFAULT_BYTES, populate
 
 _SESSIONS = itertools.count()
 
-__all__ = ["LedgerRecorder"]
+__all__ = ["LedgerRecorder", "training_threads"]
 
 
 def aligned_extras(extras: dict[int, dict[str, Any]], ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -46,6 +46,22 @@ def aligned_extras(extras: dict[int, dict[str, Any]], ids: np.ndarray) -> dict[s
         return {k: np.stack([np.asarray(extras[c][k]) for c in ids.tolist()]) for k in names}
     except KeyError as exc:
         raise LedgerRoundError(f"a client sent no extra {exc} that others sent") from None
+
+
+def training_threads(threads: int) -> int:
+    """The torch threads a ledger run's driver trains with, given the ``threads`` it has.
+
+    One core fewer than the driver may run on (e.g. under ``taskset``), so that the recorder
+    has one; all ``threads`` on one core or with the recorder pinned off the driver's cores
+    (``FEDSENTRY_RECORDER_CPUS``). E.g. 2 threads on 2 cores -> 1; 4 on 4 -> 3; 4 on 2 -> 1. On
+    2 cores the second thread was worth 4-7% of a plain robustness run; kept beside the recorder,
+    it spins against it (+25% against +12% with one, stop 41)."""
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    cores = len(mine) or os.cpu_count() or 1
+    pinned = os.environ.get(CPUS_ENV)
+    if cores == 1 or bool(pinned and mine and not parse_cpus(pinned) & mine):
+        return threads
+    return max(1, min(threads, cores - 1))
 
 
 class LedgerRecorder:
@@ -129,18 +145,8 @@ class LedgerRecorder:
         ledger and check it is not behind the checkpoint)."""
         import torch
 
-        # the recorder gets a core of its own: the driver trains in-process rounds on the
-        # others (on 2 cores a second torch thread spins more than it works: measured ~10%
-        # faster training for a whole core that the recorder would otherwise fight for)
         self._threads = torch.get_num_threads()
-        # the cores this driver may run on (a pinned driver, e.g. taskset, has fewer); a
-        # recorder pinned off them (FEDSENTRY_RECORDER_CPUS) leaves the driver all of them
-        mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-        cores = len(mine) or os.cpu_count() or 1
-        pinned = os.environ.get(CPUS_ENV)
-        elsewhere = bool(pinned and mine and not parse_cpus(pinned) & mine)
-        if cores > 1 and not elsewhere:
-            torch.set_num_threads(max(1, min(self._threads, cores - 1)))
+        torch.set_num_threads(training_threads(self._threads))
         resume = bool(self.cfg.output.resume)
         # a run resumed at round 0 (killed before its ledger started) starts its ledger afresh
         initial = np.array(sim.global_flat.numpy(), np.float32) if sim.next_round == 0 else None
@@ -158,8 +164,7 @@ class LedgerRecorder:
 
     def on_plan(self, sim: Any, plan: Any) -> None:
         """Name this round's clients to the recorder, which derives their keys while they
-        train: a new client's key costs ~22 us, ~22 ms of a 1,000-client round that the end of
-        the run would otherwise wait for (on shared cores it is the same CPU, spent earlier)."""
+        train (~22 us a new client: ~22 ms of a 1,000-client round, spent earlier)."""
         ids = sorted(plan.now | plan.hold)
         if ids and not self._closed:
             self.host.conn.send(("keys", np.array(ids, np.int64)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,26 +21,30 @@ TINY = ["--rounds", "3", "--committee", "1", "--jobs", "1", "--no-tamper", "--no
 
 
 def test_tiny_study_writes_the_json_the_issue_asks_for(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import torch
+
+    import simulator.run.experiment as experiment
+    from ledger.recorder import training_threads
+
+    threads: dict[str, set[int]] = {}  # arm -> the torch threads its runs started with
+    run = experiment.run_experiment
+
+    def spy(cfg: Any) -> dict[str, Any]:
+        arm = Path(cfg.output.out).name.split("-")[0]
+        threads.setdefault(arm, set()).add(torch.get_num_threads())
+        return run(cfg)
+
+    monkeypatch.setattr(experiment, "run_experiment", spy)
     out = tmp_path / "study"
-    rc = main(
-        [
-            "--tasks",
-            "robustness",
-            "--seeds",
-            "2",
-            "--repeats",
-            "1",
-            *TINY,
-            "--set",
-            "local_epochs=1",
-            "--out",
-            str(out),
-            "--json",
-            str(tmp_path / "l.json"),
-        ]
-    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # an earlier test may have left one
+    try:
+        rc = _tiny_robustness(out, tmp_path / "l.json")
+        assert torch.get_num_threads() == 2  # the thread arm's count was not left behind
+    finally:
+        torch.set_num_threads(before)
     assert rc == 0
     res = json.loads((tmp_path / "l.json").read_text())
     (task,) = res["tasks"]
@@ -56,19 +61,53 @@ def test_tiny_study_writes_the_json_the_issue_asks_for(
     assert [r["seed"] for r in task["runs"]] == [0, 1]
     assert all(r["same_accuracy"] for r in task["runs"]) and task["audit"]["clean"]
     assert res["tamper"] == [] and res["recorder_start_s"] > 0
+    # where the recorder shares the driver's cores, each seed also ran without the ledger on
+    # the one torch thread a ledger run trains with
+    runs = task["runs"]
+    if training_threads(2) == 1:
+        assert task["thread_arm_threads"] == 1
+        assert threads == {"plain": {2}, "ledger": {2}, "thread": {1}}
+        for r in runs:
+            assert r["thread_overhead"] == pytest.approx(
+                r["thread_seconds"] / r["plain_seconds"] - 1
+            )
+        assert task["thread_overhead"] == pytest.approx(sum(r["thread_overhead"] for r in runs) / 2)
+        assert (out / "robustness" / "thread-s1" / "summary.json").is_file()
+    else:
+        assert task["thread_overhead"] is None and runs[0]["thread_seconds"] is None
     # the recorder's CPU seconds: a part of its busy (wall) seconds, and their median share of
     # the machine's core-seconds over the plain runs
-    runs = task["runs"]
     assert all(0 < r["recorder_cpu_s"] <= r["recorder_busy_s"] + 0.05 for r in runs)
     shares = [r["recorder_cpu_s"] / (task["cores"] * r["plain_seconds"]) for r in runs]
     assert task["recorder_cpu_share"] == pytest.approx(sum(shares) / 2)
     printed = capsys.readouterr().out
     assert "median overhead" in printed
     assert f"recorder CPU: {100 * task['recorder_cpu_share']:.1f}% of the machine's" in printed
+    assert ("thread alone (no ledger, 1 torch thread(s)" in printed) == (training_threads(2) == 1)
     assert main([str(tmp_path / "nothing-here")]) == 2
     # audit recorded runs only
     assert main([str(out), "--jobs", "1"]) == 0
     assert "audited 2 runs, 6 rounds" in capsys.readouterr().out
+
+
+def _tiny_robustness(out: Path, json_path: Path) -> int:
+    return main(
+        [
+            "--tasks",
+            "robustness",
+            "--seeds",
+            "2",
+            "--repeats",
+            "1",
+            *TINY,
+            "--set",
+            "local_epochs=1",
+            "--out",
+            str(out),
+            "--json",
+            str(json_path),
+        ]
+    )
 
 
 def test_repeats_pair_the_arms_and_take_the_median_ratio(
@@ -78,10 +117,11 @@ def test_repeats_pair_the_arms_and_take_the_median_ratio(
     overhead is the median of the three ratios, its times the medians; the first repetition's
     ledger run is the one audited."""
     out = tmp_path / "study"
-    args = ["--tasks", "robustness", "--seeds", "1", "--repeats", "3", *TINY]
+    args = ["--tasks", "robustness", "--seeds", "1", "--repeats", "3", "--no-split-threads", *TINY]
     assert main([*args, "--out", str(out), "--json", str(tmp_path / "r.json")]) == 0
     (task,) = json.loads((tmp_path / "r.json").read_text())["tasks"]
     (run,) = task["runs"]
+    assert task["thread_overhead"] is None  # --no-split-threads: two arms
     plain = [_seconds(out / "robustness" / d) for d in ("plain-s0", "plain-s0-r1", "plain-s0-r2")]
     led = [_seconds(out / "robustness" / d) for d in ("ledger-s0", "ledger-s0-r1", "ledger-s0-r2")]
     ratios = [b / a - 1 for a, b in zip(plain, led, strict=True)]
@@ -196,6 +236,7 @@ def test_crossdevice_splits_the_row_path(
     assert run["rows_seconds"] > 0
     assert run["row_path_overhead"] == pytest.approx(run["rows_seconds"] / run["plain_seconds"] - 1)
     assert task["row_path_overhead"] == run["row_path_overhead"]
+    assert task["thread_overhead"] is None  # the robustness task's split only
     assert sorted(p.name for p in (tmp_path / "study" / "crossdevice").iterdir()) == [
         "ledger-s0",
         "plain-s0",

@@ -57,3 +57,45 @@ def test_ledger_audit_cli_rejects_bad_cpus(capsys: pytest.CaptureFixture[str]) -
     assert "--driver-cpus: CPU list 'a-b'" in capsys.readouterr().err
     args = parse_args(["--driver-cpus", "0", "--recorder-cpus", "0"])
     assert args.driver_cpus_set == {0} and args.recorder_cpus_set == {0}
+
+
+@pytest.mark.parametrize(
+    ("cores", "pinned", "threads", "want"),
+    [
+        ({0, 1}, None, 2, 1),  # 2 cores: one for training, one for the recorder
+        ({0, 1}, None, 4, 1),
+        ({0, 1, 2, 3}, None, 4, 3),
+        ({0, 1, 2, 3}, None, 2, 2),  # already fewer threads than cores - 1
+        ({0}, None, 3, 3),  # one core: nothing to leave
+        ({0, 1}, "2-3", 2, 2),  # the recorder pinned off the driver's cores
+        ({0, 1}, "1", 2, 1),  # ... or onto one of them
+    ],
+)
+def test_training_threads_by_hand(
+    monkeypatch: pytest.MonkeyPatch, cores: set[int], pinned: str | None, threads: int, want: int
+) -> None:
+    """The torch threads a ledger run's driver trains with, on a 4-CPU machine whose driver
+    may run on ``cores``; the ledger study's "thread" arm trains with as many."""
+    from argparse import Namespace
+
+    import torch
+
+    from benchmarks.ledger_study.tasks import thread_arm_threads
+    from ledger.recorder import training_threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(cores), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    if pinned is None:
+        monkeypatch.delenv(CPUS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CPUS_ENV, pinned)
+    assert training_threads(threads) == want
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        arm = thread_arm_threads("robustness", Namespace())
+        assert arm == (want if want < threads else None)
+        assert thread_arm_threads("crossdevice", Namespace()) is None
+        assert thread_arm_threads("robustness", Namespace(split_threads=False)) is None
+    finally:
+        torch.set_num_threads(before)

@@ -127,6 +127,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "partial sums (preaggregate=false, as the ledger runs), splitting the overhead into "
         "the row path and the recorder (default on)",
     )
+    p.add_argument(
+        "--split-threads",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="robustness, where the recorder shares the driver's cores: also run each seed "
+        "without the ledger on the torch threads a ledger run trains with (a core fewer, left "
+        "to the recorder), splitting the overhead into that thread and the recorder (default on)",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     args = p.parse_args(argv)
     from ledger.host import parse_cpus

@@ -129,9 +129,11 @@ def report(result: dict[str, Any]) -> None:
             + (f"; each seed: the median of {reps} back-to-back pairs" if reps > 1 else "")
         )
         split = t.get("row_path_overhead") is not None
+        thread = t.get("thread_overhead") is not None
         print(
             "seed  plain s  ledger s  overhead  lag  recorder busy s  cpu s  gas/round  same acc"
             + ("  rows s  row path" if split else "")
+            + ("  thread s  thread" if thread else "")
         )
         for r in t["runs"]:
             print(
@@ -145,11 +147,22 @@ def report(result: dict[str, Any]) -> None:
                     if split
                     else ""
                 )
+                + (
+                    f"  {r['thread_seconds']:8.2f}  {100 * r['thread_overhead']:+5.1f}%"
+                    if thread
+                    else ""
+                )
             )
         if split:
             print(
                 f"row path alone (no ledger, rows instead of the actors' partial sums): median "
                 f"{100 * t['row_path_overhead']:+.1f}%"
+            )
+        if thread:
+            print(
+                f"thread alone (no ledger, {t['thread_arm_threads']} torch thread(s) as a ledger "
+                f"run trains, a core left to the recorder): median "
+                f"{100 * t['thread_overhead']:+.1f}%; the rest is the recorder's"
             )
         if t.get("recorder_cpu_share") is not None:
             print(

@@ -7,7 +7,10 @@ every round, E=5, MLP, 30 rounds; multikrum against 20% label flipping, so some 
 rejected); ``crossdevice`` 10^6 virtual digits clients, 1,000 a round, E=1, 10 rounds, on the Ray
 actor pool. There each seed also runs a third time, without the ledger and without the
 actors' partial sums (``preaggregate=false``: the ledger needs every row in the driver, so a
-ledger run ships rows), which splits the overhead into that row path and the recorder.
+ledger run ships rows), which splits the overhead into that row path and the recorder. Where
+the recorder shares the driver's cores, a ledger run trains with a torch thread fewer
+(:func:`ledger.recorder.training_threads`), so the robustness task's third run of a seed is the
+plain run with that many threads: the part of the overhead that is the thread given up.
 """
 
 from __future__ import annotations
@@ -75,7 +78,11 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     # are off with it: the "rows" arm (no ledger, no pre-aggregation) splits the overhead
     # into that row path and the recorder
     split = task == "crossdevice" and getattr(args, "split_row_path", True)
-    arms = ["plain", "ledger"] + (["rows"] if split else [])
+    # a ledger run trains with a torch thread fewer where the recorder shares the driver's
+    # cores: the "thread" arm (no ledger, that many threads) splits off what that costs
+    threads = thread_arm_threads(task, args)
+    third = "rows" if split else "thread" if threads else None
+    arms = ["plain", "ledger"] + ([third] if third else [])
     cores = os.cpu_count() or 1
     runs = []
     bar = tqdm(
@@ -84,9 +91,10 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     for s in range(seeds):
         reps = []
         for rep in range(repeats):
-            reps.append(_pair(args, task, flat, s, rep, arms if (s + rep) % 2 == 0 else arms[::-1]))
+            order = arms if (s + rep) % 2 == 0 else arms[::-1]
+            reps.append(_pair(args, task, flat, s, rep, order, threads))
             bar.update()
-        runs.append(_seed_row(s, reps, split))
+        runs.append(_seed_row(s, reps, third))
     bar.close()
     return {
         "task": task,
@@ -101,6 +109,10 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
         "row_path_overhead": (
             statistics.median(r["row_path_overhead"] for r in runs) if split else None
         ),
+        "thread_overhead": (
+            statistics.median(r["thread_overhead"] for r in runs) if threads else None
+        ),
+        "thread_arm_threads": threads,
         "recorder_lag_max": max(r["recorder_lag_max"] for r in runs),
         # the recorder's CPU seconds against the machine's core-seconds over the plain run
         "cores": cores,
@@ -110,10 +122,34 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def thread_arm_threads(task: str, args: argparse.Namespace) -> int | None:
+    """The torch threads of the robustness task's "thread" arm: what a ledger run's driver
+    trains with (:func:`ledger.recorder.training_threads`); ``None`` (no such arm) when that
+    is all the threads this process has, or for the other task, or with ``--no-split-threads``.
+    """
+    import torch
+
+    from ledger.recorder import training_threads
+
+    if task != "robustness" or not getattr(args, "split_threads", True):
+        return None
+    n = training_threads(torch.get_num_threads())
+    return n if n < torch.get_num_threads() else None
+
+
 def _pair(
-    args: argparse.Namespace, task: str, flat: dict[str, Any], seed: int, rep: int, order: list
+    args: argparse.Namespace,
+    task: str,
+    flat: dict[str, Any],
+    seed: int,
+    rep: int,
+    order: list,
+    threads: int | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """One repetition of a seed: each arm once, in ``order``; arm -> its run's summary."""
+    """One repetition of a seed: each arm once, in ``order``; arm -> its run's summary. The
+    "thread" arm trains with ``threads`` torch threads."""
+    import torch
+
     from simulator.config.sections import build_config
     from simulator.run.experiment import run_experiment
 
@@ -122,11 +158,19 @@ def _pair(
         d = args.out / task / (f"{arm}-s{seed}" + (f"-r{rep}" if rep else ""))
         extra = {"preaggregate": False} if arm == "rows" else {}
         cfg = {**flat, **extra, "seed": seed, "out": str(d), "ledger": arm == "ledger"}
-        out[arm] = run_experiment(build_config(flat=cfg))
+        before = torch.get_num_threads()
+        if arm == "thread" and threads:
+            torch.set_num_threads(threads)
+        try:
+            out[arm] = run_experiment(build_config(flat=cfg))
+        finally:
+            torch.set_num_threads(before)
     return out
 
 
-def _seed_row(seed: int, reps: list[dict[str, dict[str, Any]]], split: bool) -> dict[str, Any]:
+def _seed_row(
+    seed: int, reps: list[dict[str, dict[str, Any]]], third: str | None
+) -> dict[str, Any]:
     """A seed's figures from its repetitions: each overhead is the median over repetitions of
     the ratio within one (the arms of a repetition ran back to back), the times and the
     recorder's seconds are medians, the lag the largest; the first repetition's ledger run is
@@ -139,8 +183,10 @@ def _seed_row(seed: int, reps: list[dict[str, dict[str, Any]]], split: bool) -> 
     def ledger(key: str) -> list[Any]:
         return [r["ledger"]["ledger"][key] for r in reps]
 
+    def over(arm: str) -> float:  # the arm's median ratio to the plain run of its repetition
+        return med(b / a - 1 for a, b in zip(plain, secs(arm), strict=True))
+
     plain, led = secs("plain"), secs("ledger")
-    rows = secs("rows") if split else None
     cpu = [c for c in ledger("recorder_cpu_seconds") if c is not None]
     pairs = [b / a - 1 for a, b in zip(plain, led, strict=True)]
     return {
@@ -148,12 +194,12 @@ def _seed_row(seed: int, reps: list[dict[str, dict[str, Any]]], split: bool) -> 
         "run_dir": reps[0]["ledger"]["out"],
         "plain_seconds": med(plain),
         "ledger_seconds": med(led),
-        "rows_seconds": med(rows) if rows else None,
+        "rows_seconds": med(secs("rows")) if third == "rows" else None,
+        "thread_seconds": med(secs("thread")) if third == "thread" else None,
         "overhead": med(pairs),
         "pair_overheads": pairs,
-        "row_path_overhead": (
-            med(b / a - 1 for a, b in zip(plain, rows, strict=True)) if rows else None
-        ),
+        "row_path_overhead": over("rows") if third == "rows" else None,
+        "thread_overhead": over("thread") if third == "thread" else None,
         "recorder_lag_max": max(ledger("recorder_lag_max")),
         "recorder_busy_s": med(ledger("recorder_seconds")),
         "recorder_cpu_s": med(cpu) if cpu else None,
