@@ -133,8 +133,9 @@ def thread_arm_threads(task: str, args: argparse.Namespace) -> int | None:
 
     if task != "robustness" or not getattr(args, "split_threads", True):
         return None
-    n = training_threads(torch.get_num_threads())
-    return n if n < torch.get_num_threads() else None
+    have = torch.get_num_threads()
+    n = training_threads(have)
+    return n if n < have else None
 
 
 def _pair(
