@@ -54,8 +54,8 @@ def training_threads(threads: int) -> int:
     One core fewer than the driver may run on (e.g. under ``taskset``), so that the recorder
     has one; all ``threads`` on one core or with the recorder pinned off the driver's cores
     (``FEDSENTRY_RECORDER_CPUS``). E.g. 2 threads on 2 cores -> 1; 4 on 4 -> 3; 4 on 2 -> 1. On
-    2 cores the second thread was worth 4-7% of a plain robustness run; kept beside the recorder,
-    it spins against it (+25% against +12% with one, stop 41)."""
+    2 cores the second thread was worth -12% to +7% of a plain robustness run (stop 41, as the
+    host's speed changed); kept beside the recorder it spins against it (+25% against +12%)."""
     mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     cores = len(mine) or os.cpu_count() or 1
     pinned = os.environ.get(CPUS_ENV)
