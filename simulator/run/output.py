@@ -42,6 +42,27 @@ WIRE_FIELDS = (
 )
 
 
+def _numpy_scalar(v: Any) -> Any:
+    """``json.dumps``' ``default`` for numpy scalars (``np.float64`` is a ``float`` already)."""
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
+
+
+def event_json(event: dict[str, Any]) -> str:
+    """One event as a JSON line's text: non-finite floats as ``null``, numpy scalars as numbers.
+
+    The common case (every float finite) goes through ``json.dumps`` in one pass; an event
+    with a NaN or an infinity (``allow_nan=False`` raises) is cleaned by :func:`_clean` first,
+    which gives the same text for everything else (``np.float64`` is a ``float`` subclass and
+    ``json`` writes floats with ``float.__repr__``, as it writes ``.item()``'s).
+    """
+    try:
+        return json.dumps(event, allow_nan=False, default=_numpy_scalar)
+    except (ValueError, TypeError):
+        return json.dumps(_clean(event))
+
+
 def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
@@ -69,7 +90,7 @@ class EventLog:
 
     def write(self, event: dict[str, Any]) -> None:
         """Append one round's event."""
-        self._log.append((json.dumps(_clean(event), sort_keys=False) + "\n").encode())
+        self._log.append((event_json(event) + "\n").encode())
 
     def close(self) -> None:
         """Close the log."""
