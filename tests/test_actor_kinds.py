@@ -336,6 +336,8 @@ def run_cli_child(argv: list[str], timeout: float = 240) -> subprocess.Completed
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+# slow (a CLI child that starts Ray, ~13 s); check_schedulable's refusals: tests/test_schedulable.py
+@pytest.mark.slow
 def test_cli_unschedulable_kind_exits_2(tmp_path: Path) -> None:
     """A kind needing 64 CPUs per actor fails before any actor starts: exit 2, one line."""
     proc = run_cli_child(

@@ -206,6 +206,8 @@ def test_tamper_table(
     assert "7 of 7 applicable cases caught" in capsys.readouterr().out
 
 
+# slow (~11 s: three 10^4-device runs); the robustness task's arms are checked by the tiny study
+@pytest.mark.slow
 def test_crossdevice_splits_the_row_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -58,6 +58,8 @@ def placed(tmp_path_factory: pytest.TempPathFactory) -> dict:
         return json.loads(out.read_text())
 
 
+# slow (a two-node Ray cluster, ~16 s of set-up); the packing it relies on is checked above
+@pytest.mark.slow
 def test_a_pool_that_ray_alone_would_fragment_starts(placed: dict) -> None:
     assert placed["kinds"] == ["a", "b"]
     assert placed["nodes"] == [placed["second"], placed["head"]]
