@@ -51,7 +51,9 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
 
     Per-client fields (``client_ids``, ``losses``, ``steps``, ``num_samples``, ``finite``,
     ``outputs``, ``local``) are reordered to follow ``order``; returned rows (``row_ids``,
-    ``rows``) likewise; partial sums are added in the order of ``parts`` (``sum``,
+    ``rows``) come in ascending client id, the order a round's batch stacks them in, written
+    once into a reused buffer (:data:`ROWS`) so that the batch is a slice of it, not a copy;
+    partial sums are added in the order of ``parts`` (``sum``,
     ``sum_weight``: give the parts in a fixed order for bitwise-reproducible sums); ``seconds``
     is the slowest worker's training time; ``chunks`` has one entry per trained chunk (see
     :func:`chunk_timings`).
@@ -71,7 +73,11 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
         )
         return out
     chunks = chunk_timings(parts)
-    if len(parts) == 1 and parts[0]["client_ids"].tolist() == list(order):
+    if (
+        len(parts) == 1
+        and parts[0]["client_ids"].tolist() == list(order)
+        and _ascending(parts[0]["row_ids"])
+    ):
         return {**{k: v for k, v in parts[0].items() if k not in TAGS}, "chunks": chunks}
     ids = np.concatenate([p["client_ids"] for p in parts])
     if ids.tolist() == list(order):  # the usual case: answers in request order, no reordering
@@ -86,25 +92,37 @@ def merge_results(parts: list[dict[str, Any]], order: list[int]) -> dict[str, An
     out["local"] = (
         None if parts[0]["local"] is None else np.concatenate([p["local"] for p in parts])[perm]
     )
-    row_ids = np.concatenate([p["row_ids"] for p in parts])
-    rows = [p["rows"] for p in parts if len(p["row_ids"])]
-    if rows:
-        rank = {c: i for i, c in enumerate(order)}
-        rperm = np.argsort([rank[int(c)] for c in row_ids], kind="stable")
-        shape = (sum(len(r) for r in rows), *rows[0].shape[1:])
-        stacked = np.concatenate(rows, out=ROWS.empty(shape, rows[0].dtype))
-        if np.array_equal(rperm, np.arange(len(rperm))):  # already in order: no second copy
-            out["row_ids"], out["rows"] = row_ids, stacked
-        else:
-            out["row_ids"], out["rows"] = row_ids[rperm], stacked[rperm]
-    else:
-        out["row_ids"], out["rows"] = row_ids, None
+    out["row_ids"], out["rows"] = _rows_by_client(parts)
     sums = [p["sum"] for p in parts if p["sum"] is not None]
     out["sum"] = np.sum(sums, axis=0) if sums else None
     out["sum_weight"] = float(sum(p["sum_weight"] for p in parts))
     out["seconds"] = max(float(p["seconds"]) for p in parts)
     out["chunks"] = chunks
     return out
+
+
+def _ascending(ids: np.ndarray) -> bool:
+    return bool(np.all(ids[:-1] < ids[1:]))
+
+
+def _rows_by_client(parts: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The parts' returned rows in ascending client id, copied once into :data:`ROWS` (each
+    part's rows scattered to their places) and their ids."""
+    row_ids = np.concatenate([p["row_ids"] for p in parts])
+    rows = [p["rows"] for p in parts if len(p["row_ids"])]
+    if not rows:
+        return row_ids, None
+    out = ROWS.empty((len(row_ids), *rows[0].shape[1:]), rows[0].dtype)
+    if _ascending(row_ids):
+        return row_ids, np.concatenate(rows, out=out)
+    at = np.argsort(row_ids, kind="stable")
+    place = np.empty(len(at), np.int64)
+    place[at] = np.arange(len(at))  # where each concatenated row goes
+    start = 0
+    for r in rows:
+        out[place[start : start + len(r)]] = r
+        start += len(r)
+    return row_ids[at], out
 
 
 def chunk_timings(parts: list[dict[str, Any]]) -> list[dict[str, float | int | str]]:

@@ -111,7 +111,9 @@ def test_merge_results_orders_by_client_order() -> None:
     assert out["outputs"]["e"].ravel().tolist() == [1.0, 2.0, 5.0, 7.0]
     assert out["seconds"] == 2.0
     rev = merge_results(parts, [7, 5, 2, 1])
-    assert rev["client_ids"].tolist() == [7, 5, 2, 1] and rev["row_ids"].tolist() == [7, 2, 1]
+    assert rev["client_ids"].tolist() == [7, 5, 2, 1]
+    assert rev["row_ids"].tolist() == [1, 2, 7]  # rows by client id, whatever the round's order
+    assert rev["rows"].tolist() == [[1.0, 1.0], [2.0, 2.0], [7.0, 7.0]]
     # one chunk per worker answer: steps 2c, samples 3c per client c (see part())
     assert out["chunks"] == [
         {"clients": 2, "max_steps": 10, "steps": 12, "samples": 18, "seconds": 0.5},
@@ -183,16 +185,17 @@ def assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
     np.testing.assert_allclose(a["rows"], b["rows"], rtol=0, atol=1e-5)
 
 
-def test_local_executor_rows_follow_placement(fed: Federation) -> None:
+def test_local_executor_fields_follow_placement_rows_come_by_client(fed: Federation) -> None:
     groups = place(TASKS, 2, "round_robin")
     res = local_result(fed, groups)
     assert res["client_ids"].tolist() == [0, 2, 5, 1, 3, 6]
-    assert res["row_ids"].tolist() == [0, 2, 5, 1, 3, 6]
+    assert res["row_ids"].tolist() == [0, 1, 2, 3, 5, 6]
     assert res["num_samples"].tolist() == fed.client_sizes[[0, 2, 5, 1, 3, 6]].tolist()
     assert res["rows"].shape == (6, fed.layout.size) and res["sum"] is None
-    # a client's row does not depend on which other clients share its group
+    # a client's row does not depend on which other clients share its group (client 5: row 4)
     alone = local_result(fed, [[TASKS[4]]])
-    np.testing.assert_allclose(res["rows"][2], alone["rows"][0], rtol=0, atol=1e-5)
+    assert alone["row_ids"].tolist() == [5]
+    np.testing.assert_allclose(res["rows"][4], alone["rows"][0], rtol=0, atol=1e-5)
 
 
 def test_trainer_partial_sum(fed: Federation) -> None:

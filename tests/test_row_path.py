@@ -71,15 +71,23 @@ def _part(ids: list[int], rows: np.ndarray) -> dict:
     return {"meta": meta, "rows": rows, "sum": None, "sum_weight": 0.0, "seconds": 0.1}
 
 
-def test_merge_keeps_rows_in_the_round_order() -> None:
+def test_merge_puts_rows_in_client_order_and_the_batch_slices_them() -> None:
     a, b = np.full((2, 3), 1.0, np.float32), np.full((1, 3), 2.0, np.float32)
     a[1] = 3.0
     inorder = merge_results([_part([7, 8], a), _part([9], b)], [7, 8, 9])
     assert inorder["row_ids"].tolist() == [7, 8, 9]
     assert inorder["rows"][:, 0].tolist() == [1.0, 3.0, 2.0]
-    reordered = merge_results([_part([7, 8], a), _part([9], b)], [9, 8, 7])
-    assert reordered["row_ids"].tolist() == [9, 8, 7]
-    assert reordered["rows"][:, 0].tolist() == [2.0, 3.0, 1.0]
+    # answers of clients 9, 7 (rows 1, 3) and 8 (row 2), the round's order 9, 8, 7: rows by id
+    scrambled = merge_results([_part([9, 7], a), _part([8], b)], [9, 8, 7])
+    assert scrambled["client_ids"].tolist() == [9, 8, 7]  # per-client fields follow the round
+    assert scrambled["row_ids"].tolist() == [7, 8, 9]
+    assert scrambled["rows"][:, 0].tolist() == [3.0, 2.0, 1.0]
+    one = merge_results([_part([9, 7], a)], [9, 7])  # one answer, rows not in id order
+    assert one["row_ids"].tolist() == [7, 9] and one["rows"][:, 0].tolist() == [3.0, 1.0]
+    # the batch stacks rows by ascending client id: a slice of the merged rows, no copy
+    m = scrambled["rows"]
+    stacked = stack_rows([m[i] for i in range(3)])
+    assert np.shares_memory(stacked, m) and stacked[:, 0].tolist() == [3.0, 2.0, 1.0]
 
 
 def test_arena_hands_a_buffer_out_again_only_once_unreferenced() -> None:
