@@ -1,29 +1,24 @@
-"""Tests for actors (trainer, local executor, Ray pool, fault handling) and simulator.placement."""
+"""Tests for actors (trainer, local executor, Ray pool, fault handling) and the legacy placements
+(merge_results: test_merge_results.py; whole runs on Ray: test_actors_end_to_end.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from actors.local import LocalExecutor
-from actors.merge import expand, merge_results
+from actors.merge import expand
 from actors.pool import RayPool
 from actors.request import TrainRequest, TrainTask
 from actors.trainer import ClientTrainer
 from simulator.algorithms import make_algorithm
 from simulator.config.learning import AlgorithmConfig
-from simulator.config.sections import Config, build_config
-from simulator.data.clients import PartitionData
+from simulator.config.sections import build_config
 from simulator.placement.legacy import greedy, place, round_robin
 from simulator.run.federation import Federation, build_federation
-from simulator.training.flat import FlatLayout
-from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec
 
 # ------------------------------------------------------------------------------- placement
@@ -76,62 +71,6 @@ def test_small_rounds_use_fewer_actors() -> None:
     assert ids(place(tasks, 3, "greedy", min_work=6)) == [[0], [1, 4], [2, 3]]
     assert ids(place(tasks, 3, "greedy", min_work=0)) == ids(greedy(tasks, 3))
     assert len(place(tasks[:1], 4, "round_robin", min_work=100)) == 4
-
-
-# --------------------------------------------------------------------------- merge_results
-
-
-def part(
-    clients: list[int], returned: list[int], agg: list[float] | None, weight: float, seconds: float
-) -> dict[str, Any]:
-    """A worker's compact answer: per-client numbers (id, loss, steps, samples, finite,
-    returned) in one array, the returned rows, the partial sum."""
-    rows = np.array([[float(c)] * 2 for c in returned], np.float32).reshape(-1, 2)
-    meta = np.array([[c, c / 10, 2 * c, 3 * c, 1.0, float(c in returned)] for c in clients])
-    return {
-        "meta": meta.reshape(-1, 6),
-        "rows": rows if returned else None,
-        "sum": None if agg is None else np.array(agg),
-        "sum_weight": weight,
-        "outputs": {"e": np.array(clients, np.float32)[:, None]},
-        "seconds": seconds,
-    }
-
-
-def test_merge_results_orders_by_client_order() -> None:
-    parts = [part([5, 1], [1], [1.0, 2.0], 3.0, 0.5), part([2, 7], [2, 7], [0.5, 0.5], 1.0, 2.0)]
-    out = merge_results(parts, [1, 2, 5, 7])
-    assert out["client_ids"].tolist() == [1, 2, 5, 7]
-    assert out["losses"].tolist() == pytest.approx([0.1, 0.2, 0.5, 0.7])
-    assert out["steps"].tolist() == [2, 4, 10, 14]
-    assert out["num_samples"].tolist() == [3, 6, 15, 21]
-    assert out["row_ids"].tolist() == [1, 2, 7]
-    assert out["rows"].tolist() == [[1.0, 1.0], [2.0, 2.0], [7.0, 7.0]]
-    assert out["sum"].tolist() == [1.5, 2.5] and out["sum_weight"] == 4.0
-    assert out["outputs"]["e"].ravel().tolist() == [1.0, 2.0, 5.0, 7.0]
-    assert out["seconds"] == 2.0
-    rev = merge_results(parts, [7, 5, 2, 1])
-    assert rev["client_ids"].tolist() == [7, 5, 2, 1]
-    assert rev["row_ids"].tolist() == [1, 2, 7]  # rows by client id, whatever the round's order
-    assert rev["rows"].tolist() == [[1.0, 1.0], [2.0, 2.0], [7.0, 7.0]]
-    # one chunk per worker answer: steps 2c, samples 3c per client c (see part())
-    assert out["chunks"] == [
-        {"clients": 2, "max_steps": 10, "steps": 12, "samples": 18, "seconds": 0.5},
-        {"clients": 2, "max_steps": 14, "steps": 18, "samples": 27, "seconds": 2.0},
-    ]
-    one = merge_results(parts[:1], [5, 1])
-    assert one["chunks"] == out["chunks"][:1]
-
-
-def test_merge_results_empty() -> None:
-    out = merge_results([], [])
-    assert out["client_ids"].tolist() == [] and out["rows"] is None
-    assert out["sum"] is None and out["sum_weight"] == 0.0
-    only_sums = merge_results([part([3], [], [1.0, 1.0], 2.0, 0.1)], [3])
-    assert only_sums["rows"] is None and only_sums["row_ids"].tolist() == []
-    assert out["chunks"] == [] and only_sums["chunks"] == [
-        {"clients": 1, "max_steps": 6, "steps": 6, "samples": 9, "seconds": 0.1}
-    ]
 
 
 # ------------------------------------------------------------------------------- trainers
@@ -310,123 +249,6 @@ def test_actor_killed_while_round_runs(pool: RayPool, fed: Federation) -> None:
     assert pool.restarts == 1
     assert not isinstance(pool.actors[1], KillOnSubmit)
     assert_same(res, ref)
-
-
-def test_run_experiment_on_ray(ray_session: None, tmp_path: Path) -> None:
-    from simulator.run.experiment import run_experiment
-    from simulator.run.output import read_events
-
-    flat = {
-        "num_clients": 8,
-        "clients_per_round": 4,
-        "rounds": 2,
-        "local_epochs": 1,
-        "hidden": 16,
-        "progress": False,
-        "plots": False,
-        "num_actors": 2,
-    }
-    cfg: Config = build_config(flat={**flat, "backend": "ray", "out": str(tmp_path / "ray")})
-    summary = run_experiment(cfg)
-    assert summary["rounds"] == 2 and summary["client_updates"] == 8
-    ev = read_events(tmp_path / "ray" / "events.jsonl")
-    local = build_config(flat={**flat, "backend": "local", "out": str(tmp_path / "local")})
-    run_experiment(local)
-    ev_local = read_events(tmp_path / "local" / "events.jsonl")
-    for a, b in zip(ev, ev_local, strict=True):
-        assert (a["selected"], a["virtual_time"]) == (b["selected"], b["virtual_time"])
-        assert sorted(a["participants"]) == sorted(b["participants"])
-        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=2 / 359)
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-3)
-
-
-def test_model_spec_travels_to_actors(ray_session: None) -> None:
-    """The actor rebuilds the model from the spec: same layout size as the driver's."""
-    import ray
-
-    spec = ModelSpec("cnn", (1, 8, 8), 10, hidden=8, norm="batch")
-    x = np.zeros((4, 1, 8, 8), np.float32)
-    y = np.zeros(4, np.int64)
-    actor = (
-        ray.remote(ClientTrainer)
-        .options(num_cpus=1)
-        .remote(spec, x, y, PartitionData.from_lists([np.arange(4)]))
-    )
-    try:
-        ray.get(actor.configure.remote(LocalSpec(lr=0.1, batch_size=4)))
-        res = ray.get(
-            actor.train.remote(
-                FlatLayout(spec.build(seed=0)).flatten(spec.build(seed=0)).numpy(),
-                TrainRequest([TrainTask(0, 1, 0)]),
-            )
-        )
-        assert res["rows"].shape == (1, FlatLayout(spec.build()).size)
-        assert expand(res)["steps"].tolist() == [1]
-    finally:
-        ray.kill(actor)
-
-
-OVERSUBSCRIBE = """
-import sys
-import threading
-
-import numpy as np
-
-from actors.pool import RayPool
-from actors.ray_setup import ensure_ray
-from simulator.data.clients import PartitionData
-from simulator.training.models import ModelSpec
-
-ensure_ray(num_cpus=2)
-spec = ModelSpec("logreg", (4,), 2)
-result = {}
-
-
-def build():
-    try:
-        RayPool(spec, np.zeros((4, 4), np.float32), np.zeros(4, np.int64),
-                PartitionData.from_lists([np.arange(4)]), 3)
-        result["ok"] = True
-    except Exception as e:
-        result["error"] = str(e)
-
-
-t = threading.Thread(target=build, daemon=True)
-t.start()
-t.join(30)
-if t.is_alive():
-    print("hang: RayPool(num_actors=3) on 2 CPUs still waiting after 30 s")
-    sys.exit(3)      # atexit ray.shutdown() stops this child's Ray
-if "error" in result:
-    print("error:", result["error"])
-    sys.exit(2)
-sys.exit(0)
-"""
-
-
-@pytest.mark.slow
-def test_more_actors_than_cpus_fails_fast() -> None:
-    """Runs in a child process with its own 2-CPU Ray (a hang must not block this session)."""
-    import os
-    import signal
-
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", OVERSUBSCRIBE],
-        cwd=root,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child and the Ray processes it started
-        proc.communicate()
-        pytest.fail("child did not exit within 120 s")
-    assert proc.returncode == 2, out
-    assert "num_actors" in out
 
 
 def test_dead_actors_tasks_go_through_the_scheduler(pool: RayPool, fed: Federation) -> None:
