@@ -108,6 +108,16 @@ def _start_recorder() -> float:
     return time.perf_counter() - t0
 
 
+def _pairing(interleave: str, reps: int) -> str:
+    """How a task's arms alternated, for its table's title."""
+    if interleave == "rounds":
+        return (
+            f"; each seed: the median of {reps} repetition(s), the arms taking turns a round at a "
+            "time in one process (times exclude the waits)"
+        )
+    return f"; each seed: the median of {reps} back-to-back pairs" if reps > 1 else ""
+
+
 def report(result: dict[str, Any]) -> None:
     """Print the tables."""
     if result.get("pinning"):
@@ -125,8 +135,7 @@ def report(result: dict[str, Any]) -> None:
         reps = t.get("repeats", 1)
         print(
             f"\n{t['task']}: {t['population']} devices, {t['clients_per_round']} a round, "
-            f"{t['rounds']} rounds"
-            + (f"; each seed: the median of {reps} back-to-back pairs" if reps > 1 else "")
+            f"{t['rounds']} rounds" + _pairing(t.get("interleave", "runs"), reps)
         )
         split = t.get("row_path_overhead") is not None
         thread = t.get("thread_overhead") is not None
@@ -178,9 +187,13 @@ def report(result: dict[str, Any]) -> None:
                 f"{100 * hi:+.1f}% ({len(t['runs'])} seeds x {t.get('repeats', 1)} pairs; "
                 "how far this machine's drift moves it)"
             )
+        lag_note = ""
+        if t.get("interleave") == "rounds":
+            lag_note = " (a lower bound: it also worked through the other arms' turns)"
         print(
             f"median overhead {100 * t['overhead']:+.1f}%, recorder at most "
-            f"{t['recorder_lag_max']} rounds behind; audit {a['rounds_per_s']:.1f} rounds/s "
+            f"{t['recorder_lag_max']} rounds behind"
+            f"{lag_note}; audit {a['rounds_per_s']:.1f} rounds/s "
             f"({a['jobs']} processes on {a['cores']} cores), "
             f"{'all clean' if a['clean'] else 'FINDINGS on a clean run'}"
         )

@@ -83,6 +83,11 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     threads = thread_arm_threads(task, args)
     third = "rows" if split else "thread" if threads else None
     arms = ["plain", "ledger"] + ([third] if third else [])
+    rounds_mode = getattr(args, "interleave", "runs") == "rounds"
+    if rounds_mode:
+        if third == "thread":  # torch's threads are the process's: no arm can have its own
+            raise ValueError("--interleave rounds: the thread arm needs runs of its own")
+        _ray_for_arms(flat, len(arms))
     cores = os.cpu_count() or 1
     runs = []
     bar = tqdm(
@@ -92,7 +97,8 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
         reps = []
         for rep in range(repeats):
             order = arms if (s + rep) % 2 == 0 else arms[::-1]
-            reps.append(_pair(args, task, flat, s, rep, order, threads))
+            run = _interleaved if rounds_mode else _pair
+            reps.append(run(args, task, flat, s, rep, order, threads))
             bar.update()
         runs.append(_seed_row(s, reps, third))
     bar.close()
@@ -102,6 +108,7 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
         "population": flat["num_clients"],
         "rounds": flat["rounds"],
         "repeats": repeats,
+        "interleave": "rounds" if rounds_mode else "runs",
         "runs": runs,
         "overhead": statistics.median(r["overhead"] for r in runs),
         # how far this machine's drift moves that median: a bootstrap over seeds and pairs
@@ -151,22 +158,65 @@ def _pair(
     "thread" arm trains with ``threads`` torch threads."""
     import torch
 
-    from simulator.config.sections import build_config
     from simulator.run.experiment import run_experiment
 
     out: dict[str, dict[str, Any]] = {}
     for arm in order:
-        d = args.out / task / (f"{arm}-s{seed}" + (f"-r{rep}" if rep else ""))
-        extra = {"preaggregate": False} if arm == "rows" else {}
-        cfg = {**flat, **extra, "seed": seed, "out": str(d), "ledger": arm == "ledger"}
+        cfg = _cfg(args, task, flat, seed, rep, arm)
         before = torch.get_num_threads()
         if arm == "thread" and threads:
             torch.set_num_threads(threads)
         try:
-            out[arm] = run_experiment(build_config(flat=cfg))
+            out[arm] = run_experiment(cfg)
         finally:
             torch.set_num_threads(before)
     return out
+
+
+def _cfg(
+    args: argparse.Namespace, task: str, flat: dict[str, Any], seed: int, rep: int, arm: str
+) -> Any:
+    """The config of ``arm``'s run of ``seed`` in repetition ``rep``."""
+    from simulator.config.sections import build_config
+
+    d = args.out / task / (f"{arm}-s{seed}" + (f"-r{rep}" if rep else ""))
+    extra = {"preaggregate": False} if arm == "rows" else {}
+    cfg = {**flat, **extra, "seed": seed, "out": str(d), "ledger": arm == "ledger"}
+    return build_config(flat=cfg)
+
+
+def _interleaved(
+    args: argparse.Namespace,
+    task: str,
+    flat: dict[str, Any],
+    seed: int,
+    rep: int,
+    order: list,
+    threads: int | None = None,
+) -> dict[str, dict[str, Any]]:
+    """One repetition of a seed with its arms taking turns a round at a time in one process
+    (:mod:`benchmarks.ledger_study.lockstep`); arm -> its run's summary, ``run_seconds`` its
+    own time."""
+    from benchmarks.ledger_study.lockstep import run_interleaved
+    from simulator.run import experiment
+
+    def job(arm: str) -> Any:
+        cfg = _cfg(args, task, flat, seed, rep, arm)
+        return lambda callbacks: experiment.run_experiment(cfg, callbacks=callbacks)
+
+    return run_interleaved({arm: job(arm) for arm in order}, order)
+
+
+def _ray_for_arms(flat: dict[str, Any], arms: int) -> None:
+    """Round-interleaved arms on the Ray pool each hold their actors for the whole run: one
+    actor per CPU this process may use (as a run alone has), and a local Ray with a CPU for
+    each arm's actors (they take turns on the same cores)."""
+    if flat.get("backend", "ray") != "ray" or flat.get("ray_address"):
+        return
+    from actors.ray_setup import ensure_ray
+
+    flat["num_actors"] = flat.get("num_actors") or len(os.sched_getaffinity(0))
+    ensure_ray(num_cpus=arms * flat["num_actors"])
 
 
 def _seed_row(

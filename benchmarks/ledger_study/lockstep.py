@@ -1,0 +1,143 @@
+"""Round-interleaved arms: a seed's runs (without the ledger, with it, ...) in threads of one
+process, taking turns a round at a time.
+
+Why: this machine's speed moves in steps that last seconds. The per-round times of stop 42's
+back-to-back runs show it: one ledger run went at 150 ms a round for 26 rounds, then at 100 ms;
+its plain partner ran at 90-125 ms throughout. Two whole runs 3 s apart can then differ by 25%
+for nothing the ledger did, and 18 such pairs left a 90% interval 20 points wide. Taking turns a
+round at a time puts every arm's round ``r`` within a second of the others', in the same regime.
+
+How: each arm's run gets a :class:`TakeTurns` callback, which at the plan of every round after
+round 0 hands the turn to the next arm and waits for it to come back (so an arm's first turn is
+its set-up and round 0, as when it runs alone: a ledger run's deployment overlaps its round 0
+only). Only the arm holding the turn runs; an arm's time is its run's ``run_seconds`` less what
+it waited for the others (:func:`run_interleaved`).
+
+Where it holds: the recorder must not share the arms' cores (``--recorder-cpus`` off
+``--driver-cpus``). Its work for the ledger arm's round then runs on its own core whichever arm
+holds the turn; on shared cores it would slow the arm that runs next, and the overhead would read
+low. For the same reason the recorder's lag reads low here (it also works through the other arms'
+turns); ``--interleave runs`` measures it alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Clock = Callable[[], float]
+
+
+class Turns:
+    """Whose turn it is among ``arms``: cycling in their order, skipping the finished.
+
+    Parameters
+    ----------
+    arms : sequence of str
+        The arms, in turn order; the first holds the first turn.
+    clock : callable, optional
+        Seconds (``time.perf_counter``); tests give a fake one.
+    """
+
+    def __init__(self, arms: Sequence[str], clock: Clock = time.perf_counter) -> None:
+        if len(set(arms)) != len(arms) or not arms:
+            raise ValueError(f"arms must be distinct and at least one, got {list(arms)}")
+        self.arms = list(arms)
+        self.turn: str | None = self.arms[0]
+        self.done: set[str] = set()
+        self.clock = clock
+        self._cv = threading.Condition()
+
+    def _after(self, arm: str) -> str | None:
+        """The next unfinished arm after ``arm`` (itself when it is the last one left)."""
+        i = self.arms.index(arm)
+        for k in range(1, len(self.arms) + 1):
+            nxt = self.arms[(i + k) % len(self.arms)]
+            if nxt not in self.done:
+                return nxt
+        return None
+
+    def wait_turn(self, arm: str, hand_on: bool = False) -> float:
+        """Block until it is ``arm``'s turn (first handing the turn on, with ``hand_on``); the
+        seconds waited. The clock is read under the lock, before the next arm can start."""
+        with self._cv:
+            t0 = self.clock()
+            if hand_on:
+                self.turn = self._after(arm)
+                self._cv.notify_all()
+            self._cv.wait_for(lambda: self.turn == arm)
+            return self.clock() - t0
+
+    def pass_turn(self, arm: str) -> float:
+        """Hand the turn on and wait for it to come back; the seconds waited."""
+        return self.wait_turn(arm, hand_on=True)
+
+    def finish(self, arm: str) -> None:
+        """``arm`` is done (or failed): the turn moves on and never comes back to it."""
+        with self._cv:
+            self.done.add(arm)
+            if self.turn == arm or self.turn is None:
+                self.turn = self._after(arm)
+            self._cv.notify_all()
+
+
+class TakeTurns:
+    """Round callback: at the plan of every round after round 0, hand the turn on (hooked
+    before the ledger's own callback, so the ledger's work for a round stays in its arm's turn)."""
+
+    def __init__(self, turns: Turns, arm: str) -> None:
+        self.turns, self.arm = turns, arm
+        self.waited = 0.0  # seconds this arm's run spent waiting for the others
+        self._planned = 0
+
+    def on_plan(self, sim: Any, plan: Any) -> None:
+        if self._planned:
+            self.waited += self.turns.pass_turn(self.arm)
+        self._planned += 1
+
+    def on_round_end(self, sim: Any, record: Any) -> None:
+        return None
+
+
+def run_interleaved(
+    jobs: dict[str, Callable[[list[Any]], dict[str, Any]]],
+    order: Sequence[str],
+    clock: Clock = time.perf_counter,
+) -> dict[str, dict[str, Any]]:
+    """Run ``jobs`` (arm -> a function of the extra round callbacks returning the run's
+    summary) in threads taking turns a round at a time, in ``order``.
+
+    Each summary comes back with ``run_seconds`` the arm's own time (its run's seconds less its
+    waits), ``wall_seconds`` the run's and ``waited_seconds`` the waits. An arm that fails hands
+    the turn on, the others finish, and its error is raised (the first arm's in ``order``).
+    """
+    turns = Turns(order, clock)
+    out: dict[str, dict[str, Any]] = {}
+    errors: dict[str, BaseException] = {}
+
+    def go(arm: str) -> None:
+        cb = TakeTurns(turns, arm)
+        try:
+            turns.wait_turn(arm)
+            summary = dict(jobs[arm]([cb]))
+            wall = float(summary["run_seconds"])
+            summary.update(
+                run_seconds=wall - cb.waited, wall_seconds=wall, waited_seconds=cb.waited
+            )
+            out[arm] = summary
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread below
+            errors[arm] = exc
+        finally:
+            turns.finish(arm)
+
+    threads = [threading.Thread(target=go, args=(a,), name=f"arm-{a}", daemon=True) for a in order]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for arm in order:
+        if arm in errors:
+            raise errors[arm]
+    return out
