@@ -11,6 +11,10 @@ ledger run ships rows), which splits the overhead into that row path and the rec
 the recorder shares the driver's cores, a ledger run trains with a torch thread fewer
 (:func:`ledger.recorder.training_threads`), so the robustness task's third run of a seed is the
 plain run with that many threads: the part of the overhead that is the thread given up.
+
+With ``--interleave rounds`` (the default where the recorder is pinned off the driver's CPUs) a
+repetition's arms run in one process taking turns a round at a time
+(:mod:`benchmarks.ledger_study.lockstep`), each timed less its waits; else whole runs alternate.
 """
 
 from __future__ import annotations
