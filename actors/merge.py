@@ -2,10 +2,11 @@
 report (the runtime data a placement learns from).
 
 A worker's answer is compact (:meth:`actors.trainer.ClientTrainer.train`: per-client numbers in
-one ``meta`` array); :func:`expand` names its fields, :func:`merge_results` combines answers in the
-round's client order, :func:`chunk_timings` lists what each stacked chunk held and how long it
-took. An executor may tag an answer with :data:`TAGS` (the actor's index and kind, when the driver
-received it) before merging.
+one ``meta`` array); :func:`expand` names its fields, :func:`merge_results` combines answers (the
+per-client fields in the round's client order, the rows in ascending client id),
+:func:`chunk_timings` lists what each stacked chunk held and how long it took. An executor may
+tag an answer with :data:`TAGS` (the actor's index and kind, when the driver received it) before
+merging.
 """
 
 from __future__ import annotations
