@@ -33,6 +33,33 @@ def run_cli(
     )
 
 
+def run_child(
+    args: list[str], timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in its own session: on a hang past ``timeout`` the child and every
+    process it started (e.g. its Ray) are killed together and the test fails."""
+    import signal
+
+    import pytest
+
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: the group id is the child's pid
+        proc.communicate()
+        pytest.fail(f"python {' '.join(args)[:80]} did not exit within {timeout} s")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def strip_wall(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Events without their wall-clock fields."""
     return [{k: v for k, v in e.items() if k not in WALL} for e in events]

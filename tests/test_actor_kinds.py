@@ -3,15 +3,13 @@ errors, per-chunk timings and regrouping (the pool of two kinds on Ray: test_act
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from cli_helper import run_child
 
 from actors.kinds import ActorKind, parse_actor_kinds
 from actors.merge import chunk_timings, expand, merge_results
@@ -19,8 +17,6 @@ from actors.replace import regroup
 from actors.request import TrainTask
 from simulator.config.fields import ConfigError
 from simulator.config.sections import build_config, load_config
-
-ROOT = Path(__file__).resolve().parent.parent
 
 # ---------------------------------------------------------------------------------- parsing
 
@@ -218,21 +214,7 @@ def test_regroup_positions_and_errors() -> None:
 
 def run_cli_child(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """``python -m simulator ARGV`` in its own session (its Ray is killed with it on a hang)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator", *argv],
-        cwd=ROOT,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"python -m simulator {' '.join(argv)} did not exit in {timeout} s")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_child(["-m", "simulator", *argv], timeout)
 
 
 # slow (a CLI child that starts Ray, ~13 s); check_schedulable's refusals: tests/test_schedulable.py

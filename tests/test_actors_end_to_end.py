@@ -3,12 +3,11 @@ actor, and a pool that asks for more actors than CPUs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helper import run_child
 
 from actors.merge import expand
 from actors.request import TrainRequest, TrainTask
@@ -115,23 +114,7 @@ sys.exit(0)
 @pytest.mark.slow
 def test_more_actors_than_cpus_fails_fast() -> None:
     """Runs in a child process with its own 2-CPU Ray (a hang must not block this session)."""
-    import os
-    import signal
-
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", OVERSUBSCRIBE],
-        cwd=root,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child and the Ray processes it started
-        proc.communicate()
-        pytest.fail("child did not exit within 120 s")
+    proc = run_child(["-c", OVERSUBSCRIBE], timeout=120)
+    out = proc.stdout
     assert proc.returncode == 2, out
     assert "num_actors" in out
