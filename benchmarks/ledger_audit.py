@@ -1,11 +1,12 @@
 """Ledger study: what FLChain recording costs a run, how fast the audit is, what it catches.
 
 Without RUN_DIRs, for each task it records the same seeds with and without ``--ledger``,
-interleaved (the order alternates from seed to seed, since this machine's speed drifts), and
-reports the ledger's overhead on the run's time (its rounds and the ledger's final flush; the
-median over seeds), how far the recorder ever fell behind, the audit's throughput, and, with
-``--tamper``, a table of tamper cases applied to a recorded run at its first, middle and last
-round, each of which the audit must report at its round and client.
+interleaved (by default the runs of a seed take turns a round at a time in one process, since
+this machine's speed drifts in steps lasting seconds; the recorder works only in the ledger
+run's turns), and reports the ledger's overhead on the run's time (its rounds and the ledger's
+final flush; the median over seeds), how far the recorder ever fell behind, the audit's
+throughput, and, with ``--tamper``, a table of tamper cases applied to a recorded run at its
+first, middle and last round, each of which the audit must report at its round and client.
 
 Tasks: ``robustness`` (the robustness benchmark's default task: 10 IID digits clients, all of
 them every round, E=5, MLP, 30 rounds; multikrum against 20% label flipping, so some rows are

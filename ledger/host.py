@@ -108,6 +108,14 @@ class RecorderHost:
             h = cls._current = cls()
         return h
 
+    @classmethod
+    def running_pid(cls) -> int | None:
+        """The process id of this process's recorder while it runs, else ``None``."""
+        h = cls._current
+        if h is None or h.owner != os.getpid() or h.proc.poll() is not None:
+            return None
+        return h.proc.pid
+
     def stop(self) -> None:
         """Close the socket (the recorder exits) and wait for it."""
         try:

@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 
 from ledger.errors import LedgerError, LedgerRoundError
-from ledger.host import CPUS_ENV, SLOTS, RecorderHost, parse_cpus
+from ledger.host import SLOTS, RecorderHost
 from ledger.records import verdict_document
 from ledger.slots import MADV_POPULATE_READ, PREFAULT_BYTES, populate
 
 _SESSIONS = itertools.count()
 
-__all__ = ["LedgerRecorder", "training_threads"]
+__all__ = ["LedgerRecorder"]
 
 
 def aligned_extras(extras: dict[int, dict[str, Any]], ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -46,22 +46,6 @@ def aligned_extras(extras: dict[int, dict[str, Any]], ids: np.ndarray) -> dict[s
         return {k: np.stack([np.asarray(extras[c][k]) for c in ids.tolist()]) for k in names}
     except KeyError as exc:
         raise LedgerRoundError(f"a client sent no extra {exc} that others sent") from None
-
-
-def training_threads(threads: int) -> int:
-    """The torch threads a ledger run's driver trains with, given the ``threads`` it has.
-
-    One core fewer than the driver may run on (e.g. under ``taskset``), so that the recorder
-    has one; all ``threads`` on one core or with the recorder pinned off the driver's cores
-    (``FEDSENTRY_RECORDER_CPUS``). E.g. 2 threads on 2 cores -> 1; 4 on 4 -> 3; 4 on 2 -> 1. On
-    2 cores the second thread was worth -12% to +7% of a plain robustness run (stop 41, as the
-    host's speed changed); kept beside the recorder it spins against it (+25% against +12%)."""
-    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-    cores = len(mine) or os.cpu_count() or 1
-    pinned = os.environ.get(CPUS_ENV)
-    if cores == 1 or bool(pinned and mine and not parse_cpus(pinned) & mine):
-        return threads
-    return max(1, min(threads, cores - 1))
 
 
 class LedgerRecorder:
@@ -94,7 +78,6 @@ class LedgerRecorder:
         self._uid = next(_SESSIONS)
         self._closed = False
         self._summary: dict[str, Any] = {}
-        self._threads = 0  # the driver's torch threads before the run (restored at the end)
 
     # -- protocol ----------------------------------------------------------------------------
     def _handle(self, msg: tuple[Any, ...]) -> None:
@@ -142,11 +125,12 @@ class LedgerRecorder:
     # -- the run -----------------------------------------------------------------------------
     def start(self, sim: Any) -> None:
         """Open the run's session: fresh (deploy while round 0 trains) or resumed (wait for the
-        ledger and check it is not behind the checkpoint)."""
-        import torch
+        ledger and check it is not behind the checkpoint).
 
-        self._threads = torch.get_num_threads()
-        torch.set_num_threads(training_threads(self._threads))
+        The driver keeps all its torch threads: the recorder, at nice 19, takes the cycles
+        training leaves idle. Training with a thread fewer, to leave the recorder a core, cost
+        the robustness task +5-7% on 2 shared cores (stop 44, rounds in turn), about all of the
+        ledger's overhead there."""
         resume = bool(self.cfg.output.resume)
         # a run resumed at round 0 (killed before its ledger started) starts its ledger afresh
         initial = np.array(sim.global_flat.numpy(), np.float32) if sim.next_round == 0 else None
@@ -272,11 +256,6 @@ class LedgerRecorder:
                 self._wait(lambda: self._closed)
         finally:
             self.host.busy = False
-            if self._threads:
-                import torch
-
-                torch.set_num_threads(self._threads)
-                self._threads = 0
             for shm in self._slots:
                 if shm is not None:
                     shm.close()

@@ -1,11 +1,14 @@
 """The ledger study's round-interleaved arms (benchmarks/ledger_study/lockstep.py): the turns,
-the times less the waits, a failing arm, and the study's flag end to end."""
+the times less the waits, a failing arm, the recorder stopped outside its arm's turns, each
+arm's own torch threads, and the study's flag end to end."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.ledger_study.cli import parse_args, recorder_apart  # noqa: E402
-from benchmarks.ledger_study.lockstep import Turns, run_interleaved  # noqa: E402
+from benchmarks.ledger_study.cli import parse_args  # noqa: E402
+from benchmarks.ledger_study.lockstep import Paused, Turns, run_interleaved  # noqa: E402
 
 
 class FakeClock:
@@ -60,13 +63,13 @@ def _jobs(
     return {arm: job(arm) for arm in rounds}
 
 
-def _interleaved(jobs: dict[str, Any], order: list[str], clock: FakeClock) -> dict[str, Any]:
+def _interleaved(jobs: dict[str, Any], order: list[str], clock: Any, **kw: Any) -> dict[str, Any]:
     """:func:`run_interleaved` in a thread, failing the test instead of hanging it."""
     box: dict[str, Any] = {}
 
     def go() -> None:
         try:
-            box["out"] = run_interleaved(jobs, order, clock)
+            box["out"] = run_interleaved(jobs, order, clock, **kw)
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             box["err"] = exc
 
@@ -128,29 +131,119 @@ def test_turns_refuse_repeated_or_no_arms() -> None:
         Turns([])
 
 
-def test_rounds_need_the_recorder_off_the_drivers_cpus(capsys: pytest.CaptureFixture[str]):
-    assert recorder_apart({1}, {0}) and recorder_apart({2, 3}, {0, 1})
-    assert not recorder_apart({1}, {0, 1}) and not recorder_apart(None, {0})
-    assert parse_args(["--driver-cpus", "0", "--recorder-cpus", "1"]).interleave == "rounds"
-    assert parse_args(["--recorder-cpus", "0", "--driver-cpus", "0"]).interleave == "runs"
-    args = ["--driver-cpus", "0", "--recorder-cpus", "1", "--interleave", "runs"]
-    assert parse_args(args).interleave == "runs"
+class LogPause(Paused):
+    """A :class:`Paused` that logs instead of signalling."""
+
+    def __init__(self, log: list, arm: str) -> None:
+        super().__init__(lambda: None)
+        self.log, self.arm = log, arm
+
+    def leave(self) -> None:
+        self.log.append((self.arm, "leave"))
+
+    def back(self) -> None:
+        self.log.append((self.arm, "back"))
+
+
+def test_a_paused_arm_leaves_before_the_next_arm_runs_and_is_back_before_its_own() -> None:
+    clock, log = FakeClock(), []
+    rounds, cost = {"ledger": 3, "plain": 2}, {"ledger": 1.0, "plain": 1.0}
+    jobs = _jobs(clock, rounds, cost, log)
+    _interleaved(jobs, ["ledger", "plain"], clock, paused={"ledger": LogPause(log, "ledger")})
+    assert log == [
+        ("ledger", "setup"), ("ledger", 0), ("ledger", "leave"),
+        ("plain", "setup"), ("plain", 0), ("ledger", "back"),
+        ("ledger", 1), ("ledger", "leave"), ("plain", 1), ("ledger", "back"), ("ledger", 2),
+    ]  # fmt: skip
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (``/proc/PID/stat``: T when stopped)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2]
+
+
+def _becomes(pid: int, stopped: bool, within: float = 5.0) -> bool:
+    """Whether the process is (or within ``within`` s becomes) stopped, or not stopped."""
+    end = time.monotonic() + within
+    while (_state(pid) == "T") != stopped:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_the_recorder_is_stopped_in_the_other_arms_turns_and_runs_in_its_own() -> None:
+    """A real child process stands for the recorder: while the plain arm holds the turn it is
+    stopped (T), while the ledger arm does it runs, and it is left running (the plain arm's
+    rounds fall between the ledger arm's three)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    seen: dict[str, list[bool]] = {"ledger": [], "plain": []}
+
+    def job(arm: str, rounds: int) -> Any:
+        def run(callbacks: list[Any]) -> dict[str, Any]:
+            for _ in range(rounds):
+                for cb in callbacks:
+                    cb.on_plan(None, None)
+                seen[arm].append(_becomes(child.pid, stopped=arm == "plain"))
+            return {"run_seconds": 1.0}
+
+        return run
+
+    try:
+        jobs = {"ledger": job("ledger", 3), "plain": job("plain", 2)}
+        paused = {"ledger": Paused(lambda: child.pid)}
+        _interleaved(jobs, ["ledger", "plain"], time.perf_counter, paused=paused)
+        assert seen == {"ledger": [True] * 3, "plain": [True] * 2}
+        assert _becomes(child.pid, stopped=False, within=0.0)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_each_arm_trains_with_its_own_torch_threads() -> None:
+    """Arms of 1, 2 and 1 torch threads read their own count in every turn after a parallel
+    call, though each arm's thread sets the process-wide value as it starts (a thread's first
+    parallel call would copy the last one set, 1, into arm B)."""
+    import torch
+
+    seen: dict[str, list[int]] = {"A": [], "B": [], "C": []}
+
+    def job(arm: str) -> Any:
+        def run(callbacks: list[Any]) -> dict[str, Any]:
+            for _ in range(3):
+                for cb in callbacks:
+                    cb.on_plan(None, None)
+                torch.ones(64, 64).add(1).sum()  # a parallel call: the thread's count is set
+                seen[arm].append(torch.get_num_threads())
+            return {"run_seconds": 1.0}
+
+        return run
+
+    before = torch.get_num_threads()
+    threads = {"A": 1, "B": 2, "C": 1}
+    _interleaved({a: job(a) for a in threads}, list(threads), time.perf_counter, threads=threads)
+    assert seen == {"A": [1, 1, 1], "B": [2, 2, 2], "C": [1, 1, 1]}
+    assert torch.get_num_threads() == before  # this thread's own count is untouched
+
+
+def test_rounds_are_the_default_and_runs_can_be_asked(capsys: pytest.CaptureFixture[str]):
+    assert parse_args([]).interleave == "rounds"
+    assert parse_args(["--interleave", "runs"]).interleave == "runs"
     with pytest.raises(SystemExit) as exc:
-        parse_args(["--driver-cpus", "0", "--recorder-cpus", "0", "--interleave", "rounds"])
-    assert exc.value.code == 2
-    assert "--interleave rounds needs the recorder pinned off" in capsys.readouterr().err
+        parse_args(["--interleave", "seeds"])
+    assert exc.value.code == 2 and "invalid choice: 'seeds'" in capsys.readouterr().err
 
 
 def test_tiny_study_interleaves_rounds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The study's two arms of a seed take turns a round at a time; their times exclude the
-    waits (the recorder is not pinned here: this checks the mechanics, not the figures)."""
-    import benchmarks.ledger_study.cli as cli
+    """The study's two arms of a seed take turns a round at a time (by default); their times
+    exclude the waits (this checks the mechanics, not the figures)."""
     import simulator.run.experiment as experiment
     from benchmarks.ledger_study.main import main
 
-    monkeypatch.setattr(cli, "recorder_apart", lambda *a: True)
     log: list[tuple[str, int]] = []
     run = experiment.run_experiment
 
@@ -175,10 +268,9 @@ def test_tiny_study_interleaves_rounds(
         "1",
         "--no-tamper",
         "--no-progress",
-        "--no-split-threads",
     ]
     argv += ["--set", "local_epochs=1", "--out", str(out), "--json", str(tmp_path / "l.json")]
-    assert main([*argv, "--interleave", "rounds"]) == 0
+    assert main(argv) == 0
     assert log == [("plain", 0), ("ledger", 0), ("plain", 1), ("ledger", 1), ("plain", 2)] + [
         ("ledger", 2)
     ]

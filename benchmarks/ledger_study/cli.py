@@ -128,21 +128,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "the row path and the recorder (default on)",
     )
     p.add_argument(
-        "--split-threads",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="robustness, where the recorder shares the driver's cores: also run each seed "
-        "without the ledger on the torch threads a ledger run trains with (a core fewer, left "
-        "to the recorder), splitting the overhead into that thread and the recorder (default on)",
-    )
-    p.add_argument(
         "--interleave",
         choices=("runs", "rounds"),
-        default=None,
-        help="how a seed's arms alternate: 'runs', whole runs back to back; 'rounds', in one "
-        "process taking turns a round at a time, so that this machine's drift, which moves in "
-        "steps lasting seconds, falls on every arm alike (needs the recorder pinned off the "
-        "driver's CPUs; default there, else 'runs')",
+        default="rounds",
+        help="how a seed's arms alternate: 'rounds' (default), in one process taking turns a "
+        "round at a time, so that this machine's drift, which moves in steps lasting seconds, "
+        "falls on every arm alike (the recorder runs only in the ledger arm's turns, each arm "
+        "trains with its own torch threads); 'runs', whole runs back to back",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     args = p.parse_args(argv)
@@ -154,13 +146,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             setattr(args, flag + "_set", parse_cpus(text) if text is not None else None)
         except ValueError as exc:
             p.error(f"--{flag.replace('_', '-')}: {exc}")
-    apart = recorder_apart(args.recorder_cpus_set, args.driver_cpus_set)
-    if args.interleave == "rounds" and not apart:
-        p.error(
-            "--interleave rounds needs the recorder pinned off the driver's CPUs "
-            "(--recorder-cpus, --driver-cpus): on shared cores its work would slow the next arm"
-        )
-    args.interleave = args.interleave or ("rounds" if apart else "runs")
     if (args.seeds is not None and args.seeds < 1) or (args.rounds is not None and args.rounds < 3):
         p.error("--seeds must be >= 1 and --rounds >= 3 (the tamper study needs 3 rounds)")
     if args.repeats is not None and args.repeats < 1:
@@ -168,12 +153,3 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.committee < 0 or args.jobs < 1:
         p.error("--committee must be >= 0 and --jobs >= 1")
     return args
-
-
-def recorder_apart(recorder: set[int] | None, driver: set[int] | None) -> bool:
-    """Whether the recorder is pinned to CPUs none of the driver's (``driver``: its pinning, or
-    where this process may run)."""
-    if not recorder:
-        return False
-    mine = driver if driver is not None else set(os.sched_getaffinity(0))
-    return not recorder & mine

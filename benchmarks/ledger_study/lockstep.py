@@ -13,21 +13,68 @@ its set-up and round 0, as when it runs alone: a ledger run's deployment overlap
 only). Only the arm holding the turn runs; an arm's time is its run's ``run_seconds`` less what
 it waited for the others (:func:`run_interleaved`).
 
-Where it holds: the recorder must not share the arms' cores (``--recorder-cpus`` off
-``--driver-cpus``). Its work for the ledger arm's round then runs on its own core whichever arm
-holds the turn; on shared cores it would slow the arm that runs next, and the overhead would read
-low. For the same reason the recorder's lag reads low here (it also works through the other arms'
-turns); ``--interleave runs`` measures it alone.
+What stays an arm's own:
+
+- **Its recorder's work.** The ledger arm stops the recorder process (SIGSTOP) when it hands the
+  turn on and continues it when the turn is back (:class:`Paused`). Its work for round ``r - 1``
+  then overlaps the arm's own round ``r``, as in a run alone, whether it shares the arms' cores
+  (it would slow the next arm) or has one of its own (its memory traffic would); and the lag it
+  reports is the lag of a run alone.
+- **Its torch threads.** Torch keeps the count per OS thread once a thread has made its first
+  parallel call, copying the value any thread last set (:func:`own_threads`). Each arm's thread
+  fixes its count first, so that whatever one run sets stays in its own arm.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 Clock = Callable[[], float]
+
+
+def own_threads(n: int) -> None:
+    """Give the calling thread ``n`` torch threads of its own.
+
+    Torch keeps the count per OS thread (OpenMP's), but a thread's first parallel call copies
+    the process-wide value that any thread last set. That copy is made here first, so that a
+    later ``set_num_threads`` in another arm's thread leaves this one's count alone."""
+    import torch
+
+    torch.get_num_threads()  # the per-thread initialisation, before the set below
+    torch.set_num_threads(n)
+
+
+class Paused:
+    """A process stopped while its arm waits for the others (:meth:`leave`: SIGSTOP) and
+    continued when the turn is back (:meth:`back`: SIGCONT).
+
+    Parameters
+    ----------
+    pid : callable
+        The process's id at each leave; ``None``: there is none to stop.
+    """
+
+    def __init__(self, pid: Callable[[], int | None]) -> None:
+        self.pid = pid
+        self.stopped: int | None = None
+
+    def leave(self) -> None:
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGSTOP)
+            self.stopped = pid
+
+    def back(self) -> None:
+        if self.stopped is not None:
+            pid, self.stopped = self.stopped, None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 class Turns:
@@ -87,14 +134,20 @@ class TakeTurns:
     """Round callback: at the plan of every round after round 0, hand the turn on (hooked
     before the ledger's own callback, so the ledger's work for a round stays in its arm's turn)."""
 
-    def __init__(self, turns: Turns, arm: str) -> None:
-        self.turns, self.arm = turns, arm
+    def __init__(self, turns: Turns, arm: str, paused: Paused | None = None) -> None:
+        self.turns, self.arm, self.paused = turns, arm, paused
         self.waited = 0.0  # seconds this arm's run spent waiting for the others
         self._planned = 0
 
     def on_plan(self, sim: Any, plan: Any) -> None:
         if self._planned:
-            self.waited += self.turns.pass_turn(self.arm)
+            if self.paused is not None:
+                self.paused.leave()
+            try:
+                self.waited += self.turns.pass_turn(self.arm)
+            finally:
+                if self.paused is not None:
+                    self.paused.back()
         self._planned += 1
 
     def on_round_end(self, sim: Any, record: Any) -> None:
@@ -105,21 +158,27 @@ def run_interleaved(
     jobs: dict[str, Callable[[list[Any]], dict[str, Any]]],
     order: Sequence[str],
     clock: Clock = time.perf_counter,
+    threads: dict[str, int] | None = None,
+    paused: dict[str, Paused] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run ``jobs`` (arm -> a function of the extra round callbacks returning the run's
     summary) in threads taking turns a round at a time, in ``order``.
 
-    Each summary comes back with ``run_seconds`` the arm's own time (its run's seconds less its
-    waits), ``wall_seconds`` the run's and ``waited_seconds`` the waits. An arm that fails hands
-    the turn on, the others finish, and its error is raised (the first arm's in ``order``).
+    ``threads`` gives arms their torch threads (:func:`own_threads`); ``paused`` stops an arm's
+    process (its recorder) while the others hold the turn. Each summary comes back with
+    ``run_seconds`` the arm's own time (its run's seconds less its waits), ``wall_seconds`` the
+    run's and ``waited_seconds`` the waits. An arm that fails hands the turn on, the others
+    finish, and its error is raised (the first arm's in ``order``).
     """
     turns = Turns(order, clock)
     out: dict[str, dict[str, Any]] = {}
     errors: dict[str, BaseException] = {}
 
     def go(arm: str) -> None:
-        cb = TakeTurns(turns, arm)
+        cb = TakeTurns(turns, arm, (paused or {}).get(arm))
         try:
+            if threads and arm in threads:
+                own_threads(threads[arm])
             turns.wait_turn(arm)
             summary = dict(jobs[arm]([cb]))
             wall = float(summary["run_seconds"])
@@ -132,12 +191,44 @@ def run_interleaved(
         finally:
             turns.finish(arm)
 
-    threads = [threading.Thread(target=go, args=(a,), name=f"arm-{a}", daemon=True) for a in order]
-    for t in threads:
+    runs = [threading.Thread(target=go, args=(a,), name=f"arm-{a}", daemon=True) for a in order]
+    for t in runs:
         t.start()
-    for t in threads:
+    for t in runs:
         t.join()
+    if threads:  # the process-wide count the arms' threads set: this thread's again
+        import torch
+
+        torch.set_num_threads(torch.get_num_threads())
     for arm in order:
         if arm in errors:
             raise errors[arm]
     return out
+
+
+def ray_for_arms(flat: dict[str, Any], arms: int) -> None:
+    """Round-interleaved arms on the Ray pool each hold their actors for the whole run: one
+    actor per CPU this process may use (as a run alone has), and a local Ray with a CPU for
+    each arm's actors (they take turns on the same cores).
+
+    Raises
+    ------
+    ValueError
+        A Ray already running in this process has too few CPUs for them (one line).
+    """
+    if flat.get("backend", "ray") != "ray" or flat.get("ray_address"):
+        return
+    import ray
+
+    from actors.ray_setup import ensure_ray
+
+    flat["num_actors"] = flat.get("num_actors") or len(os.sched_getaffinity(0))
+    need = arms * flat["num_actors"]
+    if ray.is_initialized():
+        have = int(ray.cluster_resources().get("CPU", 0))
+        if have < need:
+            raise ValueError(
+                f"--interleave rounds: {arms} arms of {flat['num_actors']} actors need {need} "
+                f"CPUs in Ray, the one running here has {have} (or use --interleave runs)"
+            )
+    ensure_ray(num_cpus=need)

@@ -118,6 +118,11 @@ def _pairing(interleave: str, reps: int) -> str:
     return f"; each seed: the median of {reps} back-to-back pairs" if reps > 1 else ""
 
 
+def _secs(x: float | None, width: int) -> str:
+    """Seconds in ``width`` columns; ``-`` for none."""
+    return f"{x:{width}.2f}" if x is not None else "-".rjust(width)
+
+
 def report(result: dict[str, Any]) -> None:
     """Print the tables."""
     if result.get("pinning"):
@@ -138,17 +143,15 @@ def report(result: dict[str, Any]) -> None:
             f"{t['rounds']} rounds" + _pairing(t.get("interleave", "runs"), reps)
         )
         split = t.get("row_path_overhead") is not None
-        thread = t.get("thread_overhead") is not None
         print(
             "seed  plain s  ledger s  overhead  lag  recorder busy s  cpu s  gas/round  same acc"
             + ("  rows s  row path" if split else "")
-            + ("  thread s  thread" if thread else "")
         )
         for r in t["runs"]:
             print(
                 f"{r['seed']:>4}  {r['plain_seconds']:7.2f}  {r['ledger_seconds']:8.2f}  "
                 f"{100 * r['overhead']:+7.1f}%  {r['recorder_lag_max']:>3}  "
-                f"{r['recorder_busy_s']:15.2f}  {r.get('recorder_cpu_s') or 0:5.2f}  "
+                f"{_secs(r['recorder_busy_s'], 15)}  {r.get('recorder_cpu_s') or 0:5.2f}  "
                 f"{r['gas_per_round'] or 0:9.0f}  "
                 f"{str(r['same_accuracy']):>8}"
                 + (
@@ -156,22 +159,11 @@ def report(result: dict[str, Any]) -> None:
                     if split
                     else ""
                 )
-                + (
-                    f"  {r['thread_seconds']:8.2f}  {100 * r['thread_overhead']:+5.1f}%"
-                    if thread
-                    else ""
-                )
             )
         if split:
             print(
                 f"row path alone (no ledger, rows instead of the actors' partial sums): median "
                 f"{100 * t['row_path_overhead']:+.1f}%"
-            )
-        if thread:
-            print(
-                f"thread alone (no ledger, {t['thread_arm_threads']} torch thread(s) as a ledger "
-                f"run trains, a core left to the recorder): median "
-                f"{100 * t['thread_overhead']:+.1f}%; the rest is the recorder's"
             )
         if t.get("recorder_cpu_share") is not None:
             print(
@@ -187,13 +179,9 @@ def report(result: dict[str, Any]) -> None:
                 f"{100 * hi:+.1f}% ({len(t['runs'])} seeds x {t.get('repeats', 1)} pairs; "
                 "how far this machine's drift moves it)"
             )
-        lag_note = ""
-        if t.get("interleave") == "rounds":
-            lag_note = " (a lower bound: it also worked through the other arms' turns)"
         print(
             f"median overhead {100 * t['overhead']:+.1f}%, recorder at most "
-            f"{t['recorder_lag_max']} rounds behind"
-            f"{lag_note}; audit {a['rounds_per_s']:.1f} rounds/s "
+            f"{t['recorder_lag_max']} rounds behind; audit {a['rounds_per_s']:.1f} rounds/s "
             f"({a['jobs']} processes on {a['cores']} cores), "
             f"{'all clean' if a['clean'] else 'FINDINGS on a clean run'}"
         )

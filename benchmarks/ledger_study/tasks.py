@@ -7,14 +7,11 @@ every round, E=5, MLP, 30 rounds; multikrum against 20% label flipping, so some 
 rejected); ``crossdevice`` 10^6 virtual digits clients, 1,000 a round, E=1, 10 rounds, on the Ray
 actor pool. There each seed also runs a third time, without the ledger and without the
 actors' partial sums (``preaggregate=false``: the ledger needs every row in the driver, so a
-ledger run ships rows), which splits the overhead into that row path and the recorder. Where
-the recorder shares the driver's cores, a ledger run trains with a torch thread fewer
-(:func:`ledger.recorder.training_threads`), so the robustness task's third run of a seed is the
-plain run with that many threads: the part of the overhead that is the thread given up.
+ledger run ships rows), which splits the overhead into that row path and the recorder.
 
-With ``--interleave rounds`` (the default where the recorder is pinned off the driver's CPUs) a
-repetition's arms run in one process taking turns a round at a time
-(:mod:`benchmarks.ledger_study.lockstep`), each timed less its waits; else whole runs alternate.
+With ``--interleave rounds`` (the default) a repetition's arms run in one process taking turns a
+round at a time (:mod:`benchmarks.ledger_study.lockstep`), each timed less its waits, the recorder
+running only in the ledger arm's turns; with ``--interleave runs`` whole runs alternate.
 """
 
 from __future__ import annotations
@@ -82,16 +79,12 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     # are off with it: the "rows" arm (no ledger, no pre-aggregation) splits the overhead
     # into that row path and the recorder
     split = task == "crossdevice" and getattr(args, "split_row_path", True)
-    # a ledger run trains with a torch thread fewer where the recorder shares the driver's
-    # cores: the "thread" arm (no ledger, that many threads) splits off what that costs
-    threads = thread_arm_threads(task, args)
-    third = "rows" if split else "thread" if threads else None
-    arms = ["plain", "ledger"] + ([third] if third else [])
+    arms = ["plain", "ledger"] + (["rows"] if split else [])
     rounds_mode = getattr(args, "interleave", "runs") == "rounds"
     if rounds_mode:
-        if third == "thread":  # torch's threads are the process's: no arm can have its own
-            raise ValueError("--interleave rounds: the thread arm needs runs of its own")
-        _ray_for_arms(flat, len(arms))
+        from benchmarks.ledger_study.lockstep import ray_for_arms
+
+        ray_for_arms(flat, len(arms))
     cores = os.cpu_count() or 1
     runs = []
     bar = tqdm(
@@ -102,9 +95,11 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
         for rep in range(repeats):
             order = arms if (s + rep) % 2 == 0 else arms[::-1]
             run = _interleaved if rounds_mode else _pair
-            reps.append(run(args, task, flat, s, rep, order, threads))
+            reps.append(run(args, task, flat, s, rep, order))
             bar.update()
-        runs.append(_seed_row(s, reps, third))
+        runs.append(_seed_row(s, reps, split))
+        if rounds_mode:  # its wall time there also spans the other arms' turns (it is stopped)
+            runs[-1]["recorder_busy_s"] = None
     bar.close()
     return {
         "task": task,
@@ -120,10 +115,6 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
         "row_path_overhead": (
             statistics.median(r["row_path_overhead"] for r in runs) if split else None
         ),
-        "thread_overhead": (
-            statistics.median(r["thread_overhead"] for r in runs) if threads else None
-        ),
-        "thread_arm_threads": threads,
         "recorder_lag_max": max(r["recorder_lag_max"] for r in runs),
         # the recorder's CPU seconds against the machine's core-seconds over the plain run
         "cores": cores,
@@ -133,22 +124,6 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def thread_arm_threads(task: str, args: argparse.Namespace) -> int | None:
-    """The torch threads of the robustness task's "thread" arm: what a ledger run's driver
-    trains with (:func:`ledger.recorder.training_threads`); ``None`` (no such arm) when that
-    is all the threads this process has, or for the other task, or with ``--no-split-threads``.
-    """
-    import torch
-
-    from ledger.recorder import training_threads
-
-    if task != "robustness" or not getattr(args, "split_threads", True):
-        return None
-    have = torch.get_num_threads()
-    n = training_threads(have)
-    return n if n < have else None
-
-
 def _pair(
     args: argparse.Namespace,
     task: str,
@@ -156,25 +131,11 @@ def _pair(
     seed: int,
     rep: int,
     order: list,
-    threads: int | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """One repetition of a seed: each arm once, in ``order``; arm -> its run's summary. The
-    "thread" arm trains with ``threads`` torch threads."""
-    import torch
-
+    """One repetition of a seed: each arm once, in ``order``; arm -> its run's summary."""
     from simulator.run.experiment import run_experiment
 
-    out: dict[str, dict[str, Any]] = {}
-    for arm in order:
-        cfg = _cfg(args, task, flat, seed, rep, arm)
-        before = torch.get_num_threads()
-        if arm == "thread" and threads:
-            torch.set_num_threads(threads)
-        try:
-            out[arm] = run_experiment(cfg)
-        finally:
-            torch.set_num_threads(before)
-    return out
+    return {arm: run_experiment(_cfg(args, task, flat, seed, rep, arm)) for arm in order}
 
 
 def _cfg(
@@ -196,36 +157,27 @@ def _interleaved(
     seed: int,
     rep: int,
     order: list,
-    threads: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """One repetition of a seed with its arms taking turns a round at a time in one process
     (:mod:`benchmarks.ledger_study.lockstep`); arm -> its run's summary, ``run_seconds`` its
-    own time."""
-    from benchmarks.ledger_study.lockstep import run_interleaved
+    own time. Each arm trains with this process's torch threads, and the recorder runs only in
+    the ledger arm's turns."""
+    import torch
+
+    from benchmarks.ledger_study.lockstep import Paused, run_interleaved
+    from ledger.host import RecorderHost
     from simulator.run import experiment
 
     def job(arm: str) -> Any:
         cfg = _cfg(args, task, flat, seed, rep, arm)
         return lambda callbacks: experiment.run_experiment(cfg, callbacks=callbacks)
 
-    return run_interleaved({arm: job(arm) for arm in order}, order)
+    own = dict.fromkeys(order, torch.get_num_threads())
+    paused = {"ledger": Paused(RecorderHost.running_pid)}
+    return run_interleaved({arm: job(arm) for arm in order}, order, threads=own, paused=paused)
 
 
-def _ray_for_arms(flat: dict[str, Any], arms: int) -> None:
-    """Round-interleaved arms on the Ray pool each hold their actors for the whole run: one
-    actor per CPU this process may use (as a run alone has), and a local Ray with a CPU for
-    each arm's actors (they take turns on the same cores)."""
-    if flat.get("backend", "ray") != "ray" or flat.get("ray_address"):
-        return
-    from actors.ray_setup import ensure_ray
-
-    flat["num_actors"] = flat.get("num_actors") or len(os.sched_getaffinity(0))
-    ensure_ray(num_cpus=arms * flat["num_actors"])
-
-
-def _seed_row(
-    seed: int, reps: list[dict[str, dict[str, Any]]], third: str | None
-) -> dict[str, Any]:
+def _seed_row(seed: int, reps: list[dict[str, dict[str, Any]]], split: bool) -> dict[str, Any]:
     """A seed's figures from its repetitions: each overhead is the median over repetitions of
     the ratio within one (the arms of a repetition ran back to back), the times and the
     recorder's seconds are medians, the lag the largest; the first repetition's ledger run is
@@ -249,12 +201,10 @@ def _seed_row(
         "run_dir": reps[0]["ledger"]["out"],
         "plain_seconds": med(plain),
         "ledger_seconds": med(led),
-        "rows_seconds": med(secs("rows")) if third == "rows" else None,
-        "thread_seconds": med(secs("thread")) if third == "thread" else None,
+        "rows_seconds": med(secs("rows")) if split else None,
         "overhead": med(pairs),
         "pair_overheads": pairs,
-        "row_path_overhead": over("rows") if third == "rows" else None,
-        "thread_overhead": over("thread") if third == "thread" else None,
+        "row_path_overhead": over("rows") if split else None,
         "recorder_lag_max": max(ledger("recorder_lag_max")),
         "recorder_busy_s": med(ledger("recorder_seconds")),
         "recorder_cpu_s": med(cpu) if cpu else None,
