@@ -44,9 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help=(
-            "times each seed's arms run, back to back in alternating order; a seed's overhead "
-            "is the median of its repetitions' ratios (default 3: one pair of this machine's "
-            "2-5 s runs moves by +-15%%)"
+            "times each seed's arms run (in turn, the order alternating from one repetition to "
+            "the next); a seed's overhead is the median of its repetitions' ratios (default 3: "
+            "this machine's speed drifts)"
         ),
     )
     p.add_argument(

@@ -179,7 +179,7 @@ def _interleaved(
 
 def _seed_row(seed: int, reps: list[dict[str, dict[str, Any]]], split: bool) -> dict[str, Any]:
     """A seed's figures from its repetitions: each overhead is the median over repetitions of
-    the ratio within one (the arms of a repetition ran back to back), the times and the
+    the ratio within one (the arms of a repetition ran in turn), the times and the
     recorder's seconds are medians, the lag the largest; the first repetition's ledger run is
     the one audited."""
     med = statistics.median
