@@ -94,8 +94,7 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
         reps = []
         for rep in range(repeats):
             order = arms if (s + rep) % 2 == 0 else arms[::-1]
-            run = _interleaved if rounds_mode else _pair
-            reps.append(run(args, task, flat, s, rep, order))
+            reps.append(_repetition(args, task, flat, s, rep, order, rounds_mode))
             bar.update()
         runs.append(_seed_row(s, reps, split))
         if rounds_mode:  # its wall time there also spans the other arms' turns (it is stopped)
@@ -124,20 +123,6 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _pair(
-    args: argparse.Namespace,
-    task: str,
-    flat: dict[str, Any],
-    seed: int,
-    rep: int,
-    order: list,
-) -> dict[str, dict[str, Any]]:
-    """One repetition of a seed: each arm once, in ``order``; arm -> its run's summary."""
-    from simulator.run.experiment import run_experiment
-
-    return {arm: run_experiment(_cfg(args, task, flat, seed, rep, arm)) for arm in order}
-
-
 def _cfg(
     args: argparse.Namespace, task: str, flat: dict[str, Any], seed: int, rep: int, arm: str
 ) -> Any:
@@ -150,18 +135,20 @@ def _cfg(
     return build_config(flat=cfg)
 
 
-def _interleaved(
+def _repetition(
     args: argparse.Namespace,
     task: str,
     flat: dict[str, Any],
     seed: int,
     rep: int,
     order: list,
+    rounds: bool,
 ) -> dict[str, dict[str, Any]]:
-    """One repetition of a seed with its arms taking turns a round at a time in one process
-    (:mod:`benchmarks.ledger_study.lockstep`); arm -> its run's summary, ``run_seconds`` its
-    own time. Each arm trains with this process's torch threads, and the recorder runs only in
-    the ledger arm's turns."""
+    """One repetition of a seed; arm -> its run's summary. Whole runs one after another in
+    ``order``, or (``rounds``) the arms taking turns a round at a time in one process
+    (:mod:`benchmarks.ledger_study.lockstep`), ``run_seconds`` then each arm's own time: each
+    arm trains with this process's torch threads, and the recorder runs only in the ledger
+    arm's turns."""
     import torch
 
     from benchmarks.ledger_study.lockstep import Paused, run_interleaved
@@ -172,9 +159,12 @@ def _interleaved(
         cfg = _cfg(args, task, flat, seed, rep, arm)
         return lambda callbacks: experiment.run_experiment(cfg, callbacks=callbacks)
 
+    jobs = {arm: job(arm) for arm in order}
+    if not rounds:
+        return {arm: jobs[arm]([]) for arm in order}
     own = dict.fromkeys(order, torch.get_num_threads())
     paused = {"ledger": Paused(RecorderHost.running_pid)}
-    return run_interleaved({arm: job(arm) for arm in order}, order, threads=own, paused=paused)
+    return run_interleaved(jobs, order, threads=own, paused=paused)
 
 
 def _seed_row(seed: int, reps: list[dict[str, dict[str, Any]]], split: bool) -> dict[str, Any]:
