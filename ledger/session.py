@@ -89,7 +89,7 @@ class Session:
         self.onchain_bls = False
         self.gas: list[int] = []
         self.busy = 0.0  # seconds spent recording rounds
-        self.cpu = 0.0  # of which CPU seconds (the process's own, at nice 19 it may wait)
+        self.cpu = 0.0  # of which CPU seconds (its own: at the lowest priority it may wait)
         self._lock: int | None = None
 
     # -- start -------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ def test_tiny_study_writes_the_json_the_issue_asks_for(
     assert all(r["same_accuracy"] for r in task["runs"]) and task["audit"]["clean"]
     assert res["tamper"] == [] and res["recorder_start_s"] > 0
     # a ledger run trains with all the driver's torch threads, as the plain run does (the
-    # recorder, at nice 19, takes what training leaves idle)
+    # recorder, at the lowest priority, takes what training leaves idle)
     runs = task["runs"]
     assert threads == {"plain": {2}, "ledger": {2}}
     assert sorted(p.name for p in (out / "robustness").iterdir()) == [

@@ -48,6 +48,19 @@ def test_recorder_process_is_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
         RecorderHost()
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
+def test_recorder_process_runs_at_the_lowest_priority() -> None:
+    """The recorder takes only the cycles training leaves idle: SCHED_IDLE (nice 19 set first,
+    the fallback where the policy is refused)."""
+    host = RecorderHost()
+    try:
+        host.wait_ready()
+        assert os.sched_getscheduler(host.proc.pid) == os.SCHED_IDLE
+        assert os.getpriority(os.PRIO_PROCESS, host.proc.pid) == 19
+    finally:
+        host.stop()
+
+
 def test_ledger_audit_cli_rejects_bad_cpus(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.ledger_study.cli import parse_args
 
