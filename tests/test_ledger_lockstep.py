@@ -202,6 +202,45 @@ def test_the_recorder_is_stopped_in_the_other_arms_turns_and_runs_in_its_own() -
         child.wait()
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_ctrl_c_leaves_the_recorder_running() -> None:
+    """Ctrl-C while the plain arm holds the turn (the recorder stopped): the interrupt comes
+    out of run_interleaved with the recorder running again (else the run's close would wait
+    for a stopped process)."""
+    import os
+    import signal
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    release = threading.Event()
+
+    def job(arm: str) -> Any:
+        def run(callbacks: list[Any]) -> dict[str, Any]:
+            for _ in range(2):
+                for cb in callbacks:
+                    cb.on_plan(None, None)
+                if arm == "plain":
+                    release.wait(30)  # holds the turn until the test ends
+            return {"run_seconds": 1.0}
+
+        return run
+
+    def interrupt() -> None:  # what Ctrl-C does: SIGINT, KeyboardInterrupt in the main thread
+        if _becomes(child.pid, stopped=True, within=10.0):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert threading.current_thread() is threading.main_thread()
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        jobs = {"ledger": job("ledger"), "plain": job("plain")}
+        with pytest.raises(KeyboardInterrupt):
+            run_interleaved(jobs, ["ledger", "plain"], paused={"ledger": Paused(lambda: child.pid)})
+        assert _becomes(child.pid, stopped=False, within=0.0)
+    finally:
+        release.set()
+        child.kill()
+        child.wait()
+
+
 def test_each_arm_trains_with_its_own_torch_threads() -> None:
     """Arms of 1, 2 and 1 torch threads read their own count in every turn after a parallel
     call, though each arm's thread sets the process-wide value as it starts (a thread's first

@@ -194,8 +194,13 @@ def run_interleaved(
     runs = [threading.Thread(target=go, args=(a,), name=f"arm-{a}", daemon=True) for a in order]
     for t in runs:
         t.start()
-    for t in runs:
-        t.join()
+    try:
+        for t in runs:
+            t.join()
+    except BaseException:  # Ctrl-C: a recorder stopped in another arm's turn must not stay
+        for p in (paused or {}).values():  # stopped (its run's close would wait for it)
+            p.back()
+        raise
     if threads:  # the process-wide count the arms' threads set: this thread's again
         import torch
 
