@@ -243,10 +243,12 @@ def lowest_priority() -> str:
     waits beyond it, and lends its CPUs for the rounds it waits for) keeps it from falling
     further behind. Linux's ``SCHED_IDLE`` runs the process only where no other is runnable,
     and a waking training thread takes the CPU from it at once; nice 19 (the fallback, and set
-    first) still shares a CPU for a time slice. Measured on 2 shared cores, rounds in turn
-    (stop 45): the 1,000-client task +46.9% and +39.4% at nice 19 against +35.1% and +35.5% at
-    ``SCHED_IDLE`` in runs alternating with them; the robustness task +4.4%, +2.7% against
-    +3.4%, +4.2% (no difference beyond the drift)."""
+    first) still shares a CPU for a time slice. Measured on 2 shared cores, rounds in turn, in
+    four pairs of runs alternating the two (stop 45), the 1,000-client task read +35.1%,
+    +35.5%, +44.7% and +41.3% at ``SCHED_IDLE`` against +46.9%, +39.4%, +36.5% and +44.5% at
+    nice 19: better in three pairs of four, by less than this machine's drift; the recorder
+    lags 2 rounds (the bound) instead of 1. The robustness task read the same (+3.4%, +4.2%
+    against +4.4%, +2.7%)."""
     os.nice(19)
     if hasattr(os, "SCHED_IDLE"):
         try:
