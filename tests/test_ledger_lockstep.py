@@ -1,13 +1,12 @@
 """The ledger study's round-interleaved arms (benchmarks/ledger_study/lockstep.py): the turns,
-the times less the waits, a failing arm, the recorder stopped outside its arm's turns, each
-arm's own torch threads, and the study's flag end to end."""
+the times less the waits, a failing arm, the pause order, each arm's own torch threads, and the
+study's flag end to end (a real recorder-like process stopped and continued:
+test_ledger_lockstep_process.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from lockstep_helper import interleaved  # noqa: E402
+
 from benchmarks.ledger_study.cli import parse_args  # noqa: E402
-from benchmarks.ledger_study.lockstep import Paused, Turns, run_interleaved  # noqa: E402
+from benchmarks.ledger_study.lockstep import Paused, Turns  # noqa: E402
 
 
 class FakeClock:
@@ -63,25 +64,6 @@ def _jobs(
     return {arm: job(arm) for arm in rounds}
 
 
-def _interleaved(jobs: dict[str, Any], order: list[str], clock: Any, **kw: Any) -> dict[str, Any]:
-    """:func:`run_interleaved` in a thread, failing the test instead of hanging it."""
-    box: dict[str, Any] = {}
-
-    def go() -> None:
-        try:
-            box["out"] = run_interleaved(jobs, order, clock, **kw)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            box["err"] = exc
-
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    t.join(30)
-    assert not t.is_alive(), "the arms deadlocked"
-    if "err" in box:
-        raise box["err"]
-    return box["out"]
-
-
 def test_arms_take_turns_a_round_at_a_time_and_their_waits_come_off() -> None:
     """A: set-up 0.25 s, 3 rounds of 1 s; B: 0.5 s, 3 of 2 s; C: none, 2 of 0.5 s; in turn
     order A, B, C. An arm's first turn is its set-up and round 0: A [0,1.25], B [1.25,3.75],
@@ -91,7 +73,7 @@ def test_arms_take_turns_a_round_at_a_time_and_their_waits_come_off() -> None:
     clock, log = FakeClock(), []
     rounds, cost = {"A": 3, "B": 3, "C": 2}, {"A": 1.0, "B": 2.0, "C": 0.5}
     jobs = _jobs(clock, rounds, cost, log, setup={"A": 0.25, "B": 0.5})
-    out = _interleaved(jobs, ["A", "B", "C"], clock)
+    out = interleaved(jobs, ["A", "B", "C"], clock)
     assert log == [
         ("A", "setup"), ("A", 0), ("B", "setup"), ("B", 0), ("C", "setup"), ("C", 0),
         ("A", 1), ("B", 1), ("C", 1), ("A", 2), ("B", 2),
@@ -105,7 +87,7 @@ def test_arms_take_turns_a_round_at_a_time_and_their_waits_come_off() -> None:
 def test_the_turn_order_is_the_one_given() -> None:
     clock, log = FakeClock(), []
     rounds, cost = {"plain": 2, "ledger": 2}, {"plain": 1.0, "ledger": 1.5}
-    out = _interleaved(_jobs(clock, rounds, cost, log), ["ledger", "plain"], clock)
+    out = interleaved(_jobs(clock, rounds, cost, log), ["ledger", "plain"], clock)
     assert [e for e in log if e[1] != "setup"] == [
         ("ledger", 0), ("plain", 0), ("ledger", 1), ("plain", 1)
     ]  # fmt: skip
@@ -118,7 +100,7 @@ def test_a_failing_arm_hands_the_turn_on_and_its_error_is_raised() -> None:
     rounds, cost = {"A": 3, "B": 3, "C": 3}, {"A": 1.0, "B": 1.0, "C": 1.0}
     jobs = _jobs(clock, rounds, cost, log, fail=("B", 1))
     with pytest.raises(RuntimeError, match="B failed at round 1"):
-        _interleaved(jobs, ["A", "B", "C"], clock)
+        interleaved(jobs, ["A", "B", "C"], clock)
     assert [e for e in log if e[1] != "setup"] == [
         ("A", 0), ("B", 0), ("C", 0), ("A", 1), ("C", 1), ("A", 2), ("C", 2)
     ]  # fmt: skip
@@ -149,96 +131,12 @@ def test_a_paused_arm_leaves_before_the_next_arm_runs_and_is_back_before_its_own
     clock, log = FakeClock(), []
     rounds, cost = {"ledger": 3, "plain": 2}, {"ledger": 1.0, "plain": 1.0}
     jobs = _jobs(clock, rounds, cost, log)
-    _interleaved(jobs, ["ledger", "plain"], clock, paused={"ledger": LogPause(log, "ledger")})
+    interleaved(jobs, ["ledger", "plain"], clock, paused={"ledger": LogPause(log, "ledger")})
     assert log == [
         ("ledger", "setup"), ("ledger", 0), ("ledger", "leave"),
         ("plain", "setup"), ("plain", 0), ("ledger", "back"),
         ("ledger", 1), ("ledger", "leave"), ("plain", 1), ("ledger", "back"), ("ledger", 2),
     ]  # fmt: skip
-
-
-def _state(pid: int) -> str:
-    """The process's state letter (``/proc/PID/stat``: T when stopped)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2]
-
-
-def _becomes(pid: int, stopped: bool, within: float = 5.0) -> bool:
-    """Whether the process is (or within ``within`` s becomes) stopped, or not stopped."""
-    end = time.monotonic() + within
-    while (_state(pid) == "T") != stopped:
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.005)
-    return True
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-def test_the_recorder_is_stopped_in_the_other_arms_turns_and_runs_in_its_own() -> None:
-    """A real child process stands for the recorder: while the plain arm holds the turn it is
-    stopped (T), while the ledger arm does it runs, and it is left running (the plain arm's
-    rounds fall between the ledger arm's three)."""
-    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
-    seen: dict[str, list[bool]] = {"ledger": [], "plain": []}
-
-    def job(arm: str, rounds: int) -> Any:
-        def run(callbacks: list[Any]) -> dict[str, Any]:
-            for _ in range(rounds):
-                for cb in callbacks:
-                    cb.on_plan(None, None)
-                seen[arm].append(_becomes(child.pid, stopped=arm == "plain"))
-            return {"run_seconds": 1.0}
-
-        return run
-
-    try:
-        jobs = {"ledger": job("ledger", 3), "plain": job("plain", 2)}
-        paused = {"ledger": Paused(lambda: child.pid)}
-        _interleaved(jobs, ["ledger", "plain"], time.perf_counter, paused=paused)
-        assert seen == {"ledger": [True] * 3, "plain": [True] * 2}
-        assert _becomes(child.pid, stopped=False, within=0.0)
-    finally:
-        child.kill()
-        child.wait()
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-def test_ctrl_c_leaves_the_recorder_running() -> None:
-    """Ctrl-C while the plain arm holds the turn (the recorder stopped): the interrupt comes
-    out of run_interleaved with the recorder running again (else the run's close would wait
-    for a stopped process)."""
-    import os
-    import signal
-
-    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
-    release = threading.Event()
-
-    def job(arm: str) -> Any:
-        def run(callbacks: list[Any]) -> dict[str, Any]:
-            for _ in range(2):
-                for cb in callbacks:
-                    cb.on_plan(None, None)
-                if arm == "plain":
-                    release.wait(30)  # holds the turn until the test ends
-            return {"run_seconds": 1.0}
-
-        return run
-
-    def interrupt() -> None:  # what Ctrl-C does: SIGINT, KeyboardInterrupt in the main thread
-        if _becomes(child.pid, stopped=True, within=10.0):
-            os.kill(os.getpid(), signal.SIGINT)
-
-    assert threading.current_thread() is threading.main_thread()
-    try:
-        threading.Thread(target=interrupt, daemon=True).start()
-        jobs = {"ledger": job("ledger"), "plain": job("plain")}
-        with pytest.raises(KeyboardInterrupt):
-            run_interleaved(jobs, ["ledger", "plain"], paused={"ledger": Paused(lambda: child.pid)})
-        assert _becomes(child.pid, stopped=False, within=0.0)
-    finally:
-        release.set()
-        child.kill()
-        child.wait()
 
 
 def test_each_arm_trains_with_its_own_torch_threads() -> None:
@@ -262,7 +160,7 @@ def test_each_arm_trains_with_its_own_torch_threads() -> None:
 
     before = torch.get_num_threads()
     threads = {"A": 1, "B": 2, "C": 1}
-    _interleaved({a: job(a) for a in threads}, list(threads), time.perf_counter, threads=threads)
+    interleaved({a: job(a) for a in threads}, list(threads), time.perf_counter, threads=threads)
     assert seen == {"A": [1, 1, 1], "B": [2, 2, 2], "C": [1, 1, 1]}
     assert torch.get_num_threads() == before  # this thread's own count is untouched
 
