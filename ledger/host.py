@@ -22,6 +22,7 @@ Run as ``python -m ledger.host FD`` by :class:`RecorderHost`; not a user command
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -236,8 +237,8 @@ def _warm_up() -> None:
     )
 
 
-def lowest_priority() -> str:
-    """Put this process at the lowest CPU priority the OS has; returns which it got.
+def lowest_priority() -> None:
+    """Put this process at the lowest CPU priority the OS has.
 
     Recording should use the cycles training leaves idle; the bound of two rounds (the driver
     waits beyond it, and lends its CPUs for the rounds it waits for) keeps it from falling
@@ -251,12 +252,8 @@ def lowest_priority() -> str:
     against +4.4%, +2.7%)."""
     os.nice(19)
     if hasattr(os, "SCHED_IDLE"):
-        try:
+        with contextlib.suppress(OSError):  # a kernel or a sandbox without it: nice 19
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            return "idle"
-        except OSError:  # a kernel or a sandbox without it
-            pass
-    return "nice 19"
 
 
 def main(argv: list[str]) -> None:
