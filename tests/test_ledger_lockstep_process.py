@@ -93,6 +93,9 @@ def test_ctrl_c_leaves_the_recorder_running() -> None:
             os.kill(os.getpid(), signal.SIGINT)
 
     assert threading.current_thread() is threading.main_thread()
+    # Python's own SIGINT handler, also where the test run inherited SIGINT ignored (a
+    # background job of a shell without job control, as some CI harnesses start it)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         threading.Thread(target=interrupt, daemon=True).start()
         jobs = {"ledger": job("ledger"), "plain": job("plain")}
@@ -100,6 +103,7 @@ def test_ctrl_c_leaves_the_recorder_running() -> None:
             run_interleaved(jobs, ["ledger", "plain"], paused={"ledger": Paused(lambda: child.pid)})
         assert _becomes(child.pid, stopped=False, within=0.0)
     finally:
+        signal.signal(signal.SIGINT, handler)
         release.set()
         child.kill()
         child.wait()
