@@ -68,6 +68,18 @@ def test_same_seed_same_ledger_one_transaction_a_round(straight, tmp_path: Path)
     assert run_experiment(plain)["final_accuracy"] == summary["final_accuracy"]
 
 
+def test_the_disk_estimate_covers_the_packs_written(straight) -> None:
+    """The budget's estimate of the packs is an upper bound within 2x of what was written;
+    resuming a finished run counts nothing more."""
+    from simulator.run.budget import estimate
+
+    out, _ = straight
+    written = sum(p.stat().st_size for p in (out / "ledger/packs").iterdir())
+    est = estimate(_ledger_config(out)).ledger
+    assert written <= est <= 2 * written, (written, est)
+    assert estimate(resume_config(out)).ledger == 0
+
+
 def test_crash_then_resume_records_every_round_once(straight, tmp_path: Path) -> None:
     out = tmp_path / "crashy"
     with pytest.raises(KeyboardInterrupt):

@@ -143,6 +143,28 @@ def test_a_population_that_cannot_fit_stops_before_anything_starts(tmp_path: Pat
         check_budget(big, available=64e9, disk_free=1e9)
 
 
+def test_a_ledger_run_whose_packs_cannot_fit_on_disk_stops_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    """The round packs: per round each submission's row (4 bytes a parameter) and 2,048 bytes
+    of record, plus the global model; and the initial model's pack. The digits MLP with two
+    hidden layers of 16 units has 64 * 16 + 16 + 16 * 16 + 16 + 16 * 10 + 10 = 1,482
+    parameters, so 10 rounds of 1,000 clients need
+    10 * (1000 * (4 * 1482 + 2048) + 4 * 1482) + 4 * 1482 = 79,825,208 bytes."""
+    over = {"num_clients": 10**6, "partition": "virtual", "clients_per_round": 1000}
+    cfg = config(tmp_path, **over, rounds=10, ledger=True)
+    assert estimate(cfg).ledger == 79_825_208
+    with pytest.raises(ConfigError) as e:
+        check_budget(cfg, available=64e9, disk_free=50e6)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("ledger.ledger: the round packs in ")
+    assert "need ~0.08 GB of disk; 0.05 GB is free" in msg
+    check_budget(cfg, available=64e9, disk_free=80e6)
+    plain = config(tmp_path, **over, rounds=10)
+    assert estimate(plain).ledger == 0
+    check_budget(plain, available=64e9, disk_free=1)
+
+
 def test_cli_exits_2_with_one_line_before_starting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,7 +12,11 @@ die to the kernel's OOM killer mid-way. The estimate adds up what grows with the
 * the processes: the driver and, with Ray, each actor and Ray's own services (measured
   here: ~0.45 GB per torch process, ~0.6 GB for Ray).
 
-Disk: the store's spill file and its checkpoint deltas can hold every client that ever trains.
+Disk: the store's spill file and its checkpoint deltas can hold every client that ever trains;
+with ``--ledger`` the round packs hold every round's update rows, signed records and global model
+(a 1,000-client round of a 9,226-parameter model is ~37 MB; an algorithm's extras, such as
+SCAFFOLD's control variates, come on top and are not counted). A resumed run counts only the
+rounds whose packs are not yet written.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ GB = 1e9
 #: resident memory of one Python process with torch imported, and of Ray's own services
 PROCESS_BYTES = 0.45 * GB
 RAY_BYTES = 0.6 * GB
+#: bytes a round pack holds per submission beside its update row: its signed record, verdict,
+#: admission and index entries (~1,050 bytes measured with digits; rounded up)
+PACK_RECORD_BYTES = 2048
 #: (input shape, classes, training rows) of the registered datasets, for estimates only
 DATASETS: dict[str, tuple[tuple[int, ...], int, int]] = {
     "digits": ((1, 8, 8), 10, 1438),
@@ -57,6 +64,7 @@ class Estimate:
     round: float
     processes: float
     disk: float
+    ledger: float = 0.0  # disk: the ledger's round packs still to be written
 
     @property
     def total(self) -> float:
@@ -123,7 +131,22 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
     rnd = gathered + 2.0 * k * per_client
     procs = PROCESS_BYTES + (workers * PROCESS_BYTES + RAY_BYTES if ex.backend == "ray" else 0)
     disk = 2.0 * max(0.0, ever * state_row - state) + (ever * state_row if state_row else 0.0)
-    return Estimate(devices, dataset, state, rnd, procs, disk)
+    return Estimate(devices, dataset, state, rnd, procs, disk, ledger_disk(cfg, p_full, k))
+
+
+def ledger_disk(cfg: Config, params: int, cohort: int) -> float:
+    """Bytes of the round packs ``--ledger`` will still write: per round, each submission's
+    update row and signed record, and the new global model (0 without the ledger). A resumed
+    run's rounds with a pack already on disk are not counted again."""
+    if not cfg.ledger.enabled:
+        return 0.0
+    rounds, model = cfg.experiment.rounds, 4.0 * params
+    initial = model  # the first pack holds the initial model
+    if cfg.output.resume:
+        packs = Path(cfg.output.out) / "ledger" / "packs"
+        written = sum(1 for _ in packs.iterdir()) if packs.is_dir() else 0
+        rounds, initial = max(0, rounds - max(0, written - 1)), 0.0
+    return initial + rounds * (cohort * (model + PACK_RECORD_BYTES) + model)
 
 
 def available_memory() -> float:
@@ -150,7 +173,7 @@ def check_budget(
             f"{avail / GB:.1f} GB of memory is available; lower --num-clients, "
             "--clients-per-round or --state-memory"
         )
-    if est.disk:
+    if est.disk or est.ledger:
         out = Path(cfg.output.out)
         probe = next((p for p in (out, *out.parents) if p.exists()), Path("."))
         free = shutil.disk_usage(probe).free if disk_free is None else disk_free
@@ -160,5 +183,12 @@ def check_budget(
                 f"{out / 'state'} may need {est.disk / GB:.1f} GB of disk; "
                 f"{free / GB:.1f} GB is free; raise --state-memory or lower "
                 "--rounds or --clients-per-round"
+            )
+        if est.disk + est.ledger > free:
+            spill = f" beside {est.disk / GB:.2f} GB of spilled client state" if est.disk else ""
+            raise ConfigError(
+                f"ledger.ledger: the round packs in {out / 'ledger'} need "
+                f"~{est.ledger / GB:.2f} GB of disk{spill}; {free / GB:.2f} GB is free; lower "
+                "--rounds or --clients-per-round, or free disk"
             )
     return est
