@@ -80,6 +80,30 @@ def test_clean_run_audits_clean(recorded: tuple[Path, Path], capsys: pytest.Capt
     assert "CLEAN" in capsys.readouterr().out
 
 
+def test_the_replay_runs_on_one_torch_thread(recorded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every replayed round sees one torch thread, and the caller's count comes back after."""
+    import torch
+
+    from ledger.replay import Replayer
+
+    seen: list[int] = []
+    step = Replayer.step
+
+    def spy(self, *a, **kw):
+        seen.append(torch.get_num_threads())
+        return step(self, *a, **kw)
+
+    monkeypatch.setattr(Replayer, "step", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert audit_run(recorded[0]).clean
+        assert seen == [1] * ROUNDS
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def _check(findings: list, expected: tuple, case: str) -> None:
     at_place, only_there = caught(findings, expected)
     text = "\n".join(f.line() for f in findings)

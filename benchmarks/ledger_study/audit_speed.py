@@ -16,12 +16,9 @@ def _warm(d: str) -> int:
 
 
 def _audit(d: str) -> dict[str, Any]:
-    import torch
-
     from ledger.audit import audit_run
 
-    torch.set_num_threads(1)
-    rep = audit_run(d)
+    rep = audit_run(d)  # on one torch thread
     return {
         "run_dir": d,
         "rounds": rep.rounds,
