@@ -177,6 +177,7 @@ def _serve(conn: Connection) -> None:
     from ledger.session import Session
     from ledger.spans import lent
     from simulator.config.sections import build_config
+    from simulator.run.appendlog import is_disk_full
 
     views, session, failed = Views(), None, False
     while True:
@@ -209,7 +210,7 @@ def _serve(conn: Connection) -> None:
                 conn.send(("closed", out))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the driver
             rnd = msg[1]["round"] if kind == "round" else None
-            if isinstance(exc, LedgerError | LedgerRoundError):
+            if isinstance(exc, LedgerError | LedgerRoundError) or is_disk_full(exc):
                 text = str(exc).splitlines()[0]
             else:
                 traceback.print_exc(file=sys.stderr)

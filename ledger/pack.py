@@ -90,14 +90,18 @@ def write_pack(directory: Path, rnd: int, entries: Sequence[Entry]) -> bytes:
     bufs: list[Buffer] = [MAGIC, len(index).to_bytes(8, "little"), index]
     bufs += [p for e in entries for p in e.parts]
     total = len(MAGIC) + 8 + len(index) + at
-    if total < DIRECT_MIN or not _write_direct(tmp, bufs, total):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            for i in range(0, len(bufs), _IOV_MAX):
-                _writev_all(fd, bufs[i : i + _IOV_MAX])
-        finally:
-            os.close(fd)
-    os.replace(tmp, path)
+    try:
+        if total < DIRECT_MIN or not _write_direct(tmp, bufs, total):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                for i in range(0, len(bufs), _IOV_MAX):
+                    _writev_all(fd, bufs[i : i + _IOV_MAX])
+            finally:
+                os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk: no partial file keeps the space it took
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     return pack_id
 
 

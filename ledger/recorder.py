@@ -95,6 +95,7 @@ class LedgerRecorder:
             _, rnd, where, text = msg
             self._closed = True
             self.host.busy = False
+            self._free_slots()  # the session is over: the run will not close it
             if where == "start":
                 raise LedgerError(text)
             raise LedgerRoundError(text if str(rnd) in text else f"round {rnd}: {text}")
@@ -104,6 +105,7 @@ class LedgerRecorder:
             msg = self.host.conn.recv()
         except (EOFError, OSError):
             self._closed = True
+            self._free_slots()
             raise LedgerRoundError(
                 f"the ledger recorder process {self.host.exit_reason()} "
                 f"(last round recorded: {self.acked})"
@@ -256,12 +258,15 @@ class LedgerRecorder:
                 self._wait(lambda: self._closed)
         finally:
             self.host.busy = False
-            for shm in self._slots:
-                if shm is not None:
-                    shm.close()
-                    shm.unlink()
-            self._slots = [None] * SLOTS
+            self._free_slots()
         return self.summary()
+
+    def _free_slots(self) -> None:
+        for shm in self._slots:
+            if shm is not None:
+                shm.close()
+                shm.unlink()
+        self._slots = [None] * SLOTS
 
     @property
     def closed(self) -> bool:

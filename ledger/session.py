@@ -277,17 +277,20 @@ class Session:
 
     # -- end ---------------------------------------------------------------------------------
     def close(self) -> dict[str, Any]:
-        """Release the files and the lock; returns the session's figures."""
-        if self.index is not None:
-            self.index.close()
-        if self.exporter is not None:
-            self.exporter.close()
-        if self.replayer is not None:
-            self.replayer.close()
-            self.replayer = None
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        """Release the files and the lock (the lock even when closing a file fails: the run
+        may then resume in this process); returns the session's figures."""
+        try:
+            if self.index is not None:
+                self.index.close()
+            if self.exporter is not None:
+                self.exporter.close()
+            if self.replayer is not None:
+                self.replayer.close()
+                self.replayer = None
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
         return {
             "contract": self.contract.address if self.contract is not None else None,
             "backend": self.chain.backend if self.chain is not None else None,

@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from ledger.errors import LedgerError, LedgerRoundError
     from simulator.data import DataError
     from simulator.population.traces import TraceError
+    from simulator.run.appendlog import is_disk_full
     from simulator.run.experiment import resume_config, run_experiment
 
     try:
@@ -162,6 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; events so far are in the output directory", file=sys.stderr)
         return 130
+    except OSError as e:
+        if not is_disk_full(e) or "cfg" not in locals():
+            raise
+        print(
+            f"error: no space left on the disk of {e.filename or cfg.output.out}; the rounds "
+            "before it are saved: free some space, then resume with: "
+            f"python -m simulator --resume {cfg.output.out}",
+            file=sys.stderr,
+        )
+        return 1
     acc = summary["final_accuracy"]
     print(
         json.dumps(

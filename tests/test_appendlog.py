@@ -172,6 +172,7 @@ def test_event_log_round_trip_and_resume_truncation(tmp_path: Path) -> None:
         ("events.jsonl:4", Failpoint("events.jsonl", 4, False)),
         ("events.jsonl:12:after", Failpoint("events.jsonl", 12, True)),
         ("blocks.rlp:1", Failpoint("blocks.rlp", 1, False)),
+        ("events.jsonl:3:enospc", Failpoint("events.jsonl", 3, False, True)),
     ],
 )
 def test_failpoint_parses(spec: str | None, want: Failpoint | None) -> None:
@@ -195,6 +196,51 @@ def test_failpoint_rejects_bad_syntax_in_one_line(spec: str) -> None:
     with pytest.raises(ValueError, match="FEDSENTRY_FAILPOINT") as err:
         parse_failpoint(spec)
     assert "\n" not in str(err.value)
+
+
+def test_a_failed_write_cuts_the_file_back_to_its_last_whole_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills after 5 bytes of the second record: the error names the file, the file
+    holds the first record only, and the next append (space freed) follows it directly."""
+    import errno
+
+    path = tmp_path / "events.jsonl"
+    log = AppendLog(path)
+    log.append(b'{"round": 0}\n')
+    real, calls = os.write, []
+
+    def full(fd: int, data: memoryview) -> int:
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real(fd, data[:5])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(appendlog.os, "write", full)
+    with pytest.raises(OSError) as err:
+        log.append(b'{"round": 1}\n')
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(path)
+    assert appendlog.is_disk_full(err.value) and not appendlog.is_disk_full(ValueError())
+    assert calls == [13, 8]  # the rest of a partial write is tried before giving up
+    assert path.read_bytes() == b'{"round": 0}\n'
+    monkeypatch.setattr(appendlog.os, "write", real)
+    log.append(b'{"round": 2}\n')
+    log.close()
+    assert path.read_bytes() == b'{"round": 0}\n{"round": 2}\n'
+
+
+def test_enospc_failpoint_writes_half_then_fails_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(appendlog.FAILPOINT_ENV, "blocks.rlp:2:enospc")
+    monkeypatch.setattr(appendlog, "_ARMED", appendlog._Armed())
+    path = tmp_path / "blocks.rlp"
+    with AppendLog(path, "records") as log:
+        log.append(b"\x00\x00\x00\x02ab")
+        with pytest.raises(OSError, match="No space left on device"):
+            log.append(b"\x00\x00\x00\x04cdef")
+        log.append(b"\x00\x00\x00\x01g")
+    assert path.read_bytes() == b"\x00\x00\x00\x02ab\x00\x00\x00\x01g"
 
 
 def test_bad_failpoint_fails_at_first_append(

@@ -102,3 +102,22 @@ def test_kill_after_the_last_checkpoint_resumes_to_the_same_summary(
     (out / "metrics.csv").unlink()
     _assert_resumes_to(out, reference)
     assert (out / "metrics.csv").is_file()
+
+
+def test_a_full_disk_stops_the_run_in_one_line_and_resume_finishes_it(
+    tmp_path: Path, reference: Path
+) -> None:
+    # the disk fills halfway through writing round 3's event: the file is cut back to its
+    # three whole records, the run says so in one line (exit 1), and --resume finishes it
+    out = tmp_path / "full"
+    proc = run_cli(*RUN, "--out", str(out), failpoint="events.jsonl:4:enospc")
+    assert proc.returncode == 1, proc.stderr
+    err = proc.stderr.strip().splitlines()[-1]
+    assert err == (
+        f"error: no space left on the disk of {out / 'events.jsonl'}; the rounds before it "
+        f"are saved: free some space, then resume with: python -m simulator --resume {out}"
+    )
+    raw = (out / "events.jsonl").read_bytes()
+    assert raw.endswith(b"\n") and raw.count(b"\n") == 3  # no torn record left behind
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["next_round"] == 3
+    _assert_resumes_to(out, reference)

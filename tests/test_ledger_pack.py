@@ -68,6 +68,43 @@ def _direct_io(directory: Path) -> bool:
     return True
 
 
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_full_disk_leaves_no_partial_pack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    """The disk fills after the first write (10 bytes, or a 4,096-byte block direct): the
+    error names the pack, and the directory holds no partial file keeping the space (through
+    the page cache, and direct where it may be)."""
+    import errno
+    import os
+
+    import ledger.pack as pack_mod
+
+    if direct and not _direct_io(tmp_path):
+        pytest.skip("this file system takes no O_DIRECT writes")
+    monkeypatch.setattr(pack_mod, "DIRECT_MIN", 1 if direct else 1 << 40)
+    real = os.write if direct else os.writev
+    name = "write" if direct else "writev"
+
+    calls: list[int] = []
+
+    def full(fd: int, data):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:
+            return real(fd, data[:4096] if direct else [memoryview(data[0])[:10]])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pack_mod.os, name, full)
+    entries = [Entry.of("global", b"G" * 5000)]
+    with pytest.raises(OSError, match="No space left on device") as err:
+        write_pack(tmp_path, 1, entries)
+    assert list((tmp_path / "packs").iterdir()) == []
+    monkeypatch.setattr(pack_mod.os, name, real)
+    pid = write_pack(tmp_path, 1, entries)
+    assert err.value.filename == str(pack_path(tmp_path, pid))
+    assert [p.name for p in (tmp_path / "packs").iterdir()] == [pid.hex()]
+
+
 def test_large_packs_written_direct_have_the_same_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -209,6 +209,33 @@ def test_recorder_killed_mid_write_then_resume(
     assert [e["round"] for e in read_events(out / "events.jsonl")] == list(range(ROUNDS))
 
 
+@pytest.mark.parametrize("failpoint", ["blocks.rlp:3:enospc", "rounds.jsonl:2:enospc"])
+def test_a_full_disk_under_the_recorder_then_resume(
+    straight, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failpoint: str
+) -> None:
+    # the disk fills halfway through a write of the recorder's: the run stops with one line
+    # naming the file, the recorder lets go of the ledger's lock (so this same process can
+    # resume it), and --resume finishes a run that audits clean
+    out = tmp_path / "full"
+    name = failpoint.split(":")[0]
+    _fresh_host(monkeypatch, failpoint)
+    try:
+        with pytest.raises(LedgerRoundError) as err:
+            run_experiment(_ledger_config(out))
+        text = str(err.value)
+        assert "\n" not in text and f"No space left on device: '{out / 'ledger'}" in text
+        assert text.endswith(f"{name}'")
+        # the failed run's shared-memory slots are gone (no leak for Python to warn of)
+        assert not list(Path("/dev/shm").glob(f"fsrec{os.getpid()}-*"))
+        run_experiment(resume_config(out))  # the same recorder process (its failpoint is spent)
+    finally:
+        _fresh_host(monkeypatch, None)
+    assert _globals(out) == _globals(straight[0])
+    rep = audit_run(out)
+    assert rep.clean, rep.text()
+    assert [e["round"] for e in read_events(out / "events.jsonl")] == list(range(ROUNDS))
+
+
 @pytest.fixture()
 def anvil() -> AnvilNode:
     with anvil_or_skip(n_accounts=2) as node:

@@ -2,10 +2,12 @@
 
 Every append-only file of a run (``events.jsonl``, the ledger's ``rounds.jsonl``, the devnet
 export ``blocks.rlp``) is a sequence of records, each written by one :meth:`AppendLog.append`
-(one write, then a flush).  A process killed during that write leaves at most one *torn* record,
-and only at the end of the file: :func:`drop_torn_tail` cuts it off in place before a resumed run
-appends again, and :func:`read_jsonl` skips it.  Anything wrong before the tail is corruption and
-raises :class:`CorruptLogError`; it is never silently dropped.
+(unbuffered writes of the whole record).  A process killed during that write leaves at most one
+*torn* record, and only at the end of the file: :func:`drop_torn_tail` cuts it off in place before
+a resumed run appends again, and :func:`read_jsonl` skips it.  Anything wrong before the tail is
+corruption and raises :class:`CorruptLogError`; it is never silently dropped.  A write that fails
+(a full disk) cuts the file back to its last whole record and raises ``OSError`` naming the
+file, so the run stops with its files whole and ``--resume`` goes on once there is room.
 
 Two kinds of record:
 
@@ -19,12 +21,14 @@ Fault injection
 ``FEDSENTRY_FAILPOINT`` is the project's one fault-injection point, read once per process at
 the first append.  ``"NAME:N"``: the N-th append (1-based, counted per process) to a file whose
 basename is NAME writes the first half of its bytes, flushes, fsyncs and SIGKILLs its own
-process; ``"NAME:N:after"`` writes the whole record, flushes, then SIGKILLs.  Tests set it in a
-subprocess's environment to kill a real run at an exact point.
+process; ``"NAME:N:after"`` writes the whole record, flushes, then SIGKILLs;
+``"NAME:N:enospc"`` writes the first half and fails as a full disk does (``OSError`` ENOSPC).
+Tests set it in a subprocess's environment to kill a real run at an exact point.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -41,6 +45,7 @@ __all__ = [
     "CorruptLogError",
     "Failpoint",
     "drop_torn_tail",
+    "is_disk_full",
     "parse_failpoint",
     "read_jsonl",
 ]
@@ -66,11 +71,13 @@ def _check_kind(kind: str) -> None:
 @dataclass(frozen=True)
 class Failpoint:
     """Kill the process at the ``n``-th append to a file named ``name`` (``after``: once the
-    record is whole; otherwise halfway through it)."""
+    record is whole; otherwise halfway through it); ``enospc``: fail halfway through it as a
+    full disk does, instead of killing."""
 
     name: str
     n: int
     after: bool = False
+    enospc: bool = False
 
 
 def parse_failpoint(spec: str | None) -> Failpoint | None:
@@ -79,17 +86,18 @@ def parse_failpoint(spec: str | None) -> Failpoint | None:
     Raises
     ------
     ValueError
-        One line naming the variable when ``spec`` is not ``NAME:N`` or ``NAME:N:after``.
+        One line naming the variable when ``spec`` is not ``NAME:N``, ``NAME:N:after`` or
+        ``NAME:N:enospc``.
     """
     if not spec:
         return None
-    m = re.fullmatch(r"([^:]+):([1-9][0-9]*)(:after)?", spec)
+    m = re.fullmatch(r"([^:]+):([1-9][0-9]*)(:after|:enospc)?", spec)
     if m is None:
         raise ValueError(
-            f"{FAILPOINT_ENV}={spec!r}: expected NAME:N or NAME:N:after "
+            f"{FAILPOINT_ENV}={spec!r}: expected NAME:N, NAME:N:after or NAME:N:enospc "
             "(N >= 1, e.g. events.jsonl:4)"
         )
-    return Failpoint(m[1], int(m[2]), m[3] is not None)
+    return Failpoint(m[1], int(m[2]), m[3] == ":after", m[3] == ":enospc")
 
 
 class _Armed:
@@ -116,6 +124,11 @@ _ARMED = _Armed()
 # ------------------------------------------------------------------------------ writing
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write refused for want of space (ENOSPC, or a quota: EDQUOT)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 class AppendLog:
     """An append-only file of complete records.
 
@@ -131,14 +144,19 @@ class AppendLog:
     def __init__(self, path: Path, kind: str = "jsonl") -> None:
         _check_kind(kind)
         self.path, self.kind = Path(path), kind
-        self._fh: BinaryIO = self.path.open("ab")
+        self._fh: BinaryIO = self.path.open("ab", buffering=0)  # nothing is held back
         if kind == "jsonl" and self._fh.tell() and _last_byte(self.path) != b"\n":
             self._fh.close()
             raise ValueError(f"{self.path}: ends in a torn record; call drop_torn_tail first")
 
     def append(self, data: bytes) -> None:
-        """Write one complete record (a line with its ``b"\\n"``, or a length-prefixed record)
-        in one write, and flush it."""
+        """Write one complete record (a line with its ``b"\\n"``, or a length-prefixed record).
+
+        Raises
+        ------
+        OSError
+            The write failed (a full disk): the file is cut back to its last whole record and
+            the error names it."""
         if self.kind == "jsonl":
             if not data.endswith(b"\n") or data.count(b"\n") != 1:
                 raise ValueError(f"{self.path}: a jsonl record is one line ending in \\n")
@@ -147,10 +165,19 @@ class AppendLog:
         fp = _ARMED.due(self.path)
         if fp is not None and not fp.after:
             data = data[: len(data) // 2]
-        self._fh.write(data)
-        self._fh.flush()
+        fd = self._fh.fileno()
+        whole = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:  # an unbuffered write may take part of it
+                view = view[os.write(fd, view) :]
+            if fp is not None and fp.enospc:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:
+            os.ftruncate(fd, whole)
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
         if fp is not None:  # the fault-injection point (module docstring)
-            os.fsync(self._fh.fileno())
+            os.fsync(fd)
             os.kill(os.getpid(), signal.SIGKILL)
 
     def sync(self) -> None:
@@ -159,7 +186,7 @@ class AppendLog:
         os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        """Close the file (records are already flushed)."""
+        """Close the file (records are already written)."""
         self._fh.close()
 
     def __enter__(self) -> AppendLog:
