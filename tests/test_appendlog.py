@@ -229,11 +229,16 @@ def test_a_failed_write_cuts_the_file_back_to_its_last_whole_record(
     assert path.read_bytes() == b'{"round": 0}\n{"round": 2}\n'
 
 
+def _arm(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
+    """This process's failpoint is ``spec`` from the next append on."""
+    monkeypatch.setenv(appendlog.FAILPOINT_ENV, spec)
+    monkeypatch.setattr(appendlog, "_ARMED", appendlog._Armed())
+
+
 def test_enospc_failpoint_writes_half_then_fails_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(appendlog.FAILPOINT_ENV, "blocks.rlp:2:enospc")
-    monkeypatch.setattr(appendlog, "_ARMED", appendlog._Armed())
+    _arm(monkeypatch, "blocks.rlp:2:enospc")
     path = tmp_path / "blocks.rlp"
     with AppendLog(path, "records") as log:
         log.append(b"\x00\x00\x00\x02ab")
@@ -246,8 +251,7 @@ def test_enospc_failpoint_writes_half_then_fails_once(
 def test_bad_failpoint_fails_at_first_append(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(appendlog.FAILPOINT_ENV, "events.jsonl:soon")
-    monkeypatch.setattr(appendlog, "_ARMED", appendlog._Armed())
+    _arm(monkeypatch, "events.jsonl:soon")
     log = AppendLog(tmp_path / "events.jsonl")  # opening does not read it
     with pytest.raises(ValueError, match="FEDSENTRY_FAILPOINT='events.jsonl:soon'"):
         log.append(b"{}\n")

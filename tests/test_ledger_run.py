@@ -1,5 +1,5 @@
-"""Recording runs on FLChain (ledger v2): determinism, the recorder process, crash and resume,
-a real node with on-chain BLS verification, bad nodes, an old ledger format."""
+"""Recording runs on FLChain (ledger v2): determinism, the recorder process, crash, a full disk
+and resume, an old ledger format (a real node: ``test_ledger_anvil.py``)."""
 
 from __future__ import annotations
 
@@ -9,43 +9,21 @@ from pathlib import Path
 
 import pytest
 from conftest import small_config
-from ledger_nodes import AnvilNode, anvil_or_skip
+from ledger_run_helper import ROUNDS, globals_of, ledger_config
 
 from ledger.audit import audit_run
 from ledger.audit import main as audit_main
 from ledger.errors import LedgerError, LedgerRoundError
 from ledger.host import RecorderHost
-from simulator.cli import main as sim_main
 from simulator.run.appendlog import FAILPOINT_ENV
 from simulator.run.experiment import resume_config, run_experiment
 from simulator.run.output import read_events
-
-ROUNDS = 4
-
-
-def _ledger_config(out: Path, **kw):
-    return small_config(
-        out,
-        rounds=ROUNDS,
-        ledger=True,
-        committee=3,
-        defense="trimmedmean",
-        defense_params={"f": 1},
-        checkpoint_every=1,
-        **kw,
-    )
-
-
-def _globals(run: Path) -> list[str]:
-    return [
-        json.loads(x)["global_hash"] for x in (run / "ledger/rounds.jsonl").read_text().splitlines()
-    ]
 
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("straight") / "run"
-    return out, run_experiment(_ledger_config(out))
+    return out, run_experiment(ledger_config(out))
 
 
 def test_same_seed_same_ledger_one_transaction_a_round(straight, tmp_path: Path) -> None:
@@ -55,8 +33,8 @@ def test_same_seed_same_ledger_one_transaction_a_round(straight, tmp_path: Path)
     assert 0 <= lg["recorder_lag_max"] <= 2
     entries = [json.loads(x) for x in (out / "ledger/rounds.jsonl").read_text().splitlines()]
     assert [e["block"] for e in entries] == [2, 3, 4, 5]  # deploy, then one block per round
-    run_experiment(_ledger_config(tmp_path / "again"))
-    assert _globals(tmp_path / "again") == _globals(out)
+    run_experiment(ledger_config(tmp_path / "again"))
+    assert globals_of(tmp_path / "again") == globals_of(out)
     head = json.loads((out / "ledger/chain/head.json").read_text())
     assert json.loads((tmp_path / "again/ledger/chain/head.json").read_text()) == head
     # one pack a round (and the initial model's), not two files per client
@@ -75,7 +53,7 @@ def test_the_disk_estimate_covers_the_packs_written(straight) -> None:
 
     out, _ = straight
     written = sum(p.stat().st_size for p in (out / "ledger/packs").iterdir())
-    est = estimate(_ledger_config(out)).ledger
+    est = estimate(ledger_config(out)).ledger
     assert written <= est <= 2 * written, (written, est)
     assert estimate(resume_config(out)).ledger == 0
 
@@ -83,10 +61,10 @@ def test_the_disk_estimate_covers_the_packs_written(straight) -> None:
 def test_crash_then_resume_records_every_round_once(straight, tmp_path: Path) -> None:
     out = tmp_path / "crashy"
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(_ledger_config(out), crash_after=2)
-    assert len(_globals(out)) == 2  # what was handed over is recorded before the run stops
+        run_experiment(ledger_config(out), crash_after=2)
+    assert len(globals_of(out)) == 2  # what was handed over is recorded before the run stops
     run_experiment(resume_config(out))
-    assert _globals(out) == _globals(straight[0])
+    assert globals_of(out) == globals_of(straight[0])
     rep = audit_run(out)
     assert rep.clean, rep.text()
     assert rep.rounds == ROUNDS
@@ -106,7 +84,7 @@ def test_resume_with_a_stateful_defense_keeps_the_committee_in_step(tmp_path: Pa
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, crash_after=2)
     run_experiment(resume_config(tmp_path / "cc"))
-    assert len(_globals(tmp_path / "cc")) == ROUNDS
+    assert len(globals_of(tmp_path / "cc")) == ROUNDS
     assert audit_run(tmp_path / "cc", bls=False).clean
 
 
@@ -148,11 +126,11 @@ def test_resume_with_a_broken_export_is_refused(tmp_path: Path) -> None:
 
     out = tmp_path / "broken"
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(_ledger_config(out), crash_after=2)
+        run_experiment(ledger_config(out), crash_after=2)
     shutil.rmtree(out / "ledger/chain")
     with pytest.raises(LedgerError, match="genesis.json"):
         run_experiment(resume_config(out))
-    assert len(_globals(out)) == 2  # nothing lost
+    assert len(globals_of(out)) == 2  # nothing lost
 
 
 def test_an_older_ledger_format_is_refused_in_one_line(
@@ -160,7 +138,7 @@ def test_an_older_ledger_format_is_refused_in_one_line(
 ) -> None:
     out = tmp_path / "v1"
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(_ledger_config(out), crash_after=1)
+        run_experiment(ledger_config(out), crash_after=1)
     m = json.loads((out / "ledger/manifest.json").read_text())
     (out / "ledger/manifest.json").write_text(json.dumps({**m, "format": "fedsentry-ledger/1"}))
     with pytest.raises(
@@ -194,7 +172,7 @@ def test_recorder_killed_mid_write_then_resume(
     _fresh_host(monkeypatch, failpoint)
     try:
         with pytest.raises(LedgerRoundError, match="recorder process exited with code -9"):
-            run_experiment(_ledger_config(out))
+            run_experiment(ledger_config(out))
     finally:
         _fresh_host(monkeypatch, None)
     import torch
@@ -203,7 +181,7 @@ def test_recorder_killed_mid_write_then_resume(
     text = (out / "ledger/rounds.jsonl").read_bytes()
     assert st["next_round"] <= text.count(b"\n")
     run_experiment(resume_config(out))
-    assert _globals(out) == _globals(straight[0])
+    assert globals_of(out) == globals_of(straight[0])
     rep = audit_run(out)
     assert rep.clean, rep.text()
     assert [e["round"] for e in read_events(out / "events.jsonl")] == list(range(ROUNDS))
@@ -221,7 +199,7 @@ def test_a_full_disk_under_the_recorder_then_resume(
     _fresh_host(monkeypatch, failpoint)
     try:
         with pytest.raises(LedgerRoundError) as err:
-            run_experiment(_ledger_config(out))
+            run_experiment(ledger_config(out))
         text = str(err.value)
         assert "\n" not in text and f"No space left on device: '{out / 'ledger'}" in text
         assert text.endswith(f"{name}'")
@@ -230,106 +208,10 @@ def test_a_full_disk_under_the_recorder_then_resume(
         run_experiment(resume_config(out))  # the same recorder process (its failpoint is spent)
     finally:
         _fresh_host(monkeypatch, None)
-    assert _globals(out) == _globals(straight[0])
+    assert globals_of(out) == globals_of(straight[0])
     rep = audit_run(out)
     assert rep.clean, rep.text()
     assert [e["round"] for e in read_events(out / "events.jsonl")] == list(range(ROUNDS))
-
-
-@pytest.fixture()
-def anvil() -> AnvilNode:
-    with anvil_or_skip(n_accounts=2) as node:
-        yield node
-
-
-@pytest.mark.integration
-def test_robustness_task_on_anvil_verifies_on_chain_and_audits_clean(
-    anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    import benchmarks.robustness_study.grid as grid
-    from simulator.config.sections import build_config
-
-    out = tmp_path / "rpc"
-    flat = grid.resolve_scenario(grid.DEFAULT_SCENARIO, "digits", 3, {})
-    flat.update(
-        out=str(out),
-        backend="local",
-        progress=False,
-        plots=False,
-        ledger_url=anvil.url,
-        ledger_chain_id=31337,
-        defense="median",
-        attack="labelflip",
-        attack_fraction=0.2,
-        committee=4,
-    )
-    s = run_experiment(build_config(flat=flat))
-    assert s["ledger"]["backend"] == "rpc" and s["ledger"]["onchain_bls"] is True
-    assert 200_000 < s["ledger"]["gas_per_round"] < 400_000  # the pairing check ran on chain
-    assert audit_main([str(out)]) == 0
-    assert audit_run(out).gas_per_round == s["ledger"]["gas_per_round"]  # the RPC event path
-    with anvil_or_skip(n_accounts=1) as other:  # a node without the channel's contract
-        capsys.readouterr()
-        assert audit_main([str(out), "--ledger-url", other.url]) == 2
-        assert "no contract at" in capsys.readouterr().err
-    anvil.stop()
-    capsys.readouterr()
-    assert audit_main([str(out)]) == 2  # node gone: bad input, one line
-    err = capsys.readouterr().err
-    assert err.startswith("error: cannot reach JSON-RPC node") and err.count("\n") == 1
-
-
-@pytest.mark.integration
-def test_node_lost_mid_run_keeps_what_was_recorded(anvil: AnvilNode, tmp_path: Path) -> None:
-    out = tmp_path / "lost"
-
-    class KillNode:
-        def on_round_end(self, sim, record) -> None:
-            if record.round == 2:
-                anvil.stop()
-
-    cfg = _ledger_config(out, ledger_url=anvil.url)
-    with pytest.raises(LedgerRoundError, match="lost the ledger node|the ledger node failed"):
-        run_experiment(cfg, callbacks=[KillNode()])
-    recorded = len(_globals(out))
-    assert recorded >= 2
-    import torch
-
-    assert torch.load(out / "checkpoint.pt", weights_only=False)["next_round"] <= recorded
-    assert json.loads((out / "ledger/manifest.json").read_text())["backend"] == "rpc"
-
-
-@pytest.mark.integration
-def test_wrong_chain_id_and_unreachable_node_exit_2(
-    anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    base = [
-        "--backend",
-        "local",
-        "--rounds",
-        "2",
-        "--no-progress",
-        "--no-plots",
-        "--num-clients",
-        "4",
-        "--clients-per-round",
-        "2",
-    ]
-    assert (
-        sim_main(
-            base
-            + ["--out", str(tmp_path / "a"), "--ledger-url", anvil.url, "--ledger-chain-id", "1"]
-        )
-        == 2
-    )
-    assert (
-        sim_main(base + ["--out", str(tmp_path / "b"), "--ledger-url", "http://127.0.0.1:9"]) == 2
-    )
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 2
-    assert "has chain id 31337, expected 1" in lines[0]
-    assert "cannot reach JSON-RPC node at http://127.0.0.1:9" in lines[1]
-    assert not (tmp_path / "a/ledger/manifest.json").exists()
 
 
 def test_no_recorder_is_left_behind() -> None:

@@ -16,7 +16,6 @@ from simulator.config.sections import build_config
 from simulator.population.generate import generate_population_arrays
 from simulator.population.selection import FULL_PASS_MAX, select_clients
 from simulator.round.engine import Simulation
-from simulator.run.budget import check_budget, estimate
 
 SMALL = {
     "backend": "local",
@@ -114,77 +113,6 @@ def test_round_memory_follows_the_cohort_not_the_population(tmp_path: Path) -> N
     the 10^6 device arrays would allocate megabytes)."""
     small, large = _round_peak(10_000, tmp_path), _round_peak(1_000_000, tmp_path)
     assert large < small + 1_000_000, (small, large)
-
-
-# ---------------------------------------------------------------------------- memory budget
-
-
-def test_a_population_that_cannot_fit_stops_before_anything_starts(tmp_path: Path) -> None:
-    cfg = config(tmp_path, num_clients=10**10, partition="virtual")
-    est = estimate(cfg)
-    assert est.devices == pytest.approx(48 * 10**10)  # six float64 values per device
-    with pytest.raises(ConfigError) as e:
-        check_budget(cfg, available=16e9)
-    msg = str(e.value)
-    assert "\n" not in msg and msg.startswith("data.num_clients: this run needs ~480.")
-    assert "16.0 GB of memory is available" in msg
-    check_budget(config(tmp_path, num_clients=1000, partition="virtual"), available=16e9)
-    # client state that would spill beyond the free disk
-    big = config(
-        tmp_path,
-        num_clients=10**6,
-        partition="virtual",
-        algorithm="feddyn",
-        clients_per_round=1000,
-        rounds=1000,
-        state_memory="64MB",
-    )
-    with pytest.raises(ConfigError, match="execution.state_memory: client state"):
-        check_budget(big, available=64e9, disk_free=1e9)
-
-
-def test_a_ledger_run_whose_packs_cannot_fit_on_disk_stops_before_it_starts(
-    tmp_path: Path,
-) -> None:
-    """The round packs: per round each submission's row (4 bytes a parameter) and 2,048 bytes
-    of record, plus the global model; and the initial model's pack. The digits MLP with two
-    hidden layers of 16 units has 64 * 16 + 16 + 16 * 16 + 16 + 16 * 10 + 10 = 1,482
-    parameters, so 10 rounds of 1,000 clients need
-    10 * (1000 * (4 * 1482 + 2048) + 4 * 1482) + 4 * 1482 = 79,825,208 bytes."""
-    over = {"num_clients": 10**6, "partition": "virtual", "clients_per_round": 1000}
-    cfg = config(tmp_path, **over, rounds=10, ledger=True)
-    assert estimate(cfg).ledger == 79_825_208
-    with pytest.raises(ConfigError) as e:
-        check_budget(cfg, available=64e9, disk_free=50e6)
-    msg = str(e.value)
-    assert "\n" not in msg and msg.startswith("ledger.ledger: the round packs in ")
-    assert "need ~0.08 GB of disk; 0.05 GB is free" in msg
-    check_budget(cfg, available=64e9, disk_free=80e6)
-    plain = config(tmp_path, **over, rounds=10)
-    assert estimate(plain).ledger == 0
-    check_budget(plain, available=64e9, disk_free=1)
-
-
-def test_cli_exits_2_with_one_line_before_starting(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from simulator.cli import main
-
-    rc = main(
-        [
-            "--partition",
-            "virtual",
-            "--num-clients",
-            str(10**11),
-            "--backend",
-            "local",
-            "--out",
-            str(tmp_path / "x"),
-        ]
-    )
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "GB of memory is available" in err
-    assert not (tmp_path / "x").exists()  # nothing started, nothing written
 
 
 # ---------------------------------------------------------------------- traces and GPUs

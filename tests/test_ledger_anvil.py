@@ -1,0 +1,113 @@
+"""Recording on a real node (anvil): on-chain BLS verification, a node lost mid-run, a wrong
+chain id and an unreachable node."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ledger_nodes import AnvilNode, anvil_or_skip
+from ledger_run_helper import globals_of, ledger_config
+
+from ledger.audit import audit_run
+from ledger.audit import main as audit_main
+from ledger.errors import LedgerRoundError
+from simulator.cli import main as sim_main
+from simulator.run.experiment import run_experiment
+
+
+@pytest.fixture()
+def anvil() -> AnvilNode:
+    with anvil_or_skip(n_accounts=2) as node:
+        yield node
+
+
+@pytest.mark.integration
+def test_robustness_task_on_anvil_verifies_on_chain_and_audits_clean(
+    anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import benchmarks.robustness_study.grid as grid
+    from simulator.config.sections import build_config
+
+    out = tmp_path / "rpc"
+    flat = grid.resolve_scenario(grid.DEFAULT_SCENARIO, "digits", 3, {})
+    flat.update(
+        out=str(out),
+        backend="local",
+        progress=False,
+        plots=False,
+        ledger_url=anvil.url,
+        ledger_chain_id=31337,
+        defense="median",
+        attack="labelflip",
+        attack_fraction=0.2,
+        committee=4,
+    )
+    s = run_experiment(build_config(flat=flat))
+    assert s["ledger"]["backend"] == "rpc" and s["ledger"]["onchain_bls"] is True
+    assert 200_000 < s["ledger"]["gas_per_round"] < 400_000  # the pairing check ran on chain
+    assert audit_main([str(out)]) == 0
+    assert audit_run(out).gas_per_round == s["ledger"]["gas_per_round"]  # the RPC event path
+    with anvil_or_skip(n_accounts=1) as other:  # a node without the channel's contract
+        capsys.readouterr()
+        assert audit_main([str(out), "--ledger-url", other.url]) == 2
+        assert "no contract at" in capsys.readouterr().err
+    anvil.stop()
+    capsys.readouterr()
+    assert audit_main([str(out)]) == 2  # node gone: bad input, one line
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot reach JSON-RPC node") and err.count("\n") == 1
+
+
+@pytest.mark.integration
+def test_node_lost_mid_run_keeps_what_was_recorded(anvil: AnvilNode, tmp_path: Path) -> None:
+    out = tmp_path / "lost"
+
+    class KillNode:
+        def on_round_end(self, sim, record) -> None:
+            if record.round == 2:
+                anvil.stop()
+
+    cfg = ledger_config(out, ledger_url=anvil.url)
+    with pytest.raises(LedgerRoundError, match="lost the ledger node|the ledger node failed"):
+        run_experiment(cfg, callbacks=[KillNode()])
+    recorded = len(globals_of(out))
+    assert recorded >= 2
+    import torch
+
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["next_round"] <= recorded
+    assert json.loads((out / "ledger/manifest.json").read_text())["backend"] == "rpc"
+
+
+@pytest.mark.integration
+def test_wrong_chain_id_and_unreachable_node_exit_2(
+    anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    base = [
+        "--backend",
+        "local",
+        "--rounds",
+        "2",
+        "--no-progress",
+        "--no-plots",
+        "--num-clients",
+        "4",
+        "--clients-per-round",
+        "2",
+    ]
+    assert (
+        sim_main(
+            base
+            + ["--out", str(tmp_path / "a"), "--ledger-url", anvil.url, "--ledger-chain-id", "1"]
+        )
+        == 2
+    )
+    assert (
+        sim_main(base + ["--out", str(tmp_path / "b"), "--ledger-url", "http://127.0.0.1:9"]) == 2
+    )
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2
+    assert "has chain id 31337, expected 1" in lines[0]
+    assert "cannot reach JSON-RPC node at http://127.0.0.1:9" in lines[1]
+    assert not (tmp_path / "a/ledger/manifest.json").exists()
