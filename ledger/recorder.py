@@ -262,6 +262,7 @@ class LedgerRecorder:
         return self.summary()
 
     def _free_slots(self) -> None:
+        """Unmap and unlink the shared-memory slots (the recorder keeps its own mappings)."""
         for shm in self._slots:
             if shm is not None:
                 shm.close()

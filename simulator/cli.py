@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; events so far are in the output directory", file=sys.stderr)
         return 130
     except OSError as e:
-        if not is_disk_full(e) or "cfg" not in locals():
+        if not is_disk_full(e) or "cfg" not in locals():  # no cfg: its loading failed
             raise
         print(
             f"error: no space left on the disk of {e.filename or cfg.output.out}; the rounds "

@@ -14,7 +14,7 @@ die to the kernel's OOM killer mid-way. The estimate adds up what grows with the
 
 Disk: the store's spill file and its checkpoint deltas can hold every client that ever trains;
 with ``--ledger`` the round packs hold every round's update rows, signed records and global model
-(a 1,000-client round of a 9,226-parameter model is ~37 MB; an algorithm's extras, such as
+(a 1,000-client round of the 8,970-parameter digits MLP is ~37 MB; an algorithm's extras, such as
 SCAFFOLD's control variates, come on top and are not counted). A resumed run counts only the
 rounds whose packs are not yet written.
 """
