@@ -121,3 +121,45 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_finishes_it(
     assert raw.endswith(b"\n") and raw.count(b"\n") == 3  # no torn record left behind
     assert torch.load(out / "checkpoint.pt", weights_only=False)["next_round"] == 3
     _assert_resumes_to(out, reference)
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_last_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills after 100 bytes of a checkpoint: OSError (ENOSPC) names the temporary
+    file, which is gone; checkpoint.pt is still the last whole one."""
+    import errno
+    import io
+
+    from conftest import small_config
+
+    from simulator.round.engine import Simulation
+
+    sim = Simulation(small_config(tmp_path / "run"))
+    try:
+        first = sim.save_checkpoint(tmp_path / "run", 0.0)
+        saved = first.read_bytes()
+        sim.run_round(0, 0.0)
+        real_open = Path.open
+
+        class Full(io.FileIO):
+            def write(self, b) -> int:  # type: ignore[no-untyped-def]
+                if self.tell() >= 100:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return super().write(bytes(b)[:100])
+
+        def fake_open(self: Path, mode: str = "r", *a, **kw):  # type: ignore[no-untyped-def]
+            if self.name == "checkpoint.pt.tmp":
+                return Full(self, mode)
+            return real_open(self, mode, *a, **kw)
+
+        monkeypatch.setattr(Path, "open", fake_open)
+        with pytest.raises(OSError) as err:
+            sim.save_checkpoint(tmp_path / "run", 1.0)
+        monkeypatch.setattr(Path, "open", real_open)
+    finally:
+        sim.close()
+    assert err.value.errno == errno.ENOSPC
+    assert err.value.filename == str(tmp_path / "run" / "checkpoint.pt.tmp")
+    assert not (tmp_path / "run" / "checkpoint.pt.tmp").exists()
+    assert first.read_bytes() == saved

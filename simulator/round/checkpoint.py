@@ -47,7 +47,7 @@ class Checkpointed:
         ``state/checkpoint/``; the manifest it returns goes into ``checkpoint.pt``, whose rename
         is the one commit point (a crash before it leaves the previous checkpoint and its store
         files intact). ``extra`` entries (the run summary) are saved beside the simulation
-        state.
+        state. A full disk raises ``OSError`` naming the temporary file, which is removed.
         """
         directory.mkdir(parents=True, exist_ok=True)
         st = self.state_dict()
@@ -55,7 +55,15 @@ class Checkpointed:
         st["wall_time"] = wall_time
         st.update(extra)
         tmp = directory / "checkpoint.pt.tmp"
-        torch.save(st, tmp)
+        try:  # through a Python file, whose OSError torch keeps in the chain of what it raises
+            with tmp.open("wb") as fh:
+                torch.save(st, fh)
+        except (OSError, RuntimeError) as exc:  # the last checkpoint stands
+            tmp.unlink(missing_ok=True)  # no partial file keeps the space
+            os_error = _os_error_in(exc)
+            if os_error is None:
+                raise
+            raise OSError(os_error.errno, os_error.strerror, str(tmp)) from exc
         final = directory / "checkpoint.pt"
         tmp.replace(final)
         return final
@@ -86,3 +94,14 @@ class Checkpointed:
                 manifest=st["store"],
             )
             self.client_eval.store = self.store
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """The first ``OSError`` in ``exc``'s chain (torch raises RuntimeError("unexpected pos")
+    while handling a file write's ENOSPC)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
