@@ -29,6 +29,7 @@ import os
 import re
 import zipfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def write_row_file(directory: Path, name: str, members: Iterable[Member]) -> int
     """
     final = directory / name
     temp = directory / f".{name}.tmp"
-    with temp.open("wb") as fh:
+    with _removed_on_error(temp), temp.open("wb") as fh:
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for key, dtype, shape, blocks in members:
                 with zf.open(f"{key}.npy", "w", force_zip64=True) as out:
@@ -182,12 +183,24 @@ def check_manifest(data: Any, where: str) -> dict[str, Any]:
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     """Atomically replace ``directory/manifest.json`` (temp file, fsync, rename, dir fsync)."""
     temp = directory / f".{MANIFEST}.tmp"
-    with temp.open("w") as fh:
+    with _removed_on_error(temp), temp.open("w") as fh:
         json.dump(manifest, fh, indent=1)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(temp, directory / MANIFEST)
     _fsync_dir(directory)
+
+
+@contextmanager
+def _removed_on_error(temp: Path) -> Iterator[None]:
+    """Write ``temp`` in the body; on an ``OSError`` (a full disk), delete it, so that no
+    partial file keeps the space it took, and raise it again naming ``temp``.  The previous
+    checkpoint is left as it was."""
+    try:
+        yield
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(temp)) from exc
 
 
 def next_seq(directory: Path, manifest: dict[str, Any] | None) -> int:

@@ -64,11 +64,11 @@ class SpillFile:
     def alloc(self, k: int) -> np.ndarray:
         """``k`` free slots (freed ones first), growing the file when needed."""
         reuse = min(k, len(self._free))
-        slots = self._free[len(self._free) - reuse :]
-        del self._free[len(self._free) - reuse :]
         fresh = k - reuse
         if self._top + fresh > self.capacity:
-            self._grow(self._top + fresh)
+            self._grow(self._top + fresh)  # first: a full disk leaves the free list as it was
+        slots = self._free[len(self._free) - reuse :]
+        del self._free[len(self._free) - reuse :]
         out = np.empty(k, np.int64)
         out[:reuse] = slots
         out[reuse:] = np.arange(self._top, self._top + fresh)
@@ -193,22 +193,38 @@ class SpillFile:
         self.path.unlink(missing_ok=True)
 
     def _grow(self, need: int) -> None:
+        """Extend the file to hold ``need`` rows (or twice its rows) and map it again.
+
+        The new blocks are reserved on disk (``posix_fallocate``) before they are mapped: a
+        sparse file's blocks are allocated by the page faults of writes through the map, and
+        on a full disk such a write kills the process with SIGBUS.  Reserved, a full disk is
+        an ``OSError`` (ENOSPC) here, naming the file, and the file and its map stay as they
+        were."""
+        cap = max(need, 2 * self.capacity, self._min_rows)
+        old = self.capacity * self.row_bytes
+        try:
+            with self.path.open("r+b", buffering=0) as fh:
+                os.posix_fallocate(fh.fileno(), old, cap * self.row_bytes - old)
+        except OSError as exc:
+            os.truncate(self.path, old)  # give back what was reserved
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
         # writes in flight go through the file or through the old mapping, which they hold:
         # they survive the remap
-        cap = max(need, 2 * self.capacity, self._min_rows)
         self._rows = np.empty((0, *self.shape), self.dtype)  # drop the old mapping first
-        os.truncate(self.path, cap * self.row_bytes)
         self._rows = np.asarray(np.memmap(self.path, self.dtype, "r+", shape=(cap, *self.shape)))
         self.capacity = cap
 
 
 def _pwrite(path: Path, data: np.ndarray, offset: int) -> None:
     # In calls of at most PWRITE_BYTES: a write holds the file's inode lock, which a _grow
-    # (ftruncate) in the store's thread waits for.  pwrite may also write less than asked.
+    # (fallocate) in the store's thread waits for.  pwrite may also write less than asked.
     view = memoryview(data).cast("B")
     with path.open("r+b", buffering=0) as fh:
         while len(view):
-            done = os.pwrite(fh.fileno(), view[:PWRITE_BYTES], offset)
+            try:
+                done = os.pwrite(fh.fileno(), view[:PWRITE_BYTES], offset)
+            except OSError as exc:  # not expected into reserved blocks; name the file if so
+                raise OSError(exc.errno, exc.strerror, str(path)) from exc
             view, offset = view[done:], offset + done
 
 
