@@ -236,3 +236,48 @@ def test_crossdevice_splits_the_row_path(
         "rows-s0",
     ]
     assert "row path alone" in capsys.readouterr().out
+
+
+def test_the_study_s_disk_need_by_hand(tmp_path: Path) -> None:
+    """Per robustness run (the digits MLP, 8,970 parameters: 35,880 bytes a model; 10 clients,
+    30 rounds): 35,880 + 30 x (10 x (35,880 + 2,048) + 35,880) = 12,490,680 bytes; 6 seeds x
+    3 repeats + the tamper study's copy = 19 runs.  Crossdevice --quick (the same MLP, 100
+    clients, 10 rounds): 35,880 + 10 x (100 x (35,880 + 2,048) + 35,880) = 38,322,680."""
+    from benchmarks.ledger_study.cli import parse_args
+    from benchmarks.ledger_study.tasks import disk_needed
+
+    out = ["--out", str(tmp_path)]
+    assert disk_needed(parse_args(["--tasks", "robustness", *out])) == (19 * 12_490_680, 0)
+    assert disk_needed(parse_args(["--tasks", "robustness", "--no-tamper", *out]))[0] == (
+        18 * 12_490_680
+    )
+    quick = parse_args(["--tasks", "crossdevice", "--quick", "--no-tamper", *out])
+    earlier = tmp_path / "crossdevice" / "ledger-s1-r2" / "ledger" / "packs"
+    earlier.mkdir(parents=True)
+    (earlier / "p").write_bytes(b"x" * 1000)  # an earlier study's pack, which its run replaces
+    (tmp_path / "crossdevice" / "plain-s0").mkdir()  # not a ledger run: not counted
+    assert disk_needed(quick) == (6 * 38_322_680, 1000)
+
+
+def test_a_study_that_cannot_fit_stops_before_its_first_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from benchmarks.ledger_study import main as study_main
+
+    need = 18 * 12_490_680
+    argv = ["--tasks", "robustness", "--no-tamper", "--out", str(tmp_path / "o")]
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=need - 1))
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"error: --out {tmp_path / 'o'}: the study's ledger runs write ~0.22 GB of round "
+        "packs; 0.22 GB is free; free disk, choose another --out, or lower --seeds, --repeats "
+        "or --rounds\n"
+    )
+    assert [p.name for p in (tmp_path / "o").iterdir()] == []  # nothing run, nothing written
+    packs = tmp_path / "o" / "robustness" / "ledger-s5-r2" / "ledger" / "packs"
+    packs.mkdir(parents=True)
+    (packs / "p").write_bytes(b"x")  # 1 byte of an earlier run's packs, which it replaces
+    study_main._check_disk(study_main.parse_args(argv))  # fits now: no error

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 from benchmarks.ledger_study.audit_speed import audit_throughput
 from benchmarks.ledger_study.cli import parse_args
 from benchmarks.ledger_study.tamper_study import print_table, tamper_study
-from benchmarks.ledger_study.tasks import record
+from benchmarks.ledger_study.tasks import disk_needed, record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             dirs = [str(d) for d in find_runs(args.run_dirs)]
             result["audit"] = audit_throughput(dirs, args.jobs)
         else:
+            _check_disk(args)
             result["recorder_start_s"] = _start_recorder()
             for task in args.tasks:
                 rec = record(task, args)
@@ -64,6 +66,23 @@ def main(argv: list[str] | None = None) -> int:
     if "audit" in result:
         bad += [] if result["audit"]["clean"] else [result["audit"]]
     return 1 if bad else 0
+
+
+def _check_disk(args: Any) -> None:
+    """Refuse, before the first run, a study whose round packs cannot fit under ``--out``
+    (each run checks its own packs, but only when it starts: a study may be hours in)."""
+    need, replaced = disk_needed(args)
+    free = shutil.disk_usage(args.out).free
+    if need > free + replaced:
+        gb = 1e9
+        earlier = (
+            f" (+{replaced / gb:.2f} GB of earlier runs there it replaces)" if replaced else ""
+        )
+        raise ValueError(
+            f"--out {args.out}: the study's ledger runs write ~{need / gb:.2f} GB of round "
+            f"packs; {free / gb:.2f} GB is free{earlier}; free disk, choose another --out, or "
+            "lower --seeds, --repeats or --rounds"
+        )
 
 
 def _pin(args: Any) -> dict[str, Any] | None:

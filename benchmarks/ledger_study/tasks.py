@@ -20,6 +20,7 @@ import argparse
 import os
 import statistics
 import sys
+from pathlib import Path
 from typing import Any
 
 from benchmarks.robustness_study import grid
@@ -123,16 +124,42 @@ def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def disk_needed(args: argparse.Namespace) -> tuple[float, float]:
+    """Bytes of disk the study's ledger runs will write under ``--out`` (their round packs,
+    :func:`simulator.run.budget.ledger_disk`, plus one copy of the first run for the tamper
+    study), and the bytes of earlier ledgers in those run directories, which the runs replace."""
+    from simulator.run.budget import estimate
+
+    need = replaced = 0.0
+    for i, task in enumerate(args.tasks):
+        flat = task_config(task, args)
+        seeds = args.seeds or (2 if args.quick else TASKS[task]["seeds"])
+        repeats = getattr(args, "repeats", None) or TASKS[task]["repeats"]
+        per_run = estimate(_cfg(args, task, flat, 0, 0, "ledger")).ledger
+        need += per_run * (seeds * repeats + (1 if i == 0 and args.tamper else 0))
+        for s in range(seeds):
+            for rep in range(repeats):
+                d = _run_dir(args, task, s, rep, "ledger") / "ledger"
+                if d.is_dir():
+                    replaced += sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+    return need, replaced
+
+
 def _cfg(
     args: argparse.Namespace, task: str, flat: dict[str, Any], seed: int, rep: int, arm: str
 ) -> Any:
     """The config of ``arm``'s run of ``seed`` in repetition ``rep``."""
     from simulator.config.sections import build_config
 
-    d = args.out / task / (f"{arm}-s{seed}" + (f"-r{rep}" if rep else ""))
+    d = _run_dir(args, task, seed, rep, arm)
     extra = {"preaggregate": False} if arm == "rows" else {}
     cfg = {**flat, **extra, "seed": seed, "out": str(d), "ledger": arm == "ledger"}
     return build_config(flat=cfg)
+
+
+def _run_dir(args: argparse.Namespace, task: str, seed: int, rep: int, arm: str) -> Path:
+    """The output directory of ``arm``'s run of ``seed`` in repetition ``rep``."""
+    return args.out / task / (f"{arm}-s{seed}" + (f"-r{rep}" if rep else ""))
 
 
 def _repetition(
