@@ -22,7 +22,6 @@ Run as ``python -m ledger.host FD`` by :class:`RecorderHost`; not a user command
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import signal
 import socket
@@ -32,11 +31,13 @@ import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from ledger.host_process import die_with_parent, freeze_heap, heap_stats, lowest_priority, warm_up
 from ledger.slots import Views
 
 SLOTS = 3  # rounds the recorder may hold: the one it works on and two queued
 #: environment variable naming the CPUs the recorder process is pinned to (``1``, ``2,3``,
-#: ``2-5``); unset: wherever the OS puts it, at the lowest priority (:func:`lowest_priority`).
+#: ``2-5``); unset: wherever the OS puts it, at the lowest priority
+#: (:func:`ledger.host_process.lowest_priority`).
 #: Pin it to a core training does not use (and the driver off it, e.g. ``taskset``) when the
 #: machine has one to spare.
 CPUS_ENV = "FEDSENTRY_RECORDER_CPUS"
@@ -131,12 +132,14 @@ class RecorderHost:
         if RecorderHost._current is self:
             RecorderHost._current = None
 
-    def wait_ready(self) -> None:
-        """Block until the recorder has loaded everything (it answers a ping then)."""
+    def wait_ready(self) -> dict[str, float]:
+        """Block until the recorder has loaded everything (it answers a ping then); returns
+        its garbage collector's figures (:func:`ledger.host_process.heap_stats`)."""
         self.conn.send(("ping",))
         msg = self.conn.recv()
         if msg[0] != "pong":
             raise RuntimeError(f"the ledger recorder answered {msg[0]!r} to a ping")
+        return msg[1]
 
     def exit_reason(self) -> str:
         """How the recorder ended (its socket closed: it is exiting or gone)."""
@@ -159,18 +162,6 @@ def prestart() -> RecorderHost:
 
 
 # -- the recorder process ----------------------------------------------------------------------
-def _die_with_parent(parent: int) -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-    if os.getppid() != parent:  # the driver died before the line above
-        os._exit(0)
-
-
 def _serve(conn: Connection) -> None:
     from ledger.errors import LedgerError, LedgerRoundError
     from ledger.round_build import RoundRows
@@ -203,7 +194,7 @@ def _serve(conn: Connection) -> None:
             elif kind == "prefault":
                 views.prefault(msg[1])
             elif kind == "ping":
-                conn.send(("pong",))
+                conn.send(("pong", heap_stats()))
             elif kind == "close":
                 out = session.close() if session is not None else {}
                 session = None
@@ -225,38 +216,6 @@ def _serve(conn: Connection) -> None:
             conn.send(("error", rnd, "round" if kind == "round" else "start", text))
 
 
-def _warm_up() -> None:
-    """Pay a session's first-use costs now: a throwaway deployment on a throwaway devnet builds
-    web3's contract wrappers and py-evm's VM classes (~0.15 s of CPU that the first run's
-    rounds would otherwise share their cores with)."""
-    from ledger.chain import Chain
-    from ledger.session_start import committee_of
-
-    committee = committee_of(1)
-    Chain.embedded("flchain-warm-up", 1).deploy(
-        bytes(32), committee.pubkeys_eip2537(), committee.quorum, False
-    )
-
-
-def lowest_priority() -> None:
-    """Put this process at the lowest CPU priority the OS has.
-
-    Recording should use the cycles training leaves idle; the bound of two rounds (the driver
-    waits beyond it, and lends its CPUs for the rounds it waits for) keeps it from falling
-    further behind. Linux's ``SCHED_IDLE`` runs the process only where no other is runnable,
-    and a waking training thread takes the CPU from it at once; nice 19 (the fallback, and set
-    first) still shares a CPU for a time slice. Measured on 2 shared cores, rounds in turn, in
-    four pairs of runs alternating the two (stop 45), the 1,000-client task read +35.1%,
-    +35.5%, +44.7% and +41.3% at ``SCHED_IDLE`` against +46.9%, +39.4%, +36.5% and +44.5% at
-    nice 19: better in three pairs of four, by less than this machine's drift; the recorder
-    lags 2 rounds (the bound) instead of 1. The robustness task read the same (+3.4%, +4.2%
-    against +4.4%, +2.7%)."""
-    os.nice(19)
-    if hasattr(os, "SCHED_IDLE"):
-        with contextlib.suppress(OSError):  # a kernel or a sandbox without it: nice 19
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-
-
 def main(argv: list[str]) -> None:
     try:
         fd, parent = int(argv[0]), int(argv[1])
@@ -267,7 +226,7 @@ def main(argv: list[str]) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
-    _die_with_parent(parent)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     lowest_priority()
     import torch
@@ -285,7 +244,8 @@ def main(argv: list[str]) -> None:
     from ledger.compile import compile_flchain
 
     compile_flchain()
-    _warm_up()
+    warm_up()
+    freeze_heap()
     conn = Connection(fd)
     try:
         _serve(conn)

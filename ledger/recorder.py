@@ -130,9 +130,10 @@ class LedgerRecorder:
         ledger and check it is not behind the checkpoint).
 
         The driver keeps all its torch threads: the recorder, at the lowest CPU priority
-        (:func:`ledger.host.lowest_priority`), takes the cycles training leaves idle. Training
-        with a thread fewer, to leave the recorder a core, cost the robustness task +5-7% on 2
-        shared cores (stop 44, rounds in turn), about all of the ledger's overhead there."""
+        (:func:`ledger.host_process.lowest_priority`), takes the cycles training leaves idle.
+        Training with a thread fewer, to leave the recorder a core, cost the robustness task
+        +5-7% on 2 shared cores (stop 44, rounds in turn), about all of the ledger's overhead
+        there."""
         resume = bool(self.cfg.output.resume)
         # a run resumed at round 0 (killed before its ledger started) starts its ledger afresh
         initial = np.array(sim.global_flat.numpy(), np.float32) if sim.next_round == 0 else None

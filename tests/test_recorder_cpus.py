@@ -61,6 +61,18 @@ def test_recorder_process_runs_at_the_lowest_priority() -> None:
         host.stop()
 
 
+def test_the_recorder_freezes_its_start_up_heap() -> None:
+    """Its imports and warm-up (~340,000 objects) are out of the garbage collector's full
+    collections, one of which cost ~0.15 s of a 10-round 1,000-client run's ~1.4 s of recorder
+    CPU while they were in (:func:`ledger.host_process.freeze_heap`)."""
+    host = RecorderHost()
+    try:
+        stats = host.wait_ready()
+        assert stats["frozen"] > 100_000 and stats["full_collections"] == 0
+    finally:
+        host.stop()
+
+
 def test_ledger_audit_cli_rejects_bad_cpus(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.ledger_study.cli import parse_args
 
