@@ -29,7 +29,7 @@ import numpy as np
 from ledger.errors import LedgerError, LedgerRoundError
 from ledger.host import SLOTS, RecorderHost
 from ledger.records import verdict_document
-from ledger.slots import MADV_POPULATE_READ, PREFAULT_BYTES, populate
+from ledger.slots import MADV_POPULATE_READ, PREFAULT_BYTES, MemSlot, populate
 
 _SESSIONS = itertools.count()
 
@@ -72,7 +72,7 @@ class LedgerRecorder:
         self.lag_max = 0
         self.seconds = 0.0  # time the driver waited for or talked to the recorder
         self.gas: list[int] = []
-        self._slots: list[shared_memory.SharedMemory | None] = [None] * SLOTS
+        self._slots: list[Any] = [None] * SLOTS  # MemSlot or SharedMemory
         self._fresh: set[int] = set()  # slots not written yet
         self._gen = 0
         self._uid = next(_SESSIONS)
@@ -202,7 +202,7 @@ class LedgerRecorder:
             return None
         return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
-    def _new_slot(self, i: int, size: int) -> shared_memory.SharedMemory:
+    def _new_slot(self, i: int, size: int) -> Any:
         """A fresh shared slot ``i`` of ``size`` bytes (the old one, if any, let go)."""
         old = self._slots[i]
         if old is not None:
@@ -210,10 +210,11 @@ class LedgerRecorder:
             old.unlink()
         self._gen += 1
         # a name never used before: the recorder maps a slot again when its name changes
-        shm = shared_memory.SharedMemory(
-            create=True,
-            size=max(size, 1 << 16),
-            name=f"fsrec{os.getpid()}-{self._uid}-{i}-{self._gen}",
+        tag, size = f"fsrec{os.getpid()}-{self._uid}-{i}-{self._gen}", max(size, 1 << 16)
+        shm: Any = (
+            MemSlot(tag, size)
+            if hasattr(os, "memfd_create")  # Linux: not bound by /dev/shm's size
+            else shared_memory.SharedMemory(create=True, size=size, name=tag)
         )
         self._slots[i] = shm
         self._fresh.add(i)

@@ -61,6 +61,11 @@ def test_a_ledger_run_whose_packs_cannot_fit_on_disk_stops_before_it_starts(
     plain = config(tmp_path, **over, rounds=10)
     assert estimate(plain).ledger == 0
     check_budget(plain, available=64e9, disk_free=1)
+    # memory: the recorder process (0.45 GB) and 4 copies of a round's rows (three slots and
+    # the pack buffer): 4 * 1000 * 4 * 1482 = 23,712,000 bytes
+    led, pl = estimate(cfg), estimate(plain)
+    assert led.processes - pl.processes == 0.45e9
+    assert led.round - pl.round == 23_712_000
 
 
 def test_cli_exits_2_with_one_line_before_starting(

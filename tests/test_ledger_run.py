@@ -205,6 +205,7 @@ def test_a_full_disk_under_the_recorder_then_resume(
         assert text.endswith(f"{name}'")
         # the failed run's shared-memory slots are gone (no leak for Python to warn of)
         assert not list(Path("/dev/shm").glob(f"fsrec{os.getpid()}-*"))
+        assert not _memory_files()  # nor any of its memory files (ledger.slots.MemSlot)
         run_experiment(resume_config(out))  # the same recorder process (its failpoint is spent)
     finally:
         _fresh_host(monkeypatch, None)
@@ -219,3 +220,14 @@ def test_no_recorder_is_left_behind() -> None:
     h = RecorderHost.get()
     h.wait_ready()
     assert h.proc.poll() is None and os.getpid() == h.owner
+
+
+def _memory_files() -> list[str]:
+    """This process's open slot memory files (``/memfd:fsrec...``)."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the descriptor of the listing itself, closed by now
+            pass
+    return [link for link in links if link.startswith("/memfd:fsrec")]

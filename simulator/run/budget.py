@@ -10,7 +10,9 @@ die to the kernel's OOM killer mid-way. The estimate adds up what grows with the
 * one round's buffers: the cohort's gathered batches on the workers, its update rows and
   client-state rows in flight (driver and workers);
 * the processes: the driver and, with Ray, each actor and Ray's own services (measured
-  here: ~0.45 GB per torch process, ~0.6 GB for Ray).
+  here: ~0.45 GB per torch process, ~0.6 GB for Ray);
+* with ``--ledger``: the recorder process, and a round's update rows four times over (the
+  three slots they travel to it through, :mod:`ledger.slots`, and its pack buffer).
 
 Disk: the store's spill file and its checkpoint deltas can hold every client that ever trains;
 with ``--ledger`` the round packs hold every round's update rows, signed records and global model
@@ -42,6 +44,9 @@ RAY_BYTES = 0.6 * GB
 #: bytes a round pack holds per submission beside its update row: its signed record, verdict,
 #: admission and index entries (~1,050 bytes measured with digits; rounded up)
 PACK_RECORD_BYTES = 2048
+#: copies of a round's update rows a ``--ledger`` run holds in memory beside the run's own: the
+#: three slots they travel to the recorder through, and the recorder's pack buffer
+LEDGER_ROW_COPIES = 4
 #: (input shape, classes, training rows) of the registered datasets, for estimates only
 DATASETS: dict[str, tuple[tuple[int, ...], int, int]] = {
     "digits": ((1, 8, 8), 10, 1438),
@@ -130,6 +135,9 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
     per_client = 4 * p_full * 3 + 3 * state_row  # rows, start models, optimizer; state in/out
     rnd = gathered + 2.0 * k * per_client
     procs = PROCESS_BYTES + (workers * PROCESS_BYTES + RAY_BYTES if ex.backend == "ray" else 0)
+    if cfg.ledger.enabled:  # the recorder; three row slots and its pack buffer
+        procs += PROCESS_BYTES
+        rnd += LEDGER_ROW_COPIES * k * 4.0 * p_full
     disk = 2.0 * max(0.0, ever * state_row - state) + (ever * state_row if state_row else 0.0)
     return Estimate(devices, dataset, state, rnd, procs, disk, ledger_disk(cfg, p_full, k))
 
