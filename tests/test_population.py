@@ -202,6 +202,19 @@ def test_virtual_client_accuracy_comes_from_the_test_set(tmp_path: Path) -> None
 # ------------------------------------------------------------------------------- resume
 
 
+#: FedDyn over 10^5 virtual devices, 100 a round, with a store budget small enough to spill
+FEDDYN_SPILLING: dict[str, Any] = {
+    "num_clients": 100_000,
+    "partition": "virtual",
+    "clients_per_round": 100,
+    "rounds": 5,
+    "algorithm": "feddyn",
+    "algorithm_params": {"alpha": 0.1},
+    "checkpoint_every": 1,
+    "state_memory": "1MB",
+}
+
+
 def _final_global(out: Path) -> torch.Tensor:
     return torch.load(out / "checkpoint.pt", weights_only=False)["global"]
 
@@ -214,16 +227,7 @@ def test_feddyn_resume_at_1e5_devices_is_bitwise_identical(tmp_path: Path) -> No
     from simulator.run.output import read_events
     from simulator.state.store import ClientStore
 
-    over = {
-        "num_clients": 100_000,
-        "partition": "virtual",
-        "clients_per_round": 100,
-        "rounds": 5,
-        "algorithm": "feddyn",
-        "algorithm_params": {"alpha": 0.1},
-        "checkpoint_every": 1,
-        "state_memory": "1MB",
-    }
+    over = FEDDYN_SPILLING
     crashed = config(tmp_path / "crashed", **over)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(crashed, crash_after=2)

@@ -19,7 +19,7 @@ import torch
 
 from simulator.state import files as state_files
 from simulator.state.spill import SpillFile
-from tests.test_population import _final_global, config
+from tests.test_population import FEDDYN_SPILLING, _final_global, config
 
 ROW = (1000,)  # float32: 4,000 bytes a row; a 1 MiB growth step is 262 rows (1,048,000 bytes)
 
@@ -103,16 +103,7 @@ def test_a_run_stopped_by_a_full_spill_disk_resumes_bit_for_bit(
     from simulator.run.experiment import resume_config, run_experiment
     from simulator.run.output import read_events
 
-    over = {
-        "num_clients": 100_000,
-        "partition": "virtual",
-        "clients_per_round": 100,
-        "rounds": 5,
-        "algorithm": "feddyn",
-        "algorithm_params": {"alpha": 0.1},
-        "checkpoint_every": 1,
-        "state_memory": "1MB",
-    }
+    over = FEDDYN_SPILLING
     grows: list[int] = []
     real = os.posix_fallocate
 
