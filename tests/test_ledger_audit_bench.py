@@ -85,9 +85,10 @@ def test_tiny_study_writes_the_json_the_issue_asks_for(
     printed = capsys.readouterr().out
     assert "median overhead" in printed
     assert f"recorder CPU: {100 * task['recorder_cpu_share']:.1f}% of the machine's" in printed
-    assert main([str(tmp_path / "nothing-here")]) == 2
+    here = ["--out", str(tmp_path / "audit")]  # not the default runs/ledger-audit of the cwd
+    assert main([str(tmp_path / "nothing-here"), *here]) == 2
     # audit recorded runs only
-    assert main([str(out), "--jobs", "1"]) == 0
+    assert main([str(out), "--jobs", "1", *here]) == 0
     assert "audited 2 runs, 6 rounds" in capsys.readouterr().out
 
 
