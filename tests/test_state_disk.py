@@ -21,6 +21,8 @@ from simulator.state import files as state_files
 from simulator.state.spill import SpillFile
 from tests.test_population import FEDDYN_SPILLING, _final_global, config
 
+#: the tests of reserved blocks (macOS has no posix_fallocate: its spill files stay sparse)
+FALLOCATE = pytest.mark.skipif(not hasattr(os, "posix_fallocate"), reason="no posix_fallocate")
 ROW = (1000,)  # float32: 4,000 bytes a row; a 1 MiB growth step is 262 rows (1,048,000 bytes)
 
 
@@ -28,6 +30,7 @@ def _enospc(*args: object) -> None:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+@FALLOCATE
 def test_a_grown_spill_file_has_its_blocks_reserved(tmp_path: Path) -> None:
     """Not sparse: every byte of its capacity is allocated on disk once it grows."""
     f = SpillFile(tmp_path / "t.bin", ROW, np.float32)
@@ -40,6 +43,7 @@ def test_a_grown_spill_file_has_its_blocks_reserved(tmp_path: Path) -> None:
     f.close()
 
 
+@FALLOCATE
 def test_a_full_disk_while_the_spill_file_grows_names_it_and_keeps_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,6 +95,7 @@ def test_a_full_disk_while_writing_a_checkpoint_file_removes_it(
     assert (tmp_path / "manifest.json").read_text() == '{\n "seq": 1\n}'
 
 
+@FALLOCATE
 def test_a_run_stopped_by_a_full_spill_disk_resumes_bit_for_bit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

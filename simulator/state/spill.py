@@ -203,8 +203,11 @@ class SpillFile:
         cap = max(need, 2 * self.capacity, self._min_rows)
         old = self.capacity * self.row_bytes
         try:
-            with self.path.open("r+b", buffering=0) as fh:
-                os.posix_fallocate(fh.fileno(), old, cap * self.row_bytes - old)
+            if hasattr(os, "posix_fallocate"):
+                with self.path.open("r+b", buffering=0) as fh:
+                    os.posix_fallocate(fh.fileno(), old, cap * self.row_bytes - old)
+            else:  # macOS has no posix_fallocate: sparse, as before
+                os.truncate(self.path, cap * self.row_bytes)
         except OSError as exc:
             os.truncate(self.path, old)  # give back what was reserved
             raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
