@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _OFFLINE_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -25,6 +29,21 @@ def offline_env() -> None:
         os.environ.setdefault(k, v)
 
 
+@contextmanager
+def _own_sigterm() -> Iterator[None]:
+    """Keep this process's SIGTERM handler across ``ray.init``, where the application set
+    one (the CLI's, which ends a run in one line): ``ray.init`` puts its own Python handler
+    in its place and Ray's core worker a C one, which prints a stack dump on SIGTERM. A
+    process that set none keeps Ray's."""
+    main = threading.current_thread() is threading.main_thread()
+    own = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(own) or own == signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, own)
+
+
 def ensure_ray(
     address: str | None = None, num_cpus: int | None = None, object_store_mb: int = 512
 ) -> None:
@@ -39,17 +58,19 @@ def ensure_ray(
         return
     if address:
         try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            with _own_sigterm():
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ConnectionError(
                 f"execution.ray_address: cannot join Ray at {address!r}: {str(e).splitlines()[0]}"
             ) from None
         return
-    ray.init(
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        object_store_memory=object_store_mb * 1024 * 1024,
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-        configure_logging=True,
-    )
+    with _own_sigterm():
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            object_store_memory=object_store_mb * 1024 * 1024,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+            configure_logging=True,
+        )

@@ -12,9 +12,10 @@ per-row fields and verdicts through a socket. The recorder answers ``("done", ro
 than two rounds behind and waits for it before each checkpoint and at the end of the run.
 
 The recorder dies with its driver (``PR_SET_PDEATHSIG`` on Linux; elsewhere it exits when the
-socket closes) and ignores SIGINT (a Ctrl-C in the terminal stops the driver, which then closes
-the session cleanly), so a killed run never leaves a recorder writing behind a resumed one (the
-session also holds an ``flock`` on its ledger directory).
+socket closes) and ignores SIGINT and SIGTERM (a Ctrl-C in the terminal, or a batch system's
+SIGTERM to every process of a job, stops the driver, which then closes the session), so a
+killed run never leaves a recorder writing behind a resumed one (the session also holds an
+``flock`` on its ledger directory).
 
 Run as ``python -m ledger.host FD`` by :class:`RecorderHost`; not a user command.
 """
@@ -227,7 +228,8 @@ def main(argv: list[str]) -> None:
         )
         raise SystemExit(2) from None
     die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the driver stops, then closes the session
+        signal.signal(sig, signal.SIG_IGN)
     lowest_priority()
     import torch
 
