@@ -192,7 +192,7 @@ def _serve(conn: Connection) -> None:
             elif kind == "keys":
                 if session is not None and not failed:
                     session.keys.prefetch(msg[1])
-            elif kind == "prefault":
+            elif kind == "prefault":  # a head start: a slot the driver let go is skipped
                 views.prefault(msg[1])
             elif kind == "ping":
                 conn.send(("pong", heap_stats()))

@@ -65,9 +65,13 @@ class Views:
 
     def prefault(self, names: list[str]) -> None:
         """Map the driver's new slots ``names`` (slot ``i`` is ``names[i]``) and allocate their
-        pages, without writing a byte (the driver may already be copying rows in)."""
+        pages, without writing a byte (the driver may already be copying rows in). A slot that
+        is gone is skipped: a round that uses it maps it then, and fails there if it must."""
         for i, name in enumerate(names):
-            self.rows((i, name, 0, 0))  # maps it
+            try:
+                self.rows((i, name, 0, 0))  # maps it
+            except OSError:  # the driver let it go already: this is only a head start
+                continue
             m = self.maps[i][1]
             if not populate(m, MADV_POPULATE_WRITE):
                 # an older kernel: reading a page of a shared mapping allocates it too

@@ -78,3 +78,44 @@ def test_a_ledger_run_under_a_small_dev_shm_finishes_and_audits_clean(tmp_path: 
 
     rep = audit_run(out)
     assert rep.clean and rep.rounds == 2, rep.text()
+
+
+def test_a_slot_let_go_before_the_recorder_faults_it_in_is_skipped() -> None:
+    """Slot 0 is gone (the driver closed it); slot 1 is still faulted in."""
+    live = MemSlot("fsrec-test", 1 << 20)
+    gone = MemSlot("fsrec-test", 1 << 16)  # made last: no slot takes its descriptor number
+    gone.close()
+    views = Views()
+    try:
+        views.prefault([gone.name, live.name])
+        assert sorted(views.maps) == [1]
+        assert os.fstat(live._fd).st_blocks * 512 == 1 << 20  # noqa: SLF001 - all 256 pages
+    finally:
+        views.close()
+        live.close()
+
+
+def test_a_failed_resume_leaves_no_message_for_the_next_run(tmp_path: Path) -> None:
+    """A resume whose ledger is gone fails at "open"; the driver lets its slots go before the
+    recorder reads the "prefault" that followed. Until stop 48 that prefault answered a second
+    error, which the next run on the same recorder read as its own and failed with."""
+    from ledger.host import RecorderHost
+    from simulator.config.sections import build_config
+
+    run = tmp_path / "run"
+    cfg = build_config(flat={"dataset": "digits", "out": str(run), "ledger": True})
+    host = RecorderHost()
+    gone = MemSlot("fsrec-test", 1 << 16)
+    gone.close()
+    try:
+        host.conn.send(("open", cfg.to_dict(), str(run), None, True))
+        host.conn.send(("prefault", [gone.name]))
+        host.conn.send(("ping",))
+        first, second = host.conn.recv(), host.conn.recv()
+    finally:
+        host.stop()
+    assert first[:3] == ("error", None, "start")
+    assert first[3] == f"cannot resume: {run / 'ledger'} has no manifest.json, and the " + (
+        "checkpoint is past round 0"
+    ), first
+    assert second[0] == "pong", second
