@@ -15,10 +15,14 @@ A cell whose defense precondition cannot hold (Krum needs n > 2f+2, Bulyan n >= 
 mean n > 2f, with f = ceil(fraction x clients per round), at least 1) is recorded as
 ``n/a (precondition)`` without running; a run that fails mid-way is recorded with its error.
 
+``--resume`` keeps the runs an earlier grid into the same ``--out`` finished and runs only the
+others (a grid stopped by a time limit, Ctrl-C or kill -9 goes on where it was).
+
 Usage::
 
     python benchmarks/robustness.py --attack labelflip
     python benchmarks/robustness.py --attack signflip --quick --defenses fedavg krum median
+    python benchmarks/robustness.py --attack labelflip --resume   # after a stop part-way
 """
 
 from __future__ import annotations

@@ -229,3 +229,46 @@ def test_defense_param_overrides_the_preset(capsys: pytest.CaptureFixture[str]) 
         with pytest.raises(SystemExit) as e:
             cli.parse_args(["--attack", "labelflip", *bad])
         assert e.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_resume_keeps_the_finished_runs_and_runs_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "rb"
+    argv = ["--attack", "labelflip", "--defenses", "fedavg", "median", "--fractions", "0.4"]
+    argv += ["--workers", "1", "--out", str(out), *TINY]
+    assert main(argv) == 0
+    first = {r["defense"]: r for r in json.loads((out / "results.json").read_text())}
+    runs = out / "runs"
+    kept, rerun = runs / "labelflip-fedavg-f0.4-s0", runs / "labelflip-median-f0.4-s0"
+    (rerun / "summary.json").unlink()  # as if the grid had been killed during this run
+    stamp = {d: (d / "events.jsonl").stat().st_mtime_ns for d in (kept, rerun)}
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 0
+    assert f"resume: 1 of 2 runs finished under {out}" in capsys.readouterr().err
+    assert (kept / "events.jsonl").stat().st_mtime_ns == stamp[kept]  # read back, not run
+    assert (rerun / "events.jsonl").stat().st_mtime_ns != stamp[rerun]
+    second = {r["defense"]: r for r in json.loads((out / "results.json").read_text())}
+    assert second["fedavg"] == first["fedavg"]  # its wall-clock figures too
+    wall = ("run_seconds", "server_seconds_per_round")
+    strip = [{k: v for k, v in second["median"].items() if k not in wall}]
+    assert strip == [{k: v for k, v in first["median"].items() if k not in wall}]
+    # another config (3 rounds): nothing is kept
+    argv[argv.index("--rounds") + 1] = "3"
+    assert main([*argv, "--resume"]) == 0
+    assert f"resume: 0 of 2 runs finished under {out}" in capsys.readouterr().err
+    assert {r["rounds"] for r in json.loads((out / "results.json").read_text())} == {3}
+
+
+def test_a_run_into_a_directory_drops_the_summary_an_earlier_run_left(tmp_path: Path) -> None:
+    from simulator.config.sections import build_config
+    from simulator.run.experiment import run_experiment
+
+    out = tmp_path / "run"
+    flat = {"dataset": "digits", "backend": "local", "num_clients": 4, "clients_per_round": 2}
+    flat |= {"rounds": 1, "local_epochs": 1, "plots": False, "out": str(out)}
+    run_experiment(build_config(flat=flat), progress=False)
+    assert (out / "summary.json").is_file()
+    with pytest.raises(KeyboardInterrupt):  # killed before its end: no summary of its own
+        run_experiment(build_config(flat={**flat, "rounds": 3}), progress=False, crash_after=1)
+    assert not (out / "summary.json").exists()

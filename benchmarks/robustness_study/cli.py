@@ -130,6 +130,14 @@ def _run_flags(p: OneLineParser) -> None:
         "thread each (1 = in this process; default: CPU count)",
     )
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs an earlier grid into the same --out finished (a run directory "
+        "whose config.yaml is its cell's and whose summary.json is there: a run writes it "
+        "last) and run only the others; a grid stopped part-way (a time limit, Ctrl-C, "
+        "kill -9) goes on where it was (default: every run again)",
+    )
+    p.add_argument(
         "--ledger",
         action="store_true",
         help="record every run on FLChain (an embedded devnet per run); audit "

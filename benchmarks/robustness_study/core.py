@@ -48,6 +48,7 @@ def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, 
                         "seed": s,
                         "flat": flat,
                         "error": na,
+                        "resume": bool(getattr(args, "resume", False)),
                     }
                 )
     return jobs

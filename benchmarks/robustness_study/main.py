@@ -13,6 +13,7 @@ from benchmarks.robustness_study import grid
 from benchmarks.robustness_study.cli import parse_args
 from benchmarks.robustness_study.core import make_jobs, run_all
 from benchmarks.robustness_study.report import plots, table
+from benchmarks.robustness_study.worker import finished_run
 
 #: the columns of results.csv
 FIELDS = (
@@ -58,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = make_jobs(args, base)
+    if args.resume:
+        runnable = [j for j in jobs if not j["error"]]
+        kept = sum(1 for j in runnable if finished_run(j["flat"]) is not None)
+        print(f"resume: {kept} of {len(runnable)} runs finished under {args.out}", file=sys.stderr)
     write_grid_yaml(args, base, jobs)
     results = run_all(jobs, args.workers, args.ray_address)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))

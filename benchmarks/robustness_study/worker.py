@@ -39,9 +39,34 @@ def _server_seconds(events: list[dict[str, Any]]) -> float | None:
     return max(wall - train, 0.0) / len(events)
 
 
+def finished_run(flat: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """The summary and events of a run of exactly ``flat``'s config that finished in its
+    ``out`` directory, else None (none there, another config, or stopped before its end: a
+    run's ``summary.json`` is written last, and removed when a run starts there)."""
+    import json
+
+    import yaml
+
+    from simulator.config.sections import build_config
+    from simulator.run.output import read_events
+
+    out = Path(flat["out"])
+    try:
+        saved = yaml.safe_load((out / "config.yaml").read_text())
+        summary = json.loads((out / "summary.json").read_text())
+        events = read_events(out / "events.jsonl")
+    except (OSError, ValueError, yaml.YAMLError):  # missing, or torn by a kill mid-write
+        return None
+    if saved != build_config(flat=flat).to_dict() or summary.get("rounds") != len(events):
+        return None
+    return summary, events
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one grid cell (a dict made by the script) and return its result record; a failure
-    (precondition ValueError mid-run, anything else) is recorded in ``error``, never raised."""
+    (precondition ValueError mid-run, anything else) is recorded in ``error``, never raised.
+    With ``job["resume"]`` a run of the cell an earlier grid finished is read back instead
+    (:func:`finished_run`)."""
     rec = {k: job[k] for k in ("attack", "defense", "malicious_fraction", "seed")}
     rec.update(
         final_accuracy=None,
@@ -68,8 +93,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         from simulator.run.output import read_events
 
         cfg = build_config(flat=job["flat"])
-        s = run_experiment(cfg, progress=False)
-        events = read_events(Path(cfg.output.out) / "events.jsonl")
+        kept = finished_run(job["flat"]) if job.get("resume") else None
+        if kept is not None:  # an earlier grid's run of this very cell: read, not run again
+            s, events = kept
+        else:
+            s = run_experiment(cfg, progress=False)
+            events = read_events(Path(cfg.output.out) / "events.jsonl")
         rec.update(
             {
                 k: s.get(k)

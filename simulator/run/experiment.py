@@ -37,9 +37,12 @@ def resume_config(run_dir: str | Path) -> Config:
 def open_run(sim: Simulation, cfg: Config, out: Path, summary: RunSummary) -> None:
     """Resume ``sim`` from the run directory's checkpoint (dropping events past it), or start
     the directory afresh: an empty event log, the resolved config and, with checkpoints on, a
-    round-0 checkpoint (a run killed before its first checkpoint resumes from round 0)."""
+    round-0 checkpoint (a run killed before its first checkpoint resumes from round 0). Either
+    way an earlier ``summary.json`` goes: one is there only once this run has finished."""
     events_path = out / "events.jsonl"
     out.mkdir(parents=True, exist_ok=True)
+    # an earlier run's summary is not this one's: a directory has one only once its run ends
+    (out / "summary.json").unlink(missing_ok=True)
     if cfg.output.resume:
         st = torch.load(out / "checkpoint.pt", weights_only=False)
         sim.load_state_dict(st, out / "state" / "checkpoint")
