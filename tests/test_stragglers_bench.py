@@ -191,3 +191,33 @@ def test_speed_label_skew_slows_the_devices_of_the_lower_classes(make_config: Ma
     np.testing.assert_allclose(ratio, np.where(dominant < 5, math.e, 1.0))
     assert 0 < (dominant < 5).sum() < 40
     np.testing.assert_array_equal(pop.up_kbps, fed.population.up_kbps)
+
+
+def test_resume_keeps_the_finished_runs_and_runs_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "study"
+    argv = [*TINY, "--policies", "deadline", "fedbuff", "--out", str(out)]
+    assert main(argv) == 0
+    first = json.loads((out / "results.json").read_text())["policies"]
+    kept, rerun = out / "runs" / "deadline-s0", out / "runs" / "fedbuff-s0"
+    (rerun / core.CELL_FILE).unlink()  # as if the study had been killed during this run
+    stamp = {d: (d / "events.jsonl").stat().st_mtime_ns for d in (kept, rerun)}
+    assert main([*argv, "--resume"]) == 0
+    assert (kept / "events.jsonl").stat().st_mtime_ns == stamp[kept]  # read back, not run
+    assert (rerun / "events.jsonl").stat().st_mtime_ns != stamp[rerun]
+    second = json.loads((out / "results.json").read_text())["policies"]
+    assert second[0] == first[0]  # the kept run's figures, wall time included
+    wall = ("run_seconds", "wall_seconds")
+    assert {k: v for k, v in second[1].items() if k not in wall} == {
+        k: v for k, v in first[1].items() if k not in wall
+    }
+    # another config (7 rounds): nothing is kept
+    argv[argv.index("--rounds") + 1] = "7"
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 0
+    assert all(d["rounds"] == 7 for d in map(_cell_doc, (kept, rerun)))
+
+
+def _cell_doc(d: Path) -> dict:
+    return json.loads((d / core.CELL_FILE).read_text())

@@ -162,6 +162,13 @@ def _output_flags(p: OneLineParser) -> None:
     p.add_argument("--json", default=None, metavar="FILE", help="also write results.json here")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs an earlier study into the same --out finished (a run directory "
+        "whose cell.json, written last, names the same config) and run only the others; a "
+        "study stopped part-way (a time limit, Ctrl-C, kill -9) goes on where it was",
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

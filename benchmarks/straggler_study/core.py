@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.straggler_study.saved import CELL_FILE, finished_cell, save_cell
+
 #: the study's device and training settings (FedScale-like phones: tens of ms per sample)
 BASE = {
     "dataset": "digits",
@@ -166,15 +168,22 @@ def run_cell(
     quartiles: bool = True,
     global_loss: bool = False,
     executor: Any = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """One run: its events, quartile accuracies and wall time; writes its events.jsonl.
+    """One run: its events, quartile accuracies and wall time; writes its events.jsonl and,
+    once it has finished, ``cell.json``. ``resume``: a run of this very cell that finished in
+    ``out`` before is read back instead (:func:`finished_cell`).
 
     ``global_loss``: also the final global model's training loss over every client's data (the
     FedProx paper's "training loss"; small populations only)."""
     from simulator.config.sections import build_config
     from simulator.round.engine import Simulation
 
+    kept = finished_cell(flat, out) if resume else None
+    if kept is not None:
+        return kept
     out.mkdir(parents=True, exist_ok=True)
+    (out / CELL_FILE).unlink(missing_ok=True)  # an earlier run's: this one has not finished
     cfg = build_config(flat=dict(flat, out=str(out)))
     events: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -194,13 +203,15 @@ def run_cell(
     finally:
         sim.close()
     nodes = getattr(sim.executor, "actor_nodes", lambda: [])()
-    return {
+    cell = {
         "events": events,
         "quartiles": quart,
         "run_seconds": time.perf_counter() - t0,
         "global_train_loss": loss,
         "actor_node_ids": [n[:12] for n in nodes],
     }
+    save_cell(flat, out, cell)
+    return cell
 
 
 def global_train_loss(sim: Any) -> float:
@@ -286,7 +297,7 @@ def _cell(
     }
     name = f"{policy}-s{seed}" + (f"-f{frac:g}" if len(a.attack_fractions) > 1 else "")
     bar.set_postfix_str(name)
-    cell = run_cell(flat, out / "runs" / name, fed, executor=executor)
+    cell = run_cell(flat, out / "runs" / name, fed, executor=executor, resume=a.resume)
     bar.update(1)
     label = policy if len(a.attack_fractions) == 1 else f"{policy}@{frac:g}"
     return {"policy": label, "seed": seed, **cell}

@@ -99,6 +99,7 @@ def sageflow(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any
                 dict(flat, device_trace=str(trace), **over),
                 Path(a.out) / "runs" / f"{name.split()[0]}-s{seed}",
                 quartiles=False,
+                resume=a.resume,
             )
             runs.append({"policy": name, "seed": seed, **cell})
     return runs, {"base": base, "cells": cells, "round_s": SAGEFLOW_ROUND_S}
@@ -135,6 +136,7 @@ def fedprox(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]
                 Path(a.out) / "runs" / f"{name.split()[0]}-s{seed}",
                 quartiles=False,
                 global_loss=True,
+                resume=a.resume,
             )
             runs.append({"policy": name, "seed": seed, **cell})
     return runs, {"base": base, "cells": cells}
