@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import atexit
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -163,6 +165,29 @@ def prestart() -> RecorderHost:
 
 
 # -- the recorder process ----------------------------------------------------------------------
+def _drain(conn: Connection) -> queue.SimpleQueue:
+    """Messages from the driver, read as they come by a thread of their own (``None`` once the
+    socket closes).
+
+    The driver's hand-overs must never wait on the socket: a round's message is ~112 KB at
+    1,000 clients and a socket holds ~208 KB, so while the recorder worked on one round a
+    second queued one filled it and the driver's send blocked until the round was done
+    (100-1,000 ms hand-overs at stop 48, in the rounds after a slow start). Read here, the
+    messages wait in this process instead; the driver still bounds how many (:data:`SLOTS`)."""
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read() -> None:
+        while True:
+            try:
+                inbox.put(conn.recv())
+            except (EOFError, OSError):
+                inbox.put(None)
+                return
+
+    threading.Thread(target=read, name="ledger-inbox", daemon=True).start()
+    return inbox
+
+
 def _serve(conn: Connection) -> None:
     from ledger.errors import LedgerError, LedgerRoundError
     from ledger.round_build import RoundRows
@@ -172,10 +197,10 @@ def _serve(conn: Connection) -> None:
     from simulator.run.appendlog import is_disk_full
 
     views, session, failed = Views(), None, False
+    inbox = _drain(conn)
     while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
+        msg = inbox.get()
+        if msg is None:  # the driver closed the socket (or died)
             return
         kind = msg[0]
         try:
