@@ -6,14 +6,13 @@ import argparse
 import dataclasses
 import json
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any, get_type_hints
 
 from simulator.config.fields import ConfigError, type_name
 from simulator.config.sections import SECTIONS, field_index, load_config
+from simulator.run.stop import sigterm_raises, stopped
 
 
 def parse_kv(text: str) -> tuple[str, Any]:
@@ -32,37 +31,9 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a batch system's time limit, ``timeout``, ``docker stop``), raised in the main
-    thread as Ctrl-C's KeyboardInterrupt is: the run stops the way an interrupted run does
-    (the ledger records what was handed over, Ray shuts down) and says so in one line."""
-
-
-_SIGTERM: list[int] = []  # set by the handler: Ray's blocking calls turn what it raises
-# into a plain KeyboardInterrupt
-
-
-def _terminated(signum: int, frame: Any) -> None:
-    _SIGTERM.append(signum)
-    raise Terminated
-
-
-def _on_sigterm(handler: Any) -> Any:
-    """Install ``handler`` for SIGTERM (in the main thread only; elsewhere nothing changes);
-    returns the one it replaced. :func:`actors.ray_setup.ensure_ray` keeps it across
-    ``ray.init``, which would put Ray's own in its place."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, signal.SIG_DFL if handler is None else handler)
-
-
-def _was_terminated(e: KeyboardInterrupt) -> bool:
-    return isinstance(e, Terminated) or bool(_SIGTERM)
-
-
 def _stopped_line(e: KeyboardInterrupt, out: str | None) -> str:
     """The one line an interrupted (Ctrl-C) or terminated (SIGTERM) run ends with."""
-    what = "terminated (SIGTERM)" if _was_terminated(e) else "interrupted"
+    what = stopped(e)[0]
     if out is None:
         return what
     if (Path(out) / "checkpoint.pt").is_file():
@@ -193,12 +164,8 @@ def main(argv: list[str] | None = None) -> int:
 
             print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
             return 0
-        _SIGTERM.clear()
-        previous = _on_sigterm(_terminated)
-        try:
+        with sigterm_raises():
             summary = run_experiment(cfg)
-        finally:
-            _on_sigterm(previous)
     except LedgerRoundError as e:
         print(
             f"error: ledger: {e}; rounds before it are recorded, resume with: "
@@ -211,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as e:
         print(_stopped_line(e, cfg.output.out if "cfg" in locals() else None), file=sys.stderr)
-        return 143 if _was_terminated(e) else 130
+        return stopped(e)[1]
     except OSError as e:
         if not is_disk_full(e) or "cfg" not in locals():  # no cfg: its loading failed
             raise

@@ -272,3 +272,34 @@ def test_a_run_into_a_directory_drops_the_summary_an_earlier_run_left(tmp_path: 
     with pytest.raises(KeyboardInterrupt):  # killed before its end: no summary of its own
         run_experiment(build_config(flat={**flat, "rounds": 3}), progress=False, crash_after=1)
     assert not (out / "summary.json").exists()
+
+
+def test_a_stopped_grid_says_how_to_go_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from simulator.run.stop import Terminated
+
+    out = tmp_path / "rb"
+    argv = ["--attack", "labelflip", "--defenses", "fedavg", "median", "--fractions", "0.4"]
+    argv += ["--workers", "1", "--out", str(out), *TINY]
+    for stop, rc, name in (
+        (KeyboardInterrupt, 130, "interrupted"),
+        (Terminated, 143, "terminated (SIGTERM)"),
+    ):
+        ran: list[str] = []
+
+        def second_stops(job: dict, stop: type = stop, ran: list = ran) -> dict:
+            if ran:  # Ctrl-C / SIGTERM during the second run
+                raise stop()
+            ran.append(job["defense"])
+            return run_job(job)
+
+        monkeypatch.setattr(core, "run_job", second_stops)
+        assert main(argv) == rc
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"{name}: 1 of 2 runs finished under {out}; go on with: python "
+            f"benchmarks/robustness.py {' '.join(argv)} --resume"
+        )
+    monkeypatch.setattr(core, "run_job", run_job)
+    assert main([*argv, "--resume"]) == 0
+    assert f"resume: 1 of 2 runs finished under {out}" in capsys.readouterr().err

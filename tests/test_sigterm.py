@@ -19,7 +19,8 @@ import pytest
 from cli_helper import ROOT
 
 from ledger.audit import audit_run
-from simulator.cli import _SIGTERM, Terminated, _stopped_line, _terminated
+from simulator.cli import _stopped_line
+from simulator.run.stop import _SEEN, Terminated, _terminated, sigterm_raises
 
 RUN = [
     "--backend", "ray", "--num-actors", "1", "--dataset", "digits", "--num-clients", "8",
@@ -50,7 +51,20 @@ def test_the_stop_line_names_the_signal_and_the_resume_command(tmp_path: Path) -
             _terminated(signal.SIGTERM, None)
         assert _stopped_line(KeyboardInterrupt(), out).startswith("terminated (SIGTERM); ")
     finally:
-        _SIGTERM.clear()
+        _SEEN.clear()
+
+
+def test_an_error_after_a_sigterm_is_the_stop_and_the_handler_is_put_back() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RuntimeError, match="an actor died"):  # no SIGTERM: the error itself
+        with sigterm_raises():
+            assert signal.getsignal(signal.SIGTERM) is _terminated
+            raise RuntimeError("an actor died")
+    with pytest.raises(Terminated, match="after SIGTERM: an actor died"):
+        with sigterm_raises():
+            _SEEN.append(signal.SIGTERM)  # what the handler records
+            raise RuntimeError("an actor died")  # e.g. Ray's worker, ended by the same signal
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def _lines(path: Path) -> int:

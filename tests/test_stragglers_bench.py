@@ -221,3 +221,27 @@ def test_resume_keeps_the_finished_runs_and_runs_the_rest(
 
 def _cell_doc(d: Path) -> dict:
     return json.loads((d / core.CELL_FILE).read_text())
+
+
+def test_a_stopped_study_says_how_to_go_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from simulator.run.stop import Terminated
+
+    out = tmp_path / "study"
+    argv = [*TINY, "--policies", "deadline", "fedbuff", "--out", str(out)]
+    real, ran = core.run_cell, []
+
+    def second_stops(*args: object, **kw: object) -> dict:
+        if ran:  # SIGTERM during the second run
+            raise Terminated()
+        ran.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(core, "run_cell", second_stops)
+    assert main(argv) == 143
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"terminated (SIGTERM): the runs that finished are kept under {out}; go on with: "
+        f"python benchmarks/stragglers.py {' '.join(argv)} --resume"
+    )
+    assert (out / "runs" / "deadline-s0" / core.CELL_FILE).is_file()

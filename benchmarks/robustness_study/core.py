@@ -63,22 +63,24 @@ def run_all(
 
     results: list[dict[str, Any]] = []
     bar = tqdm(total=len(jobs), desc="runs", unit="run", file=sys.stderr)
-    if workers == 1:
-        import torch
+    try:
+        if workers == 1:
+            import torch
 
-        threads = torch.get_num_threads()
-        init_worker()
-        try:
-            for j in jobs:
-                results.append(run_job(j))
+            threads = torch.get_num_threads()
+            init_worker()
+            try:
+                for j in jobs:
+                    results.append(run_job(j))
+                    bar.update()
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            for rec in _on_ray(jobs, workers, ray_address):
+                results.append(rec)
                 bar.update()
-        finally:
-            torch.set_num_threads(threads)
-    else:
-        for rec in _on_ray(jobs, workers, ray_address):
-            results.append(rec)
-            bar.update()
-    bar.close()
+    finally:  # a stopped grid's bar ends before the line saying how to go on
+        bar.close()
     order = {(j["defense"], j["malicious_fraction"], j["seed"]): i for i, j in enumerate(jobs)}
     return sorted(results, key=lambda r: order[(r["defense"], r["malicious_fraction"], r["seed"])])
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -14,6 +15,7 @@ from benchmarks.robustness_study.cli import parse_args
 from benchmarks.robustness_study.core import make_jobs, run_all
 from benchmarks.robustness_study.report import plots, table
 from benchmarks.robustness_study.worker import finished_run
+from simulator.run.stop import sigterm_raises, stopped
 
 #: the columns of results.csv
 FIELDS = (
@@ -64,7 +66,21 @@ def main(argv: list[str] | None = None) -> int:
         kept = sum(1 for j in runnable if finished_run(j["flat"]) is not None)
         print(f"resume: {kept} of {len(runnable)} runs finished under {args.out}", file=sys.stderr)
     write_grid_yaml(args, base, jobs)
-    results = run_all(jobs, args.workers, args.ray_address)
+    try:
+        with sigterm_raises():
+            results = run_all(jobs, args.workers, args.ray_address)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every finished run is kept
+        what, code = stopped(e)
+        runnable = [j for j in jobs if not j["error"]]
+        done = sum(1 for j in runnable if finished_run(j["flat"]) is not None)
+        again = sys.argv[1:] if argv is None else argv
+        again = [*again, *([] if "--resume" in again else ["--resume"])]
+        print(
+            f"{what}: {done} of {len(runnable)} runs finished under {args.out}; go on with: "
+            f"python benchmarks/robustness.py {shlex.join(again)}",
+            file=sys.stderr,
+        )
+        return code
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     with (args.out / "results.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")

@@ -243,9 +243,9 @@ def study(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 fed_seed = seed
             runs.append(_cell(a, seed, frac, policy, fed, executor, settings, bar))
     finally:
+        bar.close()  # before a stopped study's line saying how to go on
         if executor is not None:
             executor.shutdown()
-    bar.close()
     settings["base"] = base_config(a, 0)
     nodes = {n for r in runs for n in r["actor_node_ids"]}
     settings["actor_nodes"], settings["actor_node_ids"] = len(nodes), sorted(nodes)

@@ -3,12 +3,14 @@ plots and, for a case, the paper's checks."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.straggler_study import core, output, plots, report, scenarios
 from benchmarks.straggler_study.cli import parse_args
+from simulator.run.stop import sigterm_raises, stopped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,13 +22,24 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     try:
-        if a.scenario != "study":
-            runs, settings = scenarios.run(a)
-        else:
-            runs, settings = core.study(a)
+        with sigterm_raises():
+            if a.scenario != "study":
+                runs, settings = scenarios.run(a)
+            else:
+                runs, settings = core.study(a)
     except (ConfigError, TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every finished run is kept
+        what, code = stopped(e)
+        again = sys.argv[1:] if argv is None else argv
+        again = [*again, *([] if "--resume" in again else ["--resume"])]
+        print(
+            f"{what}: the runs that finished are kept under {a.out}; go on with: "
+            f"python benchmarks/stragglers.py {shlex.join(again)}",
+            file=sys.stderr,
+        )
+        return code
     records = report.study_results(runs)
     out = Path(a.out)
     extra = {"scenario": a.scenario, "settings": settings, "wall_seconds": time.perf_counter() - t0}

@@ -1,0 +1,58 @@
+"""Stopping a run or a study cleanly: SIGTERM (a batch system's time limit, ``timeout``,
+``docker stop``) is raised in the main thread as Ctrl-C's KeyboardInterrupt is, so a command
+stops the way an interrupted one does (``finally`` blocks run: the ledger records what was
+handed over, Ray shuts down) and ends in one line with exit code 143 (130 for Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised by :func:`sigterm_raises`'s handler."""
+
+
+_SEEN: list[int] = []  # SIGTERMs the handler took: Ray's blocking calls turn what it raises
+# into a plain KeyboardInterrupt
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    _SEEN.append(signum)
+    raise Terminated
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Inside, SIGTERM raises :class:`Terminated` (in the main thread; elsewhere nothing
+    changes), and so does any error raised after a SIGTERM came (Ray's own processes, in the
+    same process group, may die of it first: the run then fails on a dead actor).
+    :func:`actors.ray_setup.ensure_ray` keeps the handler across ``ray.init``, which would put
+    Ray's own in its place (it printed a core-worker stack dump)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _SEEN.clear()
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - re-raised, as itself or as the stop it follows
+        if _SEEN:  # a SIGTERM to the process group also ends Ray's processes: the error that
+            raise Terminated(f"after SIGTERM: {exc}") from exc  # follows is the stop's
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def terminated(e: KeyboardInterrupt) -> bool:
+    """Whether ``e`` stopped a command because of SIGTERM (not Ctrl-C)."""
+    return isinstance(e, Terminated) or bool(_SEEN)
+
+
+def stopped(e: KeyboardInterrupt) -> tuple[str, int]:
+    """How a stopped command names its stop, and its exit code."""
+    return ("terminated (SIGTERM)", 143) if terminated(e) else ("interrupted", 130)
