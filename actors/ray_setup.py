@@ -33,9 +33,8 @@ def offline_env() -> None:
 def _own_sigterm() -> Iterator[None]:
     """Keep this process's SIGTERM handler across ``ray.init``, where the application set
     one (:func:`simulator.run.stop.sigterm_raises`'s, which ends a run in one line):
-    ``ray.init`` puts its own Python handler
-    in its place and Ray's core worker a C one, which prints a stack dump on SIGTERM. A
-    process that set none keeps Ray's."""
+    ``ray.init`` puts its own Python handler in its place and Ray's core worker a C one,
+    which prints a stack dump on SIGTERM. A process that set none keeps Ray's."""
     main = threading.current_thread() is threading.main_thread()
     own = signal.getsignal(signal.SIGTERM) if main else None
     try:
