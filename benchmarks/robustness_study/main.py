@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import shlex
 import sys
 from typing import Any
 
@@ -15,7 +14,7 @@ from benchmarks.robustness_study.cli import parse_args
 from benchmarks.robustness_study.core import make_jobs, run_all
 from benchmarks.robustness_study.report import plots, table
 from benchmarks.robustness_study.worker import finished_run
-from simulator.run.stop import sigterm_raises, stopped
+from simulator.run.stop import go_on, sigterm_raises, stopped
 
 #: the columns of results.csv
 FIELDS = (
@@ -73,11 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         what, code = stopped(e)
         runnable = [j for j in jobs if not j["error"]]
         done = sum(1 for j in runnable if finished_run(j["flat"]) is not None)
-        again = sys.argv[1:] if argv is None else argv
-        again = [*again, *([] if "--resume" in again else ["--resume"])]
         print(
             f"{what}: {done} of {len(runnable)} runs finished under {args.out}; go on with: "
-            f"python benchmarks/robustness.py {shlex.join(again)}",
+            + go_on("benchmarks/robustness.py", argv),
             file=sys.stderr,
         )
         return code

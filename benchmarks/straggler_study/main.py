@@ -3,14 +3,13 @@ plots and, for a case, the paper's checks."""
 
 from __future__ import annotations
 
-import shlex
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.straggler_study import core, output, plots, report, scenarios
 from benchmarks.straggler_study.cli import parse_args
-from simulator.run.stop import sigterm_raises, stopped
+from simulator.run.stop import go_on, sigterm_raises, stopped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,11 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every finished run is kept
         what, code = stopped(e)
-        again = sys.argv[1:] if argv is None else argv
-        again = [*again, *([] if "--resume" in again else ["--resume"])]
         print(
             f"{what}: the runs that finished are kept under {a.out}; go on with: "
-            f"python benchmarks/stragglers.py {shlex.join(again)}",
+            + go_on("benchmarks/stragglers.py", argv),
             file=sys.stderr,
         )
         return code

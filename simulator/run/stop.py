@@ -6,7 +6,9 @@ handed over, Ray shuts down) and ends in one line with exit code 143 (130 for Ct
 
 from __future__ import annotations
 
+import shlex
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,3 +58,10 @@ def terminated(e: KeyboardInterrupt) -> bool:
 def stopped(e: KeyboardInterrupt) -> tuple[str, int]:
     """How a stopped command names its stop, and its exit code."""
     return ("terminated (SIGTERM)", 143) if terminated(e) else ("interrupted", 130)
+
+
+def go_on(script: str, argv: list[str] | None) -> str:
+    """The command that goes on with a stopped study ``script``: its arguments (``argv``, or
+    this process's) and ``--resume``."""
+    again = sys.argv[1:] if argv is None else list(argv)
+    return f"python {script} {shlex.join([*again, *([] if '--resume' in again else ['--resume'])])}"
