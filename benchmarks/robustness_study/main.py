@@ -61,19 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = make_jobs(args, base)
     if args.resume:
-        runnable = [j for j in jobs if not j["error"]]
-        kept = sum(1 for j in runnable if finished_run(j["flat"]) is not None)
-        print(f"resume: {kept} of {len(runnable)} runs finished under {args.out}", file=sys.stderr)
+        print(f"resume: {finished(jobs)} runs finished under {args.out}", file=sys.stderr)
     write_grid_yaml(args, base, jobs)
     try:
         with sigterm_raises():
             results = run_all(jobs, args.workers, args.ray_address)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every finished run is kept
         what, code = stopped(e)
-        runnable = [j for j in jobs if not j["error"]]
-        done = sum(1 for j in runnable if finished_run(j["flat"]) is not None)
         print(
-            f"{what}: {done} of {len(runnable)} runs finished under {args.out}; go on with: "
+            f"{what}: {finished(jobs)} runs finished under {args.out}; go on with: "
             + go_on("benchmarks/robustness.py", argv),
             file=sys.stderr,
         )
@@ -86,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     plots(results, args.defenses, args.fractions, args.out)
     summarize(args, base, results)
     return 0
+
+
+def finished(jobs: list[dict[str, Any]]) -> str:
+    """``"K of N"``: the grid's runs (cells with no precondition error) already finished."""
+    runnable = [j for j in jobs if not j["error"]]
+    kept = sum(1 for j in runnable if finished_run(j["flat"]) is not None)
+    return f"{kept} of {len(runnable)}"
 
 
 def write_grid_yaml(
