@@ -74,6 +74,7 @@ def _lines(path: Path) -> int:
         return 0
 
 
+@pytest.mark.slow  # ~25 s: Ray, the recorder and a real run (CI runs the slow tests too)
 def test_sigterm_to_the_process_group_stops_a_ray_ledger_run_in_one_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
