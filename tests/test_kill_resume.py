@@ -71,7 +71,9 @@ def _assert_resumes_to(out: Path, reference: Path) -> None:
     ("failpoint", "complete"),
     [
         ("events.jsonl:4", 3),  # killed halfway through writing round 3's event
-        ("events.jsonl:4:after", 4),  # killed after round 3's event, before its checkpoint
+        pytest.param(  # killed after round 3's event, before its checkpoint (slow: ~10 s)
+            "events.jsonl:4:after", 4, marks=pytest.mark.slow
+        ),
     ],
 )
 def test_sigkill_then_resume_matches_uninterrupted(

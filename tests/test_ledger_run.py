@@ -161,7 +161,14 @@ def _fresh_host(monkeypatch: pytest.MonkeyPatch, failpoint: str | None) -> None:
         monkeypatch.setenv(FAILPOINT_ENV, failpoint)
 
 
-@pytest.mark.parametrize("failpoint", ["rounds.jsonl:2", "blocks.rlp:3", "rounds.jsonl:3:after"])
+@pytest.mark.parametrize(
+    "failpoint",  # the first in the default suite, the others slow (~10 s each; CI runs them)
+    [
+        "rounds.jsonl:2",
+        pytest.param("blocks.rlp:3", marks=pytest.mark.slow),
+        pytest.param("rounds.jsonl:3:after", marks=pytest.mark.slow),
+    ],
+)
 def test_recorder_killed_mid_write_then_resume(
     straight, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failpoint: str
 ) -> None:
