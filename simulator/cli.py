@@ -31,17 +31,21 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
+def _resume_hint(out: str, then: str = "; ") -> str:
+    """How to go on with the run in ``out``, after ``then``: the resume command when it saved a
+    checkpoint; else (after "; ") where its events are and that it cannot be resumed."""
+    if (Path(out) / "checkpoint.pt").is_file():
+        return f"{then}resume with: python -m simulator --resume {out}"
+    return (
+        f"; events so far are in {out} (it saved no checkpoint to resume from: "
+        "--checkpoint-every N makes a run resumable)"
+    )
+
+
 def _stopped_line(e: KeyboardInterrupt, out: str | None) -> str:
     """The one line an interrupted (Ctrl-C) or terminated (SIGTERM) run ends with."""
     what = stopped(e)[0]
-    if out is None:
-        return what
-    if (Path(out) / "checkpoint.pt").is_file():
-        return f"{what}; resume with: python -m simulator --resume {out}"
-    return (
-        f"{what}; events so far are in {out} (it saved no checkpoint to resume from: "
-        "--checkpoint-every N makes a run resumable)"
-    )
+    return what if out is None else what + _resume_hint(out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = run_experiment(cfg)
     except LedgerRoundError as e:
         print(
-            f"error: ledger: {e}; rounds before it are recorded, resume with: "
-            f"python -m simulator --resume {cfg.output.out}",
+            f"error: ledger: {e}; rounds before it are recorded{_resume_hint(cfg.output.out)}",
             file=sys.stderr,
         )
         return 1
@@ -184,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(
             f"error: no space left on the disk of {e.filename or cfg.output.out}; the rounds "
-            "before it are saved: free some space, then resume with: "
-            f"python -m simulator --resume {cfg.output.out}",
+            f"before it are saved: free some space{_resume_hint(cfg.output.out, ', then ')}",
             file=sys.stderr,
         )
         return 1
