@@ -6,10 +6,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 from benchmarks.robustness_study import grid
 from benchmarks.robustness_study.worker import GridWorker, init_worker, run_job
+from simulator.run.stop import DiskFull
+
+
+def _kept(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec``, unless its run found the disk full (:class:`DiskFull`)."""
+    if rec.get("disk_full"):
+        raise DiskFull(rec["disk_full"])
+    return rec
 
 
 def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, Any]]:
@@ -58,7 +67,8 @@ def run_all(
     jobs: list[dict[str, Any]], workers: int, ray_address: str | None = None
 ) -> list[dict[str, Any]]:
     """Every job's record (:func:`~benchmarks.robustness_study.worker.run_job`), in the order
-    of ``jobs``: in this process with ``workers`` 1, else on ``workers`` Ray actors."""
+    of ``jobs``: in this process with ``workers`` 1, else on ``workers`` Ray actors. Raises
+    :class:`DiskFull` as soon as a run finds its disk full."""
     from tqdm import tqdm
 
     results: list[dict[str, Any]] = []
@@ -71,14 +81,15 @@ def run_all(
             init_worker()
             try:
                 for j in jobs:
-                    results.append(run_job(j))
+                    results.append(_kept(run_job(j)))
                     bar.update()
             finally:
                 torch.set_num_threads(threads)
         else:
-            for rec in _on_ray(jobs, workers, ray_address):
-                results.append(rec)
-                bar.update()
+            with closing(_on_ray(jobs, workers, ray_address)) as recs:  # closed: actors killed
+                for rec in recs:
+                    results.append(_kept(rec))
+                    bar.update()
     finally:  # a stopped grid's bar ends before the line saying how to go on
         bar.close()
     order = {(j["defense"], j["malicious_fraction"], j["seed"]): i for i, j in enumerate(jobs)}

@@ -14,7 +14,7 @@ from benchmarks.robustness_study.cli import parse_args
 from benchmarks.robustness_study.core import make_jobs, run_all
 from benchmarks.robustness_study.report import plots, table
 from benchmarks.robustness_study.worker import finished_run
-from simulator.run.stop import go_on, sigterm_raises, stopped
+from simulator.run.stop import DiskFull, sigterm_raises, study_stopped
 
 #: the columns of results.csv
 FIELDS = (
@@ -58,22 +58,26 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
     jobs = make_jobs(args, base)
+    try:
+        with sigterm_raises():
+            return _run(args, base, jobs)
+    except (KeyboardInterrupt, DiskFull, OSError) as e:  # every finished run is kept
+        kept = f"{finished(jobs)} runs finished under {args.out}"
+        stop = study_stopped(e, "benchmarks/robustness.py", argv, kept)
+        if stop is None:
+            raise
+        print(stop[0], file=sys.stderr)
+        return stop[1]
+
+
+def _run(args: argparse.Namespace, base: dict[str, Any], jobs: list[dict[str, Any]]) -> int:
+    """Run the grid's ``jobs``; write ``--out`` and print the table. Returns the exit code."""
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.resume:
         print(f"resume: {finished(jobs)} runs finished under {args.out}", file=sys.stderr)
     write_grid_yaml(args, base, jobs)
-    try:
-        with sigterm_raises():
-            results = run_all(jobs, args.workers, args.ray_address)
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every finished run is kept
-        what, code = stopped(e)
-        print(
-            f"{what}: {finished(jobs)} runs finished under {args.out}; go on with: "
-            + go_on("benchmarks/robustness.py", argv),
-            file=sys.stderr,
-        )
-        return code
+    results = run_all(jobs, args.workers, args.ray_address)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     with (args.out / "results.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")

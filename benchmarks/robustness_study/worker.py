@@ -64,7 +64,8 @@ def finished_run(flat: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, A
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one grid cell (a dict made by the script) and return its result record; a failure
-    (precondition ValueError mid-run, anything else) is recorded in ``error``, never raised.
+    (precondition ValueError mid-run, anything else) is recorded in ``error``, never raised,
+    except a full disk: the record then names the file in ``disk_full`` (the grid stops).
     With ``job["resume"]`` a run of the cell an earlier grid finished is read back instead
     (:func:`finished_run`)."""
     rec = {k: job[k] for k in ("attack", "defense", "malicious_fraction", "seed")}
@@ -121,6 +122,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     except ValueError as e:  # ConfigError and defense preconditions are ValueErrors
         rec["error"] = f"{type(e).__name__}: {e}"
     except Exception as e:  # noqa: BLE001 - one bad cell must not end the grid
+        from simulator.run.appendlog import is_disk_full
+
+        if is_disk_full(e):  # not the cell's fault, and every cell after it would fail too
+            rec["disk_full"] = getattr(e, "filename", None) or job["flat"]["out"]
+            return rec
         rec["error"] = f"{type(e).__name__}: {e}"
         Path(job["flat"]["out"]).mkdir(parents=True, exist_ok=True)
         (Path(job["flat"]["out"]) / "error.txt").write_text(traceback.format_exc())

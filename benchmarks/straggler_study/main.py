@@ -3,13 +3,14 @@ plots and, for a case, the paper's checks."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.straggler_study import core, output, plots, report, scenarios
 from benchmarks.straggler_study.cli import parse_args
-from simulator.run.stop import go_on, sigterm_raises, stopped
+from simulator.run.stop import sigterm_raises, study_stopped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,21 +23,25 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         with sigterm_raises():
-            if a.scenario != "study":
-                runs, settings = scenarios.run(a)
-            else:
-                runs, settings = core.study(a)
+            return _run(a, t0)
     except (ConfigError, TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every finished run is kept
-        what, code = stopped(e)
-        print(
-            f"{what}: the runs that finished are kept under {a.out}; go on with: "
-            + go_on("benchmarks/stragglers.py", argv),
-            file=sys.stderr,
-        )
-        return code
+    except (KeyboardInterrupt, OSError) as e:  # Ctrl-C, SIGTERM, a full disk: finished runs kept
+        kept = f"the runs that finished are kept under {a.out}"
+        stop = study_stopped(e, "benchmarks/stragglers.py", argv, kept)
+        if stop is None:
+            raise
+        print(stop[0], file=sys.stderr)
+        return stop[1]
+
+
+def _run(a: argparse.Namespace, t0: float) -> int:
+    """The study (or the case), then its table, files and plots."""
+    if a.scenario != "study":
+        runs, settings = scenarios.run(a)
+    else:
+        runs, settings = core.study(a)
     records = report.study_results(runs)
     out = Path(a.out)
     extra = {"scenario": a.scenario, "settings": settings, "wall_seconds": time.perf_counter() - t0}

@@ -1,7 +1,9 @@
 """Stopping a run or a study cleanly: SIGTERM (a batch system's time limit, ``timeout``,
 ``docker stop``) is raised in the main thread as Ctrl-C's KeyboardInterrupt is, so a command
 stops the way an interrupted one does (``finally`` blocks run: the ledger records what was
-handed over, Ray shuts down) and ends in one line with exit code 143 (130 for Ctrl-C).
+handed over, Ray shuts down) and ends in one line with exit code 143 (130 for Ctrl-C). A study
+(a grid of runs) stopped by a signal or a full disk keeps every finished run and says how to go
+on (:func:`study_stopped`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ from typing import Any
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised by :func:`sigterm_raises`'s handler."""
+
+
+class DiskFull(Exception):
+    """A run of a study found its disk full (raised where the run's own error cannot travel
+    as itself, e.g. from a Ray actor): the study stops, every finished run kept."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"no space left on the disk of {path}")
+        self.path = path
 
 
 _SEEN: list[int] = []  # SIGTERMs the handler took: Ray's blocking calls turn what it raises
@@ -65,3 +76,24 @@ def go_on(script: str, argv: list[str] | None) -> str:
     this process's) and ``--resume``."""
     again = sys.argv[1:] if argv is None else list(argv)
     return f"python {script} {shlex.join([*again, *([] if '--resume' in again else ['--resume'])])}"
+
+
+def study_stopped(
+    e: BaseException, script: str, argv: list[str] | None, kept: str
+) -> tuple[str, int] | None:
+    """The one line and the exit code a study ``script`` ends with when ``e`` stopped it
+    (Ctrl-C: 130, SIGTERM: 143, a full disk: 1), saying what is ``kept`` (e.g. "3 of 8 runs
+    finished under OUT") and how to go on (:func:`go_on`); None when ``e`` is no stop."""
+    from simulator.run.appendlog import is_disk_full
+
+    if isinstance(e, KeyboardInterrupt):
+        what, code = stopped(e)
+        return f"{what}: {kept}; go on with: {go_on(script, argv)}", code
+    if isinstance(e, DiskFull) or is_disk_full(e):
+        path = e.path if isinstance(e, DiskFull) else getattr(e, "filename", None) or "the output"
+        return (
+            f"error: no space left on the disk of {path}; {kept}: free some space, then go on "
+            f"with: {go_on(script, argv)}",
+            1,
+        )
+    return None

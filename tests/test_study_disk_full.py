@@ -1,0 +1,119 @@
+"""A study whose disk fills stops in one line (exit 1) naming the file, keeps every finished
+run, and says how to go on; ``--resume`` then finishes it.
+
+Until stop 49 the robustness grid died with a Ray traceback (the failed cell's ``error.txt``
+could not be written either) and the straggler study with an ``OSError`` traceback.
+In the grid the disk fills through ``FEDSENTRY_FAILPOINT`` (:mod:`simulator.run.appendlog`): the
+N-th append to an ``events.jsonl`` of this process writes half its bytes and fails with ENOSPC;
+in the straggler study as a run writes its cell file.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import simulator.run.appendlog as appendlog  # noqa: E402
+from benchmarks.robustness_study.main import main as robustness  # noqa: E402
+from benchmarks.straggler_study import core  # noqa: E402
+from benchmarks.straggler_study.main import main as stragglers  # noqa: E402
+from simulator.run.stop import DiskFull, study_stopped  # noqa: E402
+
+
+def _fill_disk_at(monkeypatch: pytest.MonkeyPatch, append: int | None) -> None:
+    """The ``append``-th append to an events.jsonl finds the disk full (None: never)."""
+    if append is None:
+        monkeypatch.delenv(appendlog.FAILPOINT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(appendlog.FAILPOINT_ENV, f"events.jsonl:{append}:enospc")
+    monkeypatch.setattr(appendlog, "_ARMED", appendlog._Armed())  # re-read the variable
+
+
+def _last_err(capsys: pytest.CaptureFixture[str]) -> str:
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_the_stop_line_of_each_stop() -> None:
+    argv = ["--out", "o"]
+    kept = "1 of 2 runs finished under o"
+    go = "go on with: python s.py --out o --resume"
+    assert study_stopped(KeyboardInterrupt(), "s.py", argv, kept) == (
+        f"interrupted: {kept}; {go}",
+        130,
+    )
+    full = f"{kept}: free some space, then {go}"
+    assert study_stopped(DiskFull("o/a"), "s.py", argv, kept) == (
+        f"error: no space left on the disk of o/a; {full}",
+        1,
+    )
+    enospc = OSError(28, "No space left on device", "o/b")
+    assert study_stopped(enospc, "s.py", argv, kept) == (
+        f"error: no space left on the disk of o/b; {full}",
+        1,
+    )
+    assert study_stopped(OSError(13, "Permission denied", "o/b"), "s.py", argv, kept) is None
+    assert study_stopped(ValueError("x"), "s.py", argv, kept) is None
+
+
+def test_a_robustness_grid_stops_on_a_full_disk_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "rb"
+    argv = ["--attack", "labelflip", "--defenses", "fedavg", "median", "--fractions", "0.4"]
+    argv += ["--workers", "1", "--out", str(out), "--seeds", "1", "--rounds", "2"]
+    argv += ["--set", "num_clients=8", "--set", "clients_per_round=4", "--set", "local_epochs=1"]
+    _fill_disk_at(monkeypatch, 3)  # the second run's first round (2 rounds a run)
+    assert robustness(argv) == 1
+    failed = out / "runs" / "labelflip-median-f0.4-s0"
+    assert _last_err(capsys) == (
+        f"error: no space left on the disk of {failed / 'events.jsonl'}; 1 of 2 runs finished "
+        f"under {out}: free some space, then go on with: python benchmarks/robustness.py "
+        f"{' '.join(argv)} --resume"
+    )
+    assert not (out / "results.json").exists() and not (failed / "error.txt").exists()
+    _fill_disk_at(monkeypatch, None)
+    assert robustness([*argv, "--resume"]) == 0
+    assert f"resume: 1 of 2 runs finished under {out}" in capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["defense"], r["rounds"], r["error"]) for r in results] == [
+        ("fedavg", 2, None),
+        ("median", 2, None),
+    ]
+
+
+def test_a_straggler_study_stops_on_a_full_disk_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "study"
+    argv = ["--population", "60", "--clients-per-round", "6", "--seeds", "1", "--rounds", "6"]
+    argv += ["--set", "hidden=16", "--no-progress", "--no-plots"]
+    argv += ["--policies", "deadline", "fedbuff", "--out", str(out)]
+    real, saved = core.save_cell, []
+
+    def second_fills_the_disk(flat: dict, where: Path, cell: dict) -> None:
+        if saved:  # the disk fills as the second run writes its cell file
+            raise OSError(errno.ENOSPC, "No space left on device", str(where / core.CELL_FILE))
+        saved.append(where)
+        real(flat, where, cell)
+
+    monkeypatch.setattr(core, "save_cell", second_fills_the_disk)
+    assert stragglers(argv) == 1
+    assert _last_err(capsys) == (
+        f"error: no space left on the disk of {out / 'runs' / 'fedbuff-s0' / core.CELL_FILE}; "
+        f"the runs that finished are kept under {out}: free some space, then go on with: "
+        f"python benchmarks/stragglers.py {' '.join(argv)} --resume"
+    )
+    assert (out / "runs" / "deadline-s0" / core.CELL_FILE).is_file()
+    assert not (out / "runs" / "fedbuff-s0" / core.CELL_FILE).exists()
+    monkeypatch.setattr(core, "save_cell", real)
+    assert stragglers([*argv, "--resume"]) == 0
+    policies = json.loads((out / "results.json").read_text())["policies"]
+    assert len(policies) == 2
