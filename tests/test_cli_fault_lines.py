@@ -80,3 +80,22 @@ def test_a_full_disk_offers_a_resume_only_with_a_checkpoint(
     _fail_with(monkeypatch, OSError(errno.EACCES, "Permission denied", str(out)))
     with pytest.raises(PermissionError):
         main([*ARGS, "--out", str(out)])
+
+
+def test_a_damaged_checkpoint_is_refused_in_one_line_and_nothing_is_lost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # until stop 49 a checkpoint cut short (a copy interrupted) ended --resume in a torch
+    # traceback, after the finished run's summary.json had been deleted
+    out = tmp_path / "run"
+    assert main([*ARGS, "--checkpoint-every", "1", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    (out / "checkpoint.pt").write_bytes(b"")
+    capsys.readouterr()
+    assert main(["--resume", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: output.resume: {out / 'checkpoint.pt'} cannot be read (EOFError: Ran out of "
+        "input); the run cannot resume from it\n"
+    )
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert after == {**before, "checkpoint.pt": b""}  # summary.json and events.jsonl kept

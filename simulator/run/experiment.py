@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from simulator.round.engine import Simulation
 from simulator.round.types import RoundCallback, RoundRecord
 from simulator.run.budget import check_budget
 from simulator.run.output import EventLog, RunSummary, plot, truncate_events, write_csv
+from simulator.run.runlock import lock_run_dir
 
 log = logging.getLogger("fedsentry")
 
@@ -34,6 +36,20 @@ def resume_config(run_dir: str | Path) -> Config:
     return cfg.replace(out=str(d), resume=str(d))
 
 
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A run's checkpoint; :class:`ConfigError` in one line when it cannot be read (checkpoints
+    are written whole and renamed into place: one that does not load was damaged afterwards,
+    e.g. by a copy cut short)."""
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - torch raises OSError, RuntimeError, EOFError...
+        why = (str(exc).splitlines() or [""])[0][:120]
+        raise ConfigError(
+            f"output.resume: {path} cannot be read ({type(exc).__name__}: {why}); the run "
+            "cannot resume from it"
+        ) from None
+
+
 def open_run(sim: Simulation, cfg: Config, out: Path, summary: RunSummary) -> None:
     """Resume ``sim`` from the run directory's checkpoint (dropping events past it), or start
     the directory afresh: an empty event log, the resolved config and, with checkpoints on, a
@@ -41,10 +57,11 @@ def open_run(sim: Simulation, cfg: Config, out: Path, summary: RunSummary) -> No
     way an earlier ``summary.json`` goes: one is there only once this run has finished."""
     events_path = out / "events.jsonl"
     out.mkdir(parents=True, exist_ok=True)
+    # read first: a resume refused for a damaged checkpoint leaves the directory as it was
+    st = load_checkpoint(out / "checkpoint.pt") if cfg.output.resume else None
     # an earlier run's summary is not this one's: a directory has one only once its run ends
     (out / "summary.json").unlink(missing_ok=True)
-    if cfg.output.resume:
-        st = torch.load(out / "checkpoint.pt", weights_only=False)
+    if st is not None:
         sim.load_state_dict(st, out / "state" / "checkpoint")
         summary.load_state_dict(st["summary"])
         truncate_events(events_path, sim.next_round)
@@ -136,6 +153,23 @@ def run_experiment(
     """
     out = Path(cfg.output.out)
     check_budget(cfg)  # a run that cannot fit stops here, before anything starts
+    lock = lock_run_dir(out)  # before anything is written: a second run here is refused
+    try:
+        return _run_locked(cfg, out, callbacks, federation, executor, progress, crash_after)
+    finally:
+        os.close(lock)
+
+
+def _run_locked(
+    cfg: Config,
+    out: Path,
+    callbacks: Sequence[RoundCallback],
+    federation: Any,
+    executor: Any,
+    progress: bool | None,
+    crash_after: int | None,
+) -> dict[str, Any]:
+    """:func:`run_experiment` once it holds the run directory's lock."""
     recorder = None
     if cfg.ledger.enabled:  # the recorder process starts while the simulation is built
         from ledger.recorder import LedgerRecorder

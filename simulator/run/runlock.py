@@ -1,0 +1,47 @@
+"""One run at a time in a run directory.
+
+Two runs writing into the same ``--out`` (the default ``runs/latest`` makes it easy: two
+terminals, one command) interleaved their rounds in one ``events.jsonl``, each truncating what
+the other had written, and both ended with exit code 0. A run now holds an exclusive
+``flock`` on ``OUT/.run.lock`` from before anything is written until it ends; a second run there
+is refused in one line before it touches the directory. The kernel lets go of the lock when its
+holder dies (a kill -9 included), so ``--resume`` right after a crash is never refused; the
+descriptor is not inherited by the processes a run starts (Ray's, the ledger's recorder), which
+are started with ``exec``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from simulator.config.fields import ConfigError
+
+#: the lock file in a run directory (it holds the pid of the run that took it last)
+LOCK_FILE = ".run.lock"
+
+
+def lock_run_dir(out: Path) -> int:
+    """Take the run directory ``out``'s lock (creating the directory) and return its file
+    descriptor; close it to let go.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the directory and the pid of the run that holds it.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError(
+            f"output.out: {out} is in use by another run (pid {holder}): choose another --out, "
+            "or wait for that run to end"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

@@ -1,0 +1,89 @@
+"""One run at a time in a run directory (:mod:`simulator.run.runlock`).
+
+Until stop 49 two runs into the same ``--out`` interleaved their rounds in one ``events.jsonl``
+(rounds 0, 13, 1, 14, ... seen) and both exited 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helper import ROOT
+
+from simulator.cli import main
+from simulator.config.fields import ConfigError
+from simulator.config.sections import build_config
+from simulator.run.experiment import run_experiment
+from simulator.run.runlock import LOCK_FILE, lock_run_dir
+
+
+def _in_use(d: Path, pid: int) -> str:
+    return (
+        f"output.out: {d} is in use by another run (pid {pid}): choose another --out, "
+        "or wait for that run to end"
+    )
+
+
+def test_a_second_lock_is_refused_until_the_first_lets_go(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    fd = lock_run_dir(d)
+    assert (d / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    with pytest.raises(ConfigError) as e:
+        lock_run_dir(d)
+    assert str(e.value) == _in_use(d, os.getpid())
+    os.close(fd)
+    os.close(lock_run_dir(d))
+
+
+def test_a_run_into_a_directory_in_use_is_refused_and_touches_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "run"
+    fd = lock_run_dir(d)
+    (d / "events.jsonl").write_text('{"round": 0}\n')
+    (d / "config.yaml").write_text("mine\n")
+    flat = {"dataset": "digits", "backend": "local", "num_clients": 4, "clients_per_round": 2}
+    flat |= {"rounds": 1, "local_epochs": 1, "plots": False, "out": str(d)}
+    try:
+        with pytest.raises(ConfigError, match="is in use by another run"):
+            run_experiment(build_config(flat=flat), progress=False)
+        argv = ["--backend", "local", "--rounds", "1", "--no-progress", "--out", str(d)]
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"error: {_in_use(d, os.getpid())}\n"
+        assert (d / "events.jsonl").read_text() == '{"round": 0}\n'
+        assert (d / "config.yaml").read_text() == "mine\n"
+        assert sorted(p.name for p in d.iterdir()) == [LOCK_FILE, "config.yaml", "events.jsonl"]
+    finally:
+        os.close(fd)
+    run_experiment(build_config(flat=flat), progress=False)  # free again: it runs
+    assert (d / "summary.json").is_file()
+
+
+def test_a_killed_run_lets_go_of_its_directory(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from simulator.run.runlock import "
+            "lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); "
+            "time.sleep(60)",
+            str(d),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        with pytest.raises(ConfigError, match=f"pid {holder.pid}"):
+            lock_run_dir(d)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    os.close(lock_run_dir(d))  # a kill -9 frees it at once: --resume is never refused
