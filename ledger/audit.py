@@ -130,8 +130,8 @@ def audit_run(
     progress: bool = False,
     jobs: int = 1,
 ) -> AuditReport:
-    """Audit one run directory (raises :class:`AuditInputError` on bad input); ``jobs``
-    processes check its rounds' packs.
+    """Audit one run directory (raises :class:`AuditInputError` on bad input, and for a run
+    still being recorded); ``jobs`` processes check its rounds' packs.
 
     The replay runs on one torch thread (the caller's count is restored after): its tensors are
     one round's rows, and on a busy machine two threads made the robustness run's audit 5x
@@ -139,6 +139,14 @@ def audit_run(
     on an idle one both counts take the same time."""
     import torch
 
+    from ledger.errors import ledger_dir
+    from ledger.session_start import being_recorded
+
+    if being_recorded(ledger_dir(run_dir)):  # its files are mid-write: findings would be false
+        raise AuditInputError(
+            f"{run_dir}: the run is still being recorded (its recorder holds ledger/.lock): "
+            "audit it once the run has ended"
+        )
     t0 = time.perf_counter()
     a = RunAudit(Path(run_dir), ledger_url=ledger_url)
     rep = AuditReport(str(run_dir))

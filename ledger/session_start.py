@@ -30,6 +30,7 @@ from simulator.run.appendlog import drop_torn_tail, read_jsonl
 
 __all__ = [
     "COMMIT_GAS",
+    "being_recorded",
     "channel_id",
     "check_format",
     "clear_ledger",
@@ -59,6 +60,23 @@ def lock_ledger(directory: Path) -> int:
             time.sleep(0.05)
     os.close(fd)
     raise LedgerError(f"{directory}: another process is recording this run")
+
+
+def being_recorded(directory: Path) -> bool:
+    """Whether a recorder holds the lock of the ledger in ``directory`` (:func:`lock_ledger`)
+    now. Read-only: nothing is created; a shared lock is taken and let go at once (a recorder
+    starting meanwhile retries)."""
+    try:
+        fd = os.open(directory / ".lock", os.O_RDONLY)
+    except OSError:  # no lock file (or not readable): no recorder took it here
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing lets go of the shared lock
+    return False
 
 
 def clear_ledger(directory: Path) -> None:

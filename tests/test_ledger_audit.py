@@ -188,3 +188,27 @@ def test_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "no recorded run found" in err
+
+
+def test_a_run_still_being_recorded_is_refused(run: Path, capsys: pytest.CaptureFixture) -> None:
+    # audited while its recorder wrote (stop 49), a run showed false findings: round-off-chain
+    # (a commitment mined, its rounds.jsonl line not yet written) and chain-block (head behind)
+    import os
+
+    from ledger.session_start import being_recorded, lock_ledger
+
+    assert not being_recorded(run / "ledger")
+    fd = lock_ledger(run / "ledger")  # what the recorder holds while the run goes on
+    try:
+        assert being_recorded(run / "ledger")
+        assert main([str(run)]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {run}: the run is still being recorded (its recorder holds ledger/.lock): "
+            "audit it once the run has ended\n"
+        )
+    finally:
+        os.close(fd)
+    assert not being_recorded(run / "ledger")
+    assert main([str(run), "-q"]) == 0
+    (run / "ledger" / ".lock").unlink()  # a run recorded before the lock existed: no lock file
+    assert not being_recorded(run / "ledger") and main([str(run), "-q"]) == 0
