@@ -261,12 +261,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs must be >= 1")
     kw = {"ledger_url": args.ledger_url, "replay": not args.no_replay, "bls": not args.no_bls}
     try:
+        if args.json and args.json != "-":  # checked before the audit, not after it
+            from simulator.run.runlock import writable_file
+
+            writable_file(Path(args.json), "--json")
         runs = find_runs(args.run_dirs)
         reports = []
         for rep in _reports(runs, args.jobs, kw, progress=not args.quiet):
             reports.append(rep)
             print(rep.text().splitlines()[0] if args.quiet else rep.text(), flush=True)
-    except AuditInputError as exc:
+    except (AuditInputError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if len(reports) > 1:

@@ -87,3 +87,44 @@ def test_a_killed_run_lets_go_of_its_directory(tmp_path: Path) -> None:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     os.close(lock_run_dir(d))  # a kill -9 frees it at once: --resume is never refused
+
+
+def test_an_output_that_cannot_be_made_is_one_line_exit_2_in_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # until stop 49 each of these ended in a FileExistsError / NotADirectoryError traceback
+    # (the audit's and the ledger study's --json only after all their work)
+    from benchmarks.ledger_study.main import main as ledger_study
+    from benchmarks.robustness_study.main import main as robustness
+    from benchmarks.straggler_study.main import main as stragglers
+    from ledger.audit import main as audit
+    from simulator.run.runlock import make_out_dir, writable_file
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ConfigError) as e:
+        make_out_dir(afile)
+    assert str(e.value) == f"output.out: cannot make the directory {afile} (a file is there)"
+    with pytest.raises(ConfigError) as e:
+        writable_file(afile / "r.json", "--json")
+    assert str(e.value) == f"--json: cannot make the directory {afile} (a file is there)"
+    with pytest.raises(ConfigError) as e:
+        writable_file(tmp_path, "--json")
+    assert str(e.value) == f"--json: {tmp_path} is a directory (a file name is expected)"
+    writable_file(tmp_path / "new" / "r.json", "--json")
+    assert (tmp_path / "new").is_dir() and not (tmp_path / "new" / "r.json").exists()
+
+    made = f"cannot make the directory {afile} (a file is there)"
+    cases = [
+        (main, ["--backend", "local", "--no-progress", "--out", str(afile)], f"output.out: {made}"),
+        (robustness, ["--attack", "labelflip", "--quick", "--out", str(afile)], f"--out: {made}"),
+        (stragglers, ["--no-progress", "--out", str(afile)], f"--out: {made}"),
+        (ledger_study, ["--quick", "--out", str(afile)], f"--out: {made}"),
+        (ledger_study, ["--quick", "--out", str(tmp_path / "s"), "--json", str(afile / "j")],
+         f"--json: {made}"),
+        (audit, [str(tmp_path), "--json", str(afile / "j")],
+         f"--json: {made}"),
+    ]  # fmt: skip
+    for command, argv, line in cases:
+        assert command(argv) == 2, argv
+        assert capsys.readouterr().err == f"error: {line}\n", argv

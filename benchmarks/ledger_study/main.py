@@ -17,6 +17,7 @@ from benchmarks.ledger_study.audit_speed import audit_throughput
 from benchmarks.ledger_study.cli import parse_args
 from benchmarks.ledger_study.tamper_study import print_table, tamper_study
 from benchmarks.ledger_study.tasks import disk_needed, record
+from simulator.run.runlock import writable_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     from ledger.audit import find_runs
     from ledger.audit_checks import AuditInputError
 
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:  # where the results go, checked before the study (it may take an hour)
+        writable_file(args.out / "results.json", "--out")
+        if args.json:
+            writable_file(args.json, "--json")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     result: dict[str, Any] = {"tasks": [], "tamper": [], "cores": os.cpu_count()}
     result["pinning"] = _pin(args)

@@ -14,6 +14,7 @@ from benchmarks.robustness_study.cli import parse_args
 from benchmarks.robustness_study.core import make_jobs, run_all
 from benchmarks.robustness_study.report import plots, table
 from benchmarks.robustness_study.worker import finished_run
+from simulator.run.runlock import make_out_dir
 from simulator.run.stop import DiskFull, sigterm_raises, study_stopped
 
 #: the columns of results.csv
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         from simulator.config.sections import build_config
 
         build_config(flat={**base, "backend": "local"})  # fail fast on a bad override
+        make_out_dir(args.out, "--out")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from benchmarks.straggler_study import core, output, plots, report, scenarios
 from benchmarks.straggler_study.cli import parse_args
+from simulator.run.runlock import make_out_dir
 from simulator.run.stop import sigterm_raises, study_stopped
 
 
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(a: argparse.Namespace, t0: float) -> int:
     """The study (or the case), then its table, files and plots."""
+    make_out_dir(Path(a.out), "--out")
     if a.scenario != "study":
         runs, settings = scenarios.run(a)
     else:

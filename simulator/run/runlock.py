@@ -22,6 +22,29 @@ from simulator.config.fields import ConfigError
 LOCK_FILE = ".run.lock"
 
 
+def make_out_dir(out: Path, what: str = "output.out") -> None:
+    """Create the output directory ``out`` (and its parents); :class:`ConfigError` in one line
+    naming ``what`` when it cannot be (a file there, a read-only disk, no permission). A full
+    disk stays an ``OSError`` (ENOSPC): the callers say how to go on from it."""
+    from simulator.run.appendlog import is_disk_full
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise
+        why = "a file is there" if isinstance(exc, FileExistsError) else exc.strerror
+        raise ConfigError(f"{what}: cannot make the directory {out} ({why})") from None
+
+
+def writable_file(path: Path, what: str) -> None:
+    """Check, before long work, that ``path`` can be written later: its directory is made
+    (:func:`make_out_dir`) and ``path`` is no directory; :class:`ConfigError` naming ``what``."""
+    make_out_dir(path.parent, what)
+    if path.is_dir():
+        raise ConfigError(f"{what}: {path} is a directory (a file name is expected)")
+
+
 def lock_run_dir(out: Path) -> int:
     """Take the run directory ``out``'s lock (creating the directory) and return its file
     descriptor; close it to let go.
@@ -29,9 +52,10 @@ def lock_run_dir(out: Path) -> int:
     Raises
     ------
     ConfigError
-        One line naming the directory and the pid of the run that holds it.
+        One line naming the directory and the pid of the run that holds it, or why the
+        directory cannot be made (:func:`make_out_dir`).
     """
-    out.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out)
     fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
