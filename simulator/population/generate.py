@@ -9,7 +9,7 @@ from numbers import Integral
 import numpy as np
 
 from simulator.population.checks import check_number, check_seed
-from simulator.population.devices import DeviceProfile, Population
+from simulator.population.devices import DeviceProfile, Population, frozen
 
 
 def generate_population_arrays(
@@ -83,14 +83,20 @@ def generate_population_arrays(
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(6)]
 
     def lognormal(rng: np.random.Generator, median: float, sigma: float) -> np.ndarray:
-        return median * np.exp(sigma * rng.standard_normal(int(n)))
+        # in place: one array per field (``median * exp(sigma * z)`` held three), bitwise the
+        # same values; handed over read-only, so Population keeps it without a copy
+        z = rng.standard_normal(int(n))
+        z *= sigma
+        np.exp(z, out=z)
+        z *= median
+        return frozen(z)
 
     return Population(
         compute_ms_per_sample=lognormal(rngs[0], compute_ms_median, compute_sigma),
         up_kbps=lognormal(rngs[1], up_kbps_median, bandwidth_sigma),
         down_kbps=lognormal(rngs[2], down_kbps_median, bandwidth_sigma),
         latency_ms=lognormal(rngs[3], latency_ms_median, latency_sigma),
-        availability=rngs[4].uniform(availability_low, availability_high, int(n)),
+        availability=frozen(rngs[4].uniform(availability_low, availability_high, int(n))),
         gflops=lognormal(rngs[5], gflops_median, gflops_sigma) if gflops_median > 0 else None,
     )
 
