@@ -238,7 +238,8 @@ def study(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     fed, fed_seed, executor = None, None, None
     try:
         for seed, frac, policy in cells:
-            if fed_seed != seed:
+            if fed_seed != seed:  # the last seed's population goes before the next is built
+                fed = None
                 fed, executor = _federation(a, seed, settings, executor)
                 fed_seed = seed
             runs.append(_cell(a, seed, frac, policy, fed, executor, settings, bar))
