@@ -33,6 +33,7 @@ import threading
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from ledger.host_process import die_with_parent, freeze_heap, heap_stats, lowest_priority, warm_up
 from ledger.slots import Views
@@ -188,7 +189,27 @@ def _drain(conn: Connection) -> queue.SimpleQueue:
     return inbox
 
 
+class _DriverGone(Exception):
+    """The driver closed its end (it died or stopped): there is nobody to answer."""
+
+
+def _send(conn: Connection, msg: tuple[Any, ...]) -> None:
+    try:
+        conn.send(msg)
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        raise _DriverGone from exc
+
+
 def _serve(conn: Connection) -> None:
+    """Answer the driver's messages until it closes the socket or is gone (then quietly: a
+    driver stopped mid-round left a BrokenPipeError traceback from here, twice)."""
+    try:
+        _serve_until_closed(conn)
+    except _DriverGone:
+        return
+
+
+def _serve_until_closed(conn: Connection) -> None:
     from ledger.errors import LedgerError, LedgerRoundError
     from ledger.round_build import RoundRows
     from ledger.session import Session
@@ -208,23 +229,25 @@ def _serve(conn: Connection) -> None:
                 _, cfg_dict, run_dir, initial, resume = msg
                 views.close()  # the last run's slots are gone
                 session, failed = Session(build_config(cfg_dict), run_dir), False
-                conn.send(("ready", session.open(initial, resume)))
+                _send(conn, ("ready", session.open(initial, resume)))
             elif kind == "round" and session is not None and not failed:
                 _, meta, slot, lend = msg
                 data = RoundRows(rows=views.rows(slot), **meta)
                 with lent(lend):  # the driver waits for this round: its CPUs are free
-                    conn.send(("done", meta["round"], session.record(data)))
+                    _send(conn, ("done", meta["round"], session.record(data)))
             elif kind == "keys":
                 if session is not None and not failed:
                     session.keys.prefetch(msg[1])
             elif kind == "prefault":  # a head start: a slot the driver let go is skipped
                 views.prefault(msg[1])
             elif kind == "ping":
-                conn.send(("pong", heap_stats()))
+                _send(conn, ("pong", heap_stats()))
             elif kind == "close":
                 out = session.close() if session is not None else {}
                 session = None
-                conn.send(("closed", out))
+                _send(conn, ("closed", out))
+        except _DriverGone:
+            raise
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the driver
             rnd = msg[1]["round"] if kind == "round" else None
             if isinstance(exc, LedgerError | LedgerRoundError) or is_disk_full(exc):
@@ -239,7 +262,7 @@ def _serve(conn: Connection) -> None:
                 except Exception:  # noqa: BLE001 - closing a broken session is best effort
                     pass
                 session = None
-            conn.send(("error", rnd, "round" if kind == "round" else "start", text))
+            _send(conn, ("error", rnd, "round" if kind == "round" else "start", text))
 
 
 def main(argv: list[str]) -> None:

@@ -36,6 +36,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 Clock = Callable[[], float]
+#: seconds a stopped study waits for its arms' runs to end (each ends at its next turn)
+STOP_GRACE_S = 10.0
+STUCK: dict[str, threading.Event] = {}  # the last stopped run_interleaved's unended arms
 
 
 def own_threads(n: int) -> None:
@@ -95,6 +98,7 @@ class Turns:
         self.turn: str | None = self.arms[0]
         self.done: set[str] = set()
         self.clock = clock
+        self.stopping = False  # set by :meth:`stop`: every arm stops at its next turn
         self._cv = threading.Condition()
 
     def _after(self, arm: str) -> str | None:
@@ -114,8 +118,17 @@ class Turns:
             if hand_on:
                 self.turn = self._after(arm)
                 self._cv.notify_all()
-            self._cv.wait_for(lambda: self.turn == arm)
+            self._cv.wait_for(lambda: self.turn == arm or self.stopping)
+            if self.stopping:  # Ctrl-C or SIGTERM in the caller: this arm's run stops here
+                raise KeyboardInterrupt(f"arm {arm} stopped")
             return self.clock() - t0
+
+    def stop(self) -> None:
+        """Stop every arm: each raises ``KeyboardInterrupt`` where it waits for its turn, or at
+        its next round's plan (its run then ends as an interrupted run does)."""
+        with self._cv:
+            self.stopping = True
+            self._cv.notify_all()
 
     def pass_turn(self, arm: str) -> float:
         """Hand the turn on and wait for it to come back; the seconds waited."""
@@ -171,6 +184,8 @@ def run_interleaved(
     finish, and its error is raised (the first arm's in ``order``).
     """
     turns = Turns(order, clock)
+    ended = {arm: threading.Event() for arm in order}
+    STUCK.clear()
     out: dict[str, dict[str, Any]] = {}
     errors: dict[str, BaseException] = {}
 
@@ -190,16 +205,22 @@ def run_interleaved(
             errors[arm] = exc
         finally:
             turns.finish(arm)
+            ended[arm].set()
 
     runs = [threading.Thread(target=go, args=(a,), name=f"arm-{a}", daemon=True) for a in order]
     for t in runs:
         t.start()
-    try:
-        for t in runs:
-            t.join()
-    except BaseException:  # Ctrl-C: a recorder stopped in another arm's turn must not stay
-        for p in (paused or {}).values():  # stopped (its run's close would wait for it)
-            p.back()
+    try:  # not Thread.join: a join interrupted by a signal marks a running thread as ended
+        for arm in order:  # (CPython 3.11's _wait_for_tstate_lock), and it is never waited for
+            ended[arm].wait()
+    except BaseException:  # Ctrl-C, SIGTERM: every arm's run stops at its next turn and ends
+        turns.stop()  # as an interrupted run does; a recorder stopped in another arm's turn
+        for p in (paused or {}).values():  # must not stay stopped (its run's close would
+            p.back()  # wait for it)
+        deadline = time.monotonic() + STOP_GRACE_S  # an arm waiting on a Ray the signal
+        for arm in order:  # killed never comes back: see :func:`stuck_arms`
+            ended[arm].wait(max(0.0, deadline - time.monotonic()))
+        STUCK.update({arm: ended[arm] for arm in order if not ended[arm].is_set()})
         raise
     if threads:  # the process-wide count the arms' threads set: this thread's again
         import torch
@@ -209,6 +230,16 @@ def run_interleaved(
         if arm in errors:
             raise errors[arm]
     return out
+
+
+def stuck_arms() -> list[str]:
+    """The arms whose runs have not ended, of those still running :data:`STOP_GRACE_S` after
+    the last :func:`run_interleaved` was stopped: one mid-round, or waiting on a Ray that the signal
+    killed with the process group (it never returns). The process must then end with
+    ``os._exit``: at the interpreter's exit such a thread went on to fail on the closed
+    recorder, or torch aborted the process ("terminate called without an active exception"),
+    or Ray's core worker ended it 60 s later with exit code 1."""
+    return [arm for arm, ended in STUCK.items() if not ended.is_set()]
 
 
 def ray_for_arms(flat: dict[str, Any], arms: int) -> None:

@@ -15,18 +15,17 @@ from typing import Any
 
 from benchmarks.ledger_study.audit_speed import audit_throughput
 from benchmarks.ledger_study.cli import parse_args
+from benchmarks.ledger_study.lockstep import stuck_arms
 from benchmarks.ledger_study.tamper_study import print_table, tamper_study
 from benchmarks.ledger_study.tasks import disk_needed, record
 from simulator.run.runlock import writable_file
+from simulator.run.stop import sigterm_raises, stopped
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the study (or audit RUN_DIRs); exit code 0, 1 when an audit of a clean run found
     something or a tamper case was missed, 2 on bad input (a one-line error)."""
     args = parse_args(argv)
-    from ledger.audit import find_runs
-    from ledger.audit_checks import AuditInputError
-
     try:  # where the results go, checked before the study (it may take an hour)
         writable_file(args.out / "results.json", "--out")
         if args.json:
@@ -37,6 +36,29 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     result: dict[str, Any] = {"tasks": [], "tamper": [], "cores": os.cpu_count()}
     result["pinning"] = _pin(args)
+    try:
+        with sigterm_raises():
+            return _study(args, result, t0)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the arms' runs have ended
+        what, code = stopped(e)
+        print(
+            f"{what}: the study stopped; the runs it made so far are under {args.out} "
+            "(a study does not resume: run it again)",
+            file=sys.stderr,
+            flush=True,
+        )
+        if stuck_arms():  # a run waiting on a Ray the signal killed: end here, at once
+            sys.stdout.flush()
+            os._exit(code)
+        return code
+
+
+def _study(args: Any, result: dict[str, Any], t0: float) -> int:
+    """Record the tasks (or take RUN_DIRs), audit them, run the tamper study; write
+    ``results.json`` and print the tables. Returns the exit code."""
+    from ledger.audit import find_runs
+    from ledger.audit_checks import AuditInputError
+
     try:
         if args.run_dirs:
             dirs = [str(d) for d in find_runs(args.run_dirs)]
