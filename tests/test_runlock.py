@@ -128,3 +128,28 @@ def test_an_output_that_cannot_be_made_is_one_line_exit_2_in_every_command(
     for command, argv, line in cases:
         assert command(argv) == 2, argv
         assert capsys.readouterr().err == f"error: {line}\n", argv
+
+
+def test_a_study_into_a_directory_in_use_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two grids into one --out wrote each other's results.json, and every cell of the second
+    # failed on the first's run locks
+    from benchmarks.robustness_study.main import main as robustness
+    from benchmarks.straggler_study.main import main as stragglers
+
+    out = tmp_path / "study"
+    fd = lock_run_dir(out)
+    try:
+        for command, argv in (
+            (robustness, ["--attack", "labelflip", "--quick", "--out", str(out)]),
+            (stragglers, ["--no-progress", "--out", str(out)]),
+        ):
+            assert command(argv) == 2
+            assert capsys.readouterr().err == (
+                f"error: --out: {out} is in use by another run (pid {os.getpid()}): choose "
+                "another --out, or wait for that run to end\n"
+            )
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing written

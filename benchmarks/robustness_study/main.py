@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 from typing import Any
 
@@ -14,7 +15,7 @@ from benchmarks.robustness_study.cli import parse_args
 from benchmarks.robustness_study.core import make_jobs, run_all
 from benchmarks.robustness_study.report import plots, table
 from benchmarks.robustness_study.worker import finished_run
-from simulator.run.runlock import make_out_dir
+from simulator.run.runlock import lock_run_dir
 from simulator.run.stop import DiskFull, sigterm_raises, study_stopped
 
 #: the columns of results.csv
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         from simulator.config.sections import build_config
 
         build_config(flat={**base, "backend": "local"})  # fail fast on a bad override
-        make_out_dir(args.out, "--out")
+        lock = lock_run_dir(args.out, "--out")  # one grid at a time in a directory
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(stop[0], file=sys.stderr)
         return stop[1]
+    finally:
+        os.close(lock)
 
 
 def _run(args: argparse.Namespace, base: dict[str, Any], jobs: list[dict[str, Any]]) -> int:

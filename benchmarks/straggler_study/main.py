@@ -4,13 +4,14 @@ plots and, for a case, the paper's checks."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.straggler_study import core, output, plots, report, scenarios
 from benchmarks.straggler_study.cli import parse_args
-from simulator.run.runlock import make_out_dir
+from simulator.run.runlock import lock_run_dir
 from simulator.run.stop import sigterm_raises, study_stopped
 
 
@@ -38,8 +39,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(a: argparse.Namespace, t0: float) -> int:
+    """:func:`_study` holding ``--out``'s lock."""
+    lock = lock_run_dir(Path(a.out), "--out")  # one study at a time in a directory
+    try:
+        return _study(a, t0)
+    finally:
+        os.close(lock)
+
+
+def _study(a: argparse.Namespace, t0: float) -> int:
     """The study (or the case), then its table, files and plots."""
-    make_out_dir(Path(a.out), "--out")
     if a.scenario != "study":
         runs, settings = scenarios.run(a)
     else:

@@ -45,9 +45,10 @@ def writable_file(path: Path, what: str) -> None:
         raise ConfigError(f"{what}: {path} is a directory (a file name is expected)")
 
 
-def lock_run_dir(out: Path) -> int:
+def lock_run_dir(out: Path, what: str = "output.out") -> int:
     """Take the run directory ``out``'s lock (creating the directory) and return its file
-    descriptor; close it to let go.
+    descriptor; close it to let go. ``what`` names the setting in the error (a study's
+    ``--out``: two studies into one directory would write each other's results).
 
     Raises
     ------
@@ -55,7 +56,7 @@ def lock_run_dir(out: Path) -> int:
         One line naming the directory and the pid of the run that holds it, or why the
         directory cannot be made (:func:`make_out_dir`).
     """
-    make_out_dir(out)
+    make_out_dir(out, what)
     fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -63,7 +64,7 @@ def lock_run_dir(out: Path) -> int:
         holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
         os.close(fd)
         raise ConfigError(
-            f"output.out: {out} is in use by another run (pid {holder}): choose another --out, "
+            f"{what}: {out} is in use by another run (pid {holder}): choose another --out, "
             "or wait for that run to end"
         ) from None
     os.ftruncate(fd, 0)
