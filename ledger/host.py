@@ -33,9 +33,16 @@ import threading
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
-from ledger.host_process import die_with_parent, freeze_heap, heap_stats, lowest_priority, warm_up
+from ledger.host_process import (
+    DriverGone,
+    answer,
+    die_with_parent,
+    freeze_heap,
+    heap_stats,
+    lowest_priority,
+    warm_up,
+)
 from ledger.slots import Views
 
 SLOTS = 3  # rounds the recorder may hold: the one it works on and two queued
@@ -189,23 +196,11 @@ def _drain(conn: Connection) -> queue.SimpleQueue:
     return inbox
 
 
-class _DriverGone(Exception):
-    """The driver closed its end (it died or stopped): there is nobody to answer."""
-
-
-def _send(conn: Connection, msg: tuple[Any, ...]) -> None:
-    try:
-        conn.send(msg)
-    except (BrokenPipeError, ConnectionResetError) as exc:
-        raise _DriverGone from exc
-
-
 def _serve(conn: Connection) -> None:
-    """Answer the driver's messages until it closes the socket or is gone (then quietly: a
-    driver stopped mid-round left a BrokenPipeError traceback from here, twice)."""
+    """Answer the driver until it closes the socket or is gone (then quietly: no traceback)."""
     try:
         _serve_until_closed(conn)
-    except _DriverGone:
+    except DriverGone:
         return
 
 
@@ -229,25 +224,23 @@ def _serve_until_closed(conn: Connection) -> None:
                 _, cfg_dict, run_dir, initial, resume = msg
                 views.close()  # the last run's slots are gone
                 session, failed = Session(build_config(cfg_dict), run_dir), False
-                _send(conn, ("ready", session.open(initial, resume)))
+                answer(conn, ("ready", session.open(initial, resume)))
             elif kind == "round" and session is not None and not failed:
                 _, meta, slot, lend = msg
                 data = RoundRows(rows=views.rows(slot), **meta)
                 with lent(lend):  # the driver waits for this round: its CPUs are free
-                    _send(conn, ("done", meta["round"], session.record(data)))
+                    answer(conn, ("done", meta["round"], session.record(data)))
             elif kind == "keys":
                 if session is not None and not failed:
                     session.keys.prefetch(msg[1])
             elif kind == "prefault":  # a head start: a slot the driver let go is skipped
                 views.prefault(msg[1])
             elif kind == "ping":
-                _send(conn, ("pong", heap_stats()))
+                answer(conn, ("pong", heap_stats()))
             elif kind == "close":
                 out = session.close() if session is not None else {}
                 session = None
-                _send(conn, ("closed", out))
-        except _DriverGone:
-            raise
+                answer(conn, ("closed", out))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the driver
             rnd = msg[1]["round"] if kind == "round" else None
             if isinstance(exc, LedgerError | LedgerRoundError) or is_disk_full(exc):
@@ -262,7 +255,7 @@ def _serve_until_closed(conn: Connection) -> None:
                 except Exception:  # noqa: BLE001 - closing a broken session is best effort
                     pass
                 session = None
-            _send(conn, ("error", rnd, "round" if kind == "round" else "start", text))
+            answer(conn, ("error", rnd, "round" if kind == "round" else "start", text))
 
 
 def main(argv: list[str]) -> None:

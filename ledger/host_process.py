@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from multiprocessing.connection import Connection
 from typing import Any
 
 _GC = {"seconds": 0.0, "full": 0, "started": 0.0}  # this process's collections since the freeze
@@ -94,3 +95,18 @@ def _clock(phase: str, info: dict[str, Any]) -> None:
         return
     _GC["seconds"] += time.process_time() - _GC["started"]
     _GC["full"] += info["generation"] == 2
+
+
+class DriverGone(BaseException):
+    """The driver closed its end of the recorder's socket (it died or stopped): there is
+    nobody to answer. A ``BaseException``: the recorder's ``except Exception``, which sends
+    every failure back to the driver, lets it through (a driver stopped mid-round left a
+    ``BrokenPipeError`` traceback from there, twice)."""
+
+
+def answer(conn: Connection, msg: tuple[Any, ...]) -> None:
+    """Send ``msg`` to the driver; :class:`DriverGone` when it is gone."""
+    try:
+        conn.send(msg)
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        raise DriverGone from exc
