@@ -16,7 +16,7 @@ from benchmarks.robustness_study.core import make_jobs, run_all
 from benchmarks.robustness_study.report import plots, table
 from benchmarks.robustness_study.worker import finished_run
 from simulator.run.runlock import lock_run_dir
-from simulator.run.stop import DiskFull, sigterm_raises, study_stopped
+from simulator.run.stop import DiskFull, report_stop, sigterm_raises
 
 #: the columns of results.csv
 FIELDS = (
@@ -67,11 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args, base, jobs)
     except (KeyboardInterrupt, DiskFull, OSError) as e:  # every finished run is kept
         kept = f"{finished(jobs)} runs finished under {args.out}"
-        stop = study_stopped(e, "benchmarks/robustness.py", argv, kept)
-        if stop is None:
-            raise
-        print(stop[0], file=sys.stderr)
-        return stop[1]
+        return report_stop(e, "benchmarks/robustness.py", argv, kept)
     finally:
         os.close(lock)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from benchmarks.straggler_study import core, output, plots, report, scenarios
 from benchmarks.straggler_study.cli import parse_args
 from simulator.run.runlock import lock_run_dir
-from simulator.run.stop import sigterm_raises, study_stopped
+from simulator.run.stop import report_stop, sigterm_raises
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,11 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (KeyboardInterrupt, OSError) as e:  # Ctrl-C, SIGTERM, a full disk: finished runs kept
         kept = f"the runs that finished are kept under {a.out}"
-        stop = study_stopped(e, "benchmarks/stragglers.py", argv, kept)
-        if stop is None:
-            raise
-        print(stop[0], file=sys.stderr)
-        return stop[1]
+        return report_stop(e, "benchmarks/stragglers.py", argv, kept)
 
 
 def _run(a: argparse.Namespace, t0: float) -> int:

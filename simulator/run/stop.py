@@ -97,3 +97,13 @@ def study_stopped(
             1,
         )
     return None
+
+
+def report_stop(e: BaseException, script: str, argv: list[str] | None, kept: str) -> int:
+    """Print :func:`study_stopped`'s line for ``e`` and return its exit code; ``e`` is raised
+    again when it is no stop."""
+    stop = study_stopped(e, script, argv, kept)
+    if stop is None:
+        raise e
+    print(stop[0], file=sys.stderr)
+    return stop[1]
