@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ledger.audit_checks import AuditInputError, RunAudit
+from ledger.audit_checks import AuditInputError, RunAudit, unfinished
 
 #: every check the audit makes (a finding's ``check``): what it guarantees and how it is checked
 CHECKS: dict[str, str] = {
@@ -162,6 +162,7 @@ def audit_run(
     # run-wide findings first, then by round (signatures are checked in batches, after the rest)
     rep.findings.sort(key=lambda f: -1 if f.round is None else f.round)
     rep.rounds, rep.submissions, rep.notes = a.rounds_checked, a.submissions, a.notes
+    rep.notes += unfinished(Path(run_dir), rep.rounds)
     rep.gas_per_round = a.gas_per_round
     rep.seconds = time.perf_counter() - t0
     return rep

@@ -266,3 +266,21 @@ class RunAudit:
         """Mean gas of the rounds' commitments (from their receipts)."""
         gas = getattr(self, "_gas_used", [])
         return sum(gas) / len(gas) if gas else None
+
+
+def unfinished(run_dir: Path, rounds: int) -> list[str]:
+    """A note when the run stopped before its end (no ``summary.json``, which a run writes
+    last): the audit covers the rounds it recorded, and ``--resume`` records the rest."""
+    if (run_dir / "summary.json").exists():
+        return []
+    try:
+        import yaml
+
+        planned = int(yaml.safe_load((run_dir / "config.yaml").read_text())["experiment"]["rounds"])
+    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError):
+        planned = None
+    of = f" of the {planned} planned" if planned is not None else ""
+    return [
+        f"the run did not finish (no summary.json): {rounds} rounds recorded{of}, all of them "
+        f"audited; python -m simulator --resume {run_dir} records the rest (with a checkpoint)"
+    ]

@@ -212,3 +212,19 @@ def test_a_run_still_being_recorded_is_refused(run: Path, capsys: pytest.Capture
     assert main([str(run), "-q"]) == 0
     (run / "ledger" / ".lock").unlink()  # a run recorded before the lock existed: no lock file
     assert not being_recorded(run / "ledger") and main([str(run), "-q"]) == 0
+
+
+def test_a_run_that_did_not_finish_says_so(run: Path) -> None:
+    # a stopped run audits clean over the rounds it recorded; until stop 49 nothing said that
+    # the run had planned more
+    assert not any("did not finish" in n for n in audit_run(run).notes)
+    (run / "summary.json").unlink()  # as a run stopped before its end leaves it
+    report = audit_run(run)
+    assert report.clean
+    assert [n for n in report.notes if "did not finish" in n] == [
+        f"the run did not finish (no summary.json): {ROUNDS} rounds recorded of the {ROUNDS} "
+        f"planned, all of them audited; python -m simulator --resume {run} records the rest "
+        "(with a checkpoint)"
+    ]
+    (run / "config.yaml").unlink()
+    assert f"{ROUNDS} rounds recorded, all of them audited" in audit_run(run).notes[-1]
