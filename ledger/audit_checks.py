@@ -270,7 +270,8 @@ class RunAudit:
 
 def unfinished(run_dir: Path, rounds: int) -> list[str]:
     """A note when the run stopped before its end (no ``summary.json``, which a run writes
-    last): the audit covers the rounds it recorded, and ``--resume`` records the rest."""
+    last): the audit covers the rounds it recorded, and ``--resume`` records the rest where the
+    run saved a checkpoint."""
     if (run_dir / "summary.json").exists():
         return []
     try:
@@ -280,7 +281,12 @@ def unfinished(run_dir: Path, rounds: int) -> list[str]:
     except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError):
         planned = None
     of = f" of the {planned} planned" if planned is not None else ""
+    rest = (
+        f"python -m simulator --resume {run_dir} records the rest"
+        if (run_dir / "checkpoint.pt").is_file()
+        else "it saved no checkpoint to resume from"
+    )
     return [
         f"the run did not finish (no summary.json): {rounds} rounds recorded{of}, all of them "
-        f"audited; python -m simulator --resume {run_dir} records the rest (with a checkpoint)"
+        f"audited; {rest}"
     ]

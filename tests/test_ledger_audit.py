@@ -223,8 +223,11 @@ def test_a_run_that_did_not_finish_says_so(run: Path) -> None:
     assert report.clean
     assert [n for n in report.notes if "did not finish" in n] == [
         f"the run did not finish (no summary.json): {ROUNDS} rounds recorded of the {ROUNDS} "
-        f"planned, all of them audited; python -m simulator --resume {run} records the rest "
-        "(with a checkpoint)"
+        "planned, all of them audited; it saved no checkpoint to resume from"
     ]
+    (run / "checkpoint.pt").write_bytes(b"")
     (run / "config.yaml").unlink()
-    assert f"{ROUNDS} rounds recorded, all of them audited" in audit_run(run).notes[-1]
+    assert audit_run(run).notes[-1] == (
+        f"the run did not finish (no summary.json): {ROUNDS} rounds recorded, all of them "
+        f"audited; python -m simulator --resume {run} records the rest"
+    )
