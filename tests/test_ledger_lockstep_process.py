@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:
 
 from lockstep_helper import interleaved  # noqa: E402
 
+import benchmarks.ledger_study.lockstep as lockstep  # noqa: E402
 from benchmarks.ledger_study.lockstep import Paused, run_interleaved  # noqa: E402
 
 
@@ -70,7 +71,7 @@ def test_the_recorder_is_stopped_in_the_other_arms_turns_and_runs_in_its_own() -
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-def test_ctrl_c_leaves_the_recorder_running() -> None:
+def test_ctrl_c_leaves_the_recorder_running(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C while the plain arm holds the turn (the recorder stopped): the interrupt comes
     out of run_interleaved with the recorder running again (else the run's close would wait
     for a stopped process)."""
@@ -93,6 +94,8 @@ def test_ctrl_c_leaves_the_recorder_running() -> None:
             os.kill(os.getpid(), signal.SIGINT)
 
     assert threading.current_thread() is threading.main_thread()
+    # the plain arm holds its turn for 30 s: the stop waits 0.5 s for it, not 10
+    monkeypatch.setattr(lockstep, "STOP_GRACE_S", 0.5)
     # Python's own SIGINT handler, also where the test run inherited SIGINT ignored (a
     # background job of a shell without job control, as some CI harnesses start it)
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -104,6 +107,49 @@ def test_ctrl_c_leaves_the_recorder_running() -> None:
         assert _becomes(child.pid, stopped=False, within=0.0)
     finally:
         signal.signal(signal.SIGINT, handler)
+        release.set()
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_stop_while_the_arms_start_leaves_the_recorder_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stop that lands while the arms' threads start, once the first arm has stopped its
+    recorder (the race behind one failure of the test above in a fresh clone at stop 49): the
+    arms' start now sits inside the stop's handling, which continues the recorder."""
+    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    release = threading.Event()
+
+    def job(arm: str) -> Any:
+        def run(callbacks: list[Any]) -> dict[str, Any]:
+            for _ in range(2):
+                for cb in callbacks:
+                    cb.on_plan(None, None)
+                if arm == "plain":
+                    release.wait(30)
+            return {"run_seconds": 1.0}
+
+        return run
+
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        real_start(self)
+        if self.name == "arm-ledger":  # Ctrl-C as the arms start, the recorder stopped
+            assert _becomes(child.pid, stopped=True, within=10.0)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(lockstep, "STOP_GRACE_S", 0.5)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    try:
+        jobs = {"ledger": job("ledger"), "plain": job("plain")}
+        with pytest.raises(KeyboardInterrupt):
+            run_interleaved(jobs, ["ledger", "plain"], paused={"ledger": Paused(lambda: child.pid)})
+        monkeypatch.setattr(threading.Thread, "start", real_start)
+        assert _becomes(child.pid, stopped=False, within=0.0)
+    finally:
         release.set()
         child.kill()
         child.wait()

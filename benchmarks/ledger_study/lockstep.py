@@ -208,19 +208,21 @@ def run_interleaved(
             ended[arm].set()
 
     runs = [threading.Thread(target=go, args=(a,), name=f"arm-{a}", daemon=True) for a in order]
-    for t in runs:
-        t.start()
-    try:  # not Thread.join: a join interrupted by a signal marks a running thread as ended
-        for arm in order:  # (CPython 3.11's _wait_for_tstate_lock), and it is never waited for
+    try:  # a stop may come while the arms start: the first one may have stopped its recorder
+        for t in runs:
+            t.start()
+        # not Thread.join: a join interrupted by a signal marks a running thread as ended
+        for arm in order:  # (CPython 3.11's _wait_for_tstate_lock), never waited for again
             ended[arm].wait()
     except BaseException:  # Ctrl-C, SIGTERM: every arm's run stops at its next turn and ends
         turns.stop()  # as an interrupted run does; a recorder stopped in another arm's turn
         for p in (paused or {}).values():  # must not stay stopped (its run's close would
             p.back()  # wait for it)
+        started = [arm for arm, t in zip(order, runs, strict=True) if t.ident is not None]
         deadline = time.monotonic() + STOP_GRACE_S  # an arm waiting on a Ray the signal
-        for arm in order:  # killed never comes back: see :func:`stuck_arms`
+        for arm in started:  # killed never comes back: see :func:`stuck_arms`
             ended[arm].wait(max(0.0, deadline - time.monotonic()))
-        STUCK.update({arm: ended[arm] for arm in order if not ended[arm].is_set()})
+        STUCK.update({arm: ended[arm] for arm in started if not ended[arm].is_set()})
         raise
     if threads:  # the process-wide count the arms' threads set: this thread's again
         import torch
