@@ -41,7 +41,7 @@ def _arm(log: list[tuple[str, Any]], name: str, block: threading.Event | None = 
                 cb.on_plan(None, None)
                 log.append((name, r))
                 if block is not None and r == 2:
-                    block.wait()
+                    block.wait(60)  # bounded: a test that fails must not hang the suite
                 time.sleep(0.005)
         except KeyboardInterrupt:
             log.append((name, "stopped"))
@@ -49,6 +49,15 @@ def _arm(log: list[tuple[str, Any]], name: str, block: threading.Event | None = 
         return {"run_seconds": 1.0}
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _sigint_raises() -> Any:
+    """Python's own SIGINT handler, also where the test run inherited SIGINT ignored (a
+    background job of a shell without job control: a fresh clone's ``.ci/run`` started so)."""
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, handler)
 
 
 def _interrupt_when(log: list[tuple[str, Any]], n: int) -> None:
