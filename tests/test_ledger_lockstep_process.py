@@ -70,6 +70,21 @@ def test_the_recorder_is_stopped_in_the_other_arms_turns_and_runs_in_its_own() -
         child.wait()
 
 
+def _job(arm: str, release: threading.Event) -> Any:
+    """A run of two rounds that takes turns; the plain arm holds its first turn until
+    ``release`` (or 30 s)."""
+
+    def run(callbacks: list[Any]) -> dict[str, Any]:
+        for _ in range(2):
+            for cb in callbacks:
+                cb.on_plan(None, None)
+            if arm == "plain":
+                release.wait(30)  # holds the turn until the test ends
+        return {"run_seconds": 1.0}
+
+    return run
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_ctrl_c_leaves_the_recorder_running(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C while the plain arm holds the turn (the recorder stopped): the interrupt comes
@@ -77,17 +92,6 @@ def test_ctrl_c_leaves_the_recorder_running(monkeypatch: pytest.MonkeyPatch) -> 
     for a stopped process)."""
     child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
     release = threading.Event()
-
-    def job(arm: str) -> Any:
-        def run(callbacks: list[Any]) -> dict[str, Any]:
-            for _ in range(2):
-                for cb in callbacks:
-                    cb.on_plan(None, None)
-                if arm == "plain":
-                    release.wait(30)  # holds the turn until the test ends
-            return {"run_seconds": 1.0}
-
-        return run
 
     def interrupt() -> None:  # what Ctrl-C does: SIGINT, KeyboardInterrupt in the main thread
         if _becomes(child.pid, stopped=True, within=10.0):
@@ -101,7 +105,7 @@ def test_ctrl_c_leaves_the_recorder_running(monkeypatch: pytest.MonkeyPatch) -> 
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         threading.Thread(target=interrupt, daemon=True).start()
-        jobs = {"ledger": job("ledger"), "plain": job("plain")}
+        jobs = {"ledger": _job("ledger", release), "plain": _job("plain", release)}
         with pytest.raises(KeyboardInterrupt):
             run_interleaved(jobs, ["ledger", "plain"], paused={"ledger": Paused(lambda: child.pid)})
         assert _becomes(child.pid, stopped=False, within=0.0)
@@ -122,17 +126,6 @@ def test_a_stop_while_the_arms_start_leaves_the_recorder_running(
     child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
     release = threading.Event()
 
-    def job(arm: str) -> Any:
-        def run(callbacks: list[Any]) -> dict[str, Any]:
-            for _ in range(2):
-                for cb in callbacks:
-                    cb.on_plan(None, None)
-                if arm == "plain":
-                    release.wait(30)
-            return {"run_seconds": 1.0}
-
-        return run
-
     real_start = threading.Thread.start
 
     def start(self: threading.Thread) -> None:
@@ -144,7 +137,7 @@ def test_a_stop_while_the_arms_start_leaves_the_recorder_running(
     monkeypatch.setattr(lockstep, "STOP_GRACE_S", 0.5)
     monkeypatch.setattr(threading.Thread, "start", start)
     try:
-        jobs = {"ledger": job("ledger"), "plain": job("plain")}
+        jobs = {"ledger": _job("ledger", release), "plain": _job("plain", release)}
         with pytest.raises(KeyboardInterrupt):
             run_interleaved(jobs, ["ledger", "plain"], paused={"ledger": Paused(lambda: child.pid)})
         monkeypatch.setattr(threading.Thread, "start", real_start)
