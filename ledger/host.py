@@ -8,8 +8,9 @@ follow, so its imports are paid once); each run opens a :class:`ledger.session.S
 The driver hands each round's rows over through shared memory (the ``[n, P]`` update matrix is
 copied once into one of three slots; the recorder hashes and writes it from there) and its
 per-row fields and verdicts through a socket. The recorder answers ``("done", round, stats)`` or
-``("error", round, kind, message)``; the driver (:mod:`ledger.recorder`) never lets it fall more
-than two rounds behind and waits for it before each checkpoint and at the end of the run.
+``("error", round, kind, message, full)`` (``full``: the file a full disk refused, else None);
+the driver (:mod:`ledger.recorder`) never lets it fall more than two rounds behind and waits for
+it before each checkpoint and at the end of the run.
 
 The recorder dies with its driver (``PR_SET_PDEATHSIG`` on Linux; elsewhere it exits when the
 socket closes) and ignores SIGINT and SIGTERM (a Ctrl-C in the terminal, or a batch system's
@@ -47,10 +48,8 @@ from ledger.slots import Views
 
 SLOTS = 3  # rounds the recorder may hold: the one it works on and two queued
 #: environment variable naming the CPUs the recorder process is pinned to (``1``, ``2,3``,
-#: ``2-5``); unset: wherever the OS puts it, at the lowest priority
-#: (:func:`ledger.host_process.lowest_priority`).
-#: Pin it to a core training does not use (and the driver off it, e.g. ``taskset``) when the
-#: machine has one to spare.
+#: ``2-5``); unset: wherever the OS puts it, at the lowest priority (:func:`lowest_priority`).
+#: Pin it to a core training does not use (and the driver off it) when one is to spare.
 CPUS_ENV = "FEDSENTRY_RECORDER_CPUS"
 
 
@@ -212,7 +211,7 @@ def _serve_until_closed(conn: Connection) -> None:
     from simulator.config.sections import build_config
     from simulator.run.appendlog import is_disk_full
 
-    views, session, failed = Views(), None, False
+    views, session, failed, run_dir = Views(), None, False, "the run's ledger"
     inbox = _drain(conn)
     while True:
         msg = inbox.get()
@@ -243,7 +242,8 @@ def _serve_until_closed(conn: Connection) -> None:
                 answer(conn, ("closed", out))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the driver
             rnd = msg[1]["round"] if kind == "round" else None
-            if isinstance(exc, LedgerError | LedgerRoundError) or is_disk_full(exc):
+            full = (getattr(exc, "filename", None) or run_dir) if is_disk_full(exc) else None
+            if isinstance(exc, LedgerError | LedgerRoundError) or full:
                 text = str(exc).splitlines()[0]
             else:
                 traceback.print_exc(file=sys.stderr)
@@ -255,7 +255,7 @@ def _serve_until_closed(conn: Connection) -> None:
                 except Exception:  # noqa: BLE001 - closing a broken session is best effort
                     pass
                 session = None
-            answer(conn, ("error", rnd, "round" if kind == "round" else "start", text))
+            answer(conn, ("error", rnd, "round" if kind == "round" else "start", text, full))
 
 
 def main(argv: list[str]) -> None:

@@ -17,6 +17,7 @@ their fields, and the driver goes on with the next round. Guarantees:
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import time
@@ -92,10 +93,12 @@ class LedgerRecorder:
             self._summary = msg[1]
             self._closed = True
         elif kind == "error":
-            _, rnd, where, text = msg
+            _, rnd, where, text, full = msg
             self._closed = True
             self.host.busy = False
             self._free_slots()  # the session is over: the run will not close it
+            if full:  # a full disk is the disk's fault: every caller stops on it as on its own
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), full)
             if where == "start":
                 raise LedgerError(text)
             raise LedgerRoundError(text if str(rnd) in text else f"round {rnd}: {text}")

@@ -34,7 +34,7 @@ class ScriptedConn:
         r = self.acks
         self.acks += 1
         if r == self.fail_at:
-            return ("error", r, "round", f"round {r}: the chain rejected the commitment")
+            return ("error", r, "round", f"round {r}: the chain rejected the commitment", None)
         return ("done", r, {"gas": 1})
 
 

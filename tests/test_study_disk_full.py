@@ -5,7 +5,8 @@ Until stop 49 the robustness grid died with a Ray traceback (the failed cell's `
 could not be written either) and the straggler study with an ``OSError`` traceback.
 In the grid the disk fills through ``FEDSENTRY_FAILPOINT`` (:mod:`simulator.run.appendlog`): the
 N-th append to an ``events.jsonl`` of this process writes half its bytes and fails with ENOSPC;
-in the straggler study as a run writes its cell file.
+in the straggler study as a run writes its cell file; under a ``--ledger`` grid as the
+recorder process appends to a ``rounds.jsonl``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,43 @@ def test_a_robustness_grid_stops_on_a_full_disk_and_resumes(
     ]
 
 
+def test_a_ledger_grid_stops_when_its_recorder_finds_the_disk_full(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the recorder process's third append to a rounds.jsonl (the second run's first round)
+    # finds the disk full; until stop 50 that cell was recorded as a LedgerRoundError and the
+    # grid went on (exit 0) into a disk that stays full
+    from ledger.host import RecorderHost
+
+    out = tmp_path / "lg"
+    argv = ["--attack", "labelflip", "--defenses", "fedavg", "median", "--fractions", "0.4"]
+    argv += ["--workers", "1", "--out", str(out), "--seeds", "1", "--rounds", "2", "--ledger"]
+    argv += ["--set", "num_clients=8", "--set", "clients_per_round=4", "--set", "local_epochs=1"]
+    _fill_disk_at(monkeypatch, None)
+    monkeypatch.setenv(appendlog.FAILPOINT_ENV, "rounds.jsonl:3:enospc")
+    if RecorderHost._current is not None:  # a new recorder process reads the failpoint
+        RecorderHost._current.stop()
+    try:
+        assert robustness(argv) == 1
+    finally:
+        monkeypatch.delenv(appendlog.FAILPOINT_ENV)
+        if RecorderHost._current is not None:
+            RecorderHost._current.stop()
+    failed = out / "runs" / "labelflip-median-f0.4-s0"
+    assert _last_err(capsys) == (
+        f"error: no space left on the disk of {failed / 'ledger' / 'rounds.jsonl'}; 1 of 2 runs "
+        f"finished under {out}: free some space, then go on with: python "
+        f"benchmarks/robustness.py {' '.join(argv)} --resume"
+    )
+    assert not (out / "results.json").exists() and not (failed / "error.txt").exists()
+    assert robustness([*argv, "--resume"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["defense"], r["rounds"], r["error"]) for r in results] == [
+        ("fedavg", 2, None),
+        ("median", 2, None),
+    ]
+
+
 def test_a_straggler_study_stops_on_a_full_disk_and_resumes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,3 +155,21 @@ def test_a_straggler_study_stops_on_a_full_disk_and_resumes(
     assert stragglers([*argv, "--resume"]) == 0
     policies = json.loads((out / "results.json").read_text())["policies"]
     assert len(policies) == 2
+
+
+def test_the_ledger_study_stops_on_a_full_disk_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # until stop 50 the ledger study ended in a traceback (LedgerRoundError or OSError)
+    from benchmarks.ledger_study.main import main as ledger_study
+
+    out = tmp_path / "ls"
+    argv = ["--tasks", "robustness", "--seeds", "1", "--repeats", "1", "--rounds", "3"]
+    argv += ["--no-tamper", "--no-progress", "--out", str(out)]
+    _fill_disk_at(monkeypatch, 2)  # an events.jsonl's second line: the ledger arm's
+    assert ledger_study(argv) == 1
+    assert _last_err(capsys) == (
+        f"error: no space left on the disk of {out / 'robustness' / 'ledger-s0' / 'events.jsonl'}"
+        f"; the study stopped; the runs it made so far are under {out} (a study does not "
+        "resume: run it again)"
+    )

@@ -18,6 +18,8 @@ from benchmarks.ledger_study.cli import parse_args
 from benchmarks.ledger_study.lockstep import stuck_arms
 from benchmarks.ledger_study.tamper_study import print_table, tamper_study
 from benchmarks.ledger_study.tasks import disk_needed, record
+from ledger.errors import LedgerError
+from simulator.run.appendlog import is_disk_full
 from simulator.run.runlock import writable_file
 from simulator.run.stop import sigterm_raises, stopped
 
@@ -51,6 +53,21 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
             os._exit(code)
         return code
+    except (OSError, LedgerError) as e:  # a full disk, or a node that went away mid-study
+        if isinstance(e, OSError) and not is_disk_full(e):
+            raise
+        what = (
+            f"no space left on the disk of {e.filename}"
+            if isinstance(e, OSError)
+            else f"ledger: {str(e).splitlines()[0]}"
+        )
+        print(
+            f"error: {what}; the study stopped; the runs it made so far are under {args.out} "
+            "(a study does not resume: run it again)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
 
 
 def _study(args: Any, result: dict[str, Any], t0: float) -> int:
