@@ -160,7 +160,7 @@ class Session:
         )
         self.onchain_bls = bool(manifest.get("onchain_bls"))
         self.where = Channel(self.channel, self.contract.address, manifest["chain_id"])
-        self.entries = open_index(self.dir, self.contract)
+        self.entries = open_index(self.dir, self.contract, manifest["channel_id"])
         self.index = AppendLog(self.dir / "rounds.jsonl")
         initial = Pack.read(self.dir, unhx(manifest["initial_pack"]))
         self.hashes[0] = initial.digest("global")

@@ -137,13 +137,16 @@ def deploy_channel(
     chain (a JSON-RPC node with the BLS precompiles)."""
     chain = connect(cfg, seed)
     c = committee
-    onchain_bls = c is not None and chain.backend == "rpc" and chain.supports_bls_precompiles()
     try:
+        onchain_bls = c is not None and chain.backend == "rpc" and chain.supports_bls_precompiles()
         contract = chain.deploy(
             channel, c.pubkeys_eip2537() if c else [], c.quorum if c else 0, onchain_bls
         )
-    except (LedgerRevert, ConnectionError, OSError) as exc:
-        raise LedgerError(f"cannot deploy the FLChain contract: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a revert, a node gone, a node without eth_*
+        why = (str(exc).splitlines() or [""])[0]
+        if not isinstance(exc, LedgerRevert | ConnectionError | OSError):
+            why = f"{type(exc).__name__}: {why}"  # e.g. web3's MethodUnavailable
+        raise LedgerError(f"cannot deploy the FLChain contract: {why}") from None
     return chain, contract, onchain_bls
 
 
@@ -211,14 +214,28 @@ def entry_of_event(log: Any, ledger: Path | None = None) -> dict[str, Any]:
     }
 
 
-def open_index(ledger: Path, contract: Any) -> dict[int, dict[str, Any]]:
-    """``rounds.jsonl`` made to agree with the chain (round -> entry), after a restart."""
+def open_index(ledger: Path, contract: Any, channel: str) -> dict[int, dict[str, Any]]:
+    """``rounds.jsonl`` made to agree with the chain (round -> entry), after a restart, once
+    the contract is known to be this run's: its channel is the manifest's ``channel``, and it
+    holds the index's last round with the same transaction (a node restarted since, where
+    another run deployed at the same address, is refused before anything is written)."""
     path = ledger / "rounds.jsonl"
     drop_torn_tail(path)
     try:
         entries = {int(e["round"]): e for e in read_jsonl(path)}
     except (ValueError, KeyError) as exc:
         raise LedgerError(f"cannot resume: {exc}") from None
+    other = f"the contract at {contract.address} is not this run's"
+    if hx(contract.functions.channel_id().call()) != channel:
+        raise LedgerError(f"cannot resume: {other} (another channel; was the node restarted?)")
+    if entries:
+        last = max(entries)
+        log = committed_events(contract, last).get(last)
+        if log is None or hx(log["transactionHash"]) != entries[last].get("tx"):
+            raise LedgerError(
+                f"cannot resume: {other} (it does not hold round {last} as rounds.jsonl "
+                "records it; was the node restarted?)"
+            )
     on_chain = int(contract.functions.current_round().call())
     if sorted(entries) != list(range(len(entries))) or len(entries) > on_chain:
         raise LedgerError(

@@ -12,7 +12,7 @@ from ledger_run_helper import globals_of, ledger_config
 
 from ledger.audit import audit_run
 from ledger.audit import main as audit_main
-from ledger.errors import LedgerRoundError
+from ledger.errors import LedgerError, LedgerRoundError
 from simulator.cli import main as sim_main
 from simulator.run.experiment import run_experiment
 
@@ -111,3 +111,38 @@ def test_wrong_chain_id_and_unreachable_node_exit_2(
     assert "has chain id 31337, expected 1" in lines[0]
     assert "cannot reach JSON-RPC node at http://127.0.0.1:9" in lines[1]
     assert not (tmp_path / "a/ledger/manifest.json").exists()
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.integration
+def test_a_resume_on_a_restarted_node_is_refused_and_changes_nothing(
+    anvil: AnvilNode, tmp_path: Path
+) -> None:
+    # found at stop 50: a run stopped when its anvil died, resumed after anvil restarted and
+    # another run deployed at the same address (anvil's first contract always lands there),
+    # got that run's rounds appended to its rounds.jsonl, and its events.jsonl cut back; a
+    # refused resume of a finished run lost its summary.json
+    from ledger_nodes import rpc_call
+
+    from simulator.run.experiment import resume_config
+
+    ours = tmp_path / "ours"
+    fresh = rpc_call(anvil.url, "evm_snapshot")  # the node as it starts
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(ledger_config(ours, ledger_url=anvil.url), crash_after=3)
+    assert rpc_call(anvil.url, "evm_revert", [fresh])  # "restarted": its state is gone
+    run_experiment(ledger_config(tmp_path / "theirs", ledger_url=anvil.url, seed=1))
+    before = _files(ours)
+    with pytest.raises(LedgerError, match="the contract at 0x.* is not this run's"):
+        run_experiment(resume_config(ours))
+    assert _files(ours) == before
+    done = tmp_path / "done"
+    run_experiment(ledger_config(done, ledger_url=anvil.url, seed=2))
+    anvil.stop()
+    before = _files(done)
+    with pytest.raises(LedgerError, match="cannot reach JSON-RPC node"):
+        run_experiment(resume_config(done))
+    assert _files(done) == before and (done / "summary.json").is_file()

@@ -10,6 +10,7 @@ checked against their registries here, their parameters by
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,8 +249,16 @@ class LedgerConfig:
 
     def __post_init__(self) -> None:
         check_positive("ledger", self, ("committee",), strict=False)
-        if self.ledger_url is not None and not self.ledger_url.startswith(("http://", "https://")):
-            raise ConfigError(f"ledger.ledger_url: must be http(s)://..., got {self.ledger_url!r}")
+        if self.ledger_url is not None:
+            try:
+                url = urllib.parse.urlsplit(self.ledger_url)
+                url.port  # noqa: B018 - raises on a port that is not a number
+            except ValueError as exc:
+                raise ConfigError(f"ledger.ledger_url: {self.ledger_url!r}: {exc}") from None
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ConfigError(
+                    f"ledger.ledger_url: must be http(s)://HOST[:PORT]..., got {self.ledger_url!r}"
+                )
 
     @property
     def enabled(self) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from simulator.config.fields import ConfigError
 from simulator.config.sections import Config, load_config
@@ -36,6 +37,41 @@ def resume_config(run_dir: str | Path) -> Config:
     return cfg.replace(out=str(d), resume=str(d))
 
 
+#: the fields a resumed run may differ in from the run it resumes: where it is, how it shows
+_WHERE = ("out", "resume", "progress")
+
+
+def config_identity(cfg: Config) -> dict[str, dict[str, Any]]:
+    """What a run computes from (its config less :data:`_WHERE`), as YAML reads it back: saved
+    in every checkpoint, so a resume checks ``config.yaml`` against it."""
+    d = cfg.to_dict()
+    for k in _WHERE:
+        d["output"].pop(k, None)
+    return yaml.safe_load(yaml.safe_dump(d, sort_keys=False))
+
+
+def check_same_config(st: dict[str, Any], cfg: Config, out: Path) -> None:
+    """Refuse (one line) a checkpoint that is not of the run ``config.yaml`` describes: another
+    run's ``checkpoint.pt`` copied in, or ``config.yaml`` edited, emptied or cut short (its
+    missing fields would silently take their defaults). A checkpoint written before stop 50
+    holds no config and is not checked."""
+    saved, now = st.get("config"), config_identity(cfg)
+    if saved is None or saved == now:
+        return
+    sec, key = next(
+        (sec, k)
+        for sec in [*now, *(s for s in saved if s not in now)]  # in the config's order
+        for k in [*now.get(sec, {}), *(k for k in saved.get(sec, {}) if k not in now.get(sec, {}))]
+        if saved.get(sec, {}).get(k, "(none)") != now.get(sec, {}).get(k, "(none)")
+    )
+    raise ConfigError(
+        f"output.resume: {out / 'config.yaml'} does not match its checkpoint.pt ({sec}.{key} "
+        f"is {now.get(sec, {}).get(key, '(none)')!r} there, {saved[sec].get(key, '(none)')!r} "
+        "in the checkpoint): the checkpoint is another run's, or config.yaml was changed; "
+        "restore the run's own files to resume it"
+    )
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """A run's checkpoint; :class:`ConfigError` in one line when it cannot be read (checkpoints
     are written whole and renamed into place: one that does not load was damaged afterwards,
@@ -50,27 +86,44 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         ) from None
 
 
-def open_run(sim: Simulation, cfg: Config, out: Path, summary: RunSummary) -> None:
+def _none() -> None:
+    """No ledger to open."""
+
+
+def open_run(
+    sim: Simulation,
+    cfg: Config,
+    out: Path,
+    summary: RunSummary,
+    start_ledger: Callable[[], None] = _none,
+) -> None:
     """Resume ``sim`` from the run directory's checkpoint (dropping events past it), or start
     the directory afresh: an empty event log, the resolved config and, with checkpoints on, a
     round-0 checkpoint (a run killed before its first checkpoint resumes from round 0). Either
-    way an earlier ``summary.json`` goes: one is there only once this run has finished."""
+    way an earlier ``summary.json`` goes: one is there only once this run has finished.
+    ``start_ledger`` opens the run's ledger: on a resume before anything here changes (a
+    ledger that refuses, its node gone or another chain, leaves the directory as it was), on
+    a fresh run once the directory is started."""
     events_path = out / "events.jsonl"
     out.mkdir(parents=True, exist_ok=True)
-    # read first: a resume refused for a damaged checkpoint leaves the directory as it was
-    st = load_checkpoint(out / "checkpoint.pt") if cfg.output.resume else None
-    # an earlier run's summary is not this one's: a directory has one only once its run ends
-    (out / "summary.json").unlink(missing_ok=True)
-    if st is not None:
+    if cfg.output.resume:
+        # everything is read and checked first: a resume refused (a damaged checkpoint, store
+        # file or log, another run's checkpoint) leaves the directory as it was
+        st = load_checkpoint(out / "checkpoint.pt")
+        check_same_config(st, cfg, out)
         sim.load_state_dict(st, out / "state" / "checkpoint")
         summary.load_state_dict(st["summary"])
+        start_ledger()
         truncate_events(events_path, sim.next_round)
         log.info("resuming %s at round %d", out, sim.next_round)
     else:
         events_path.write_text("")
         cfg.replace(resume=None).save(out / "config.yaml")
         if cfg.output.checkpoint_every:
-            sim.save_checkpoint(out, 0.0, summary=summary.state_dict())
+            sim.save_checkpoint(out, 0.0, summary=summary.state_dict(), config=config_identity(cfg))
+        start_ledger()
+    # an earlier run's summary is not this one's: a directory has one only once its run ends
+    (out / "summary.json").unlink(missing_ok=True)
 
 
 def round_writer(
@@ -85,7 +138,7 @@ def round_writer(
     """What happens after each round: its event, the summary, and every ``checkpoint_every``
     rounds the ledger's flush and a checkpoint (``crash_after`` rounds: a simulated crash)."""
     every = cfg.output.checkpoint_every
-    done = 0
+    done, ident = 0, config_identity(cfg)
 
     def on_record(rec: RoundRecord) -> None:
         # the event is written first, then the checkpoint: a checkpoint never runs ahead
@@ -97,7 +150,7 @@ def round_writer(
         if every and (rec.round + 1) % every == 0:
             if recorder is not None:  # the ledger is never behind the checkpoint
                 recorder.flush(rec.round)
-            sim.save_checkpoint(out, rec.wall_time, summary=summary.state_dict())
+            sim.save_checkpoint(out, rec.wall_time, summary=summary.state_dict(), config=ident)
         done += 1
         if crash_after is not None and done >= crash_after:
             raise KeyboardInterrupt("simulated crash")
@@ -153,6 +206,10 @@ def run_experiment(
     """
     out = Path(cfg.output.out)
     check_budget(cfg)  # a run that cannot fit stops here, before anything starts
+    if cfg.ledger.ledger_url is not None:  # so does a node that is not there
+        from ledger.node_probe import probe_node
+
+        probe_node(cfg.ledger.ledger_url, cfg.ledger.ledger_chain_id)
     lock = lock_run_dir(out)  # before anything is written: a second run here is refused
     try:
         return _run_locked(cfg, out, callbacks, federation, executor, progress, crash_after)
@@ -184,11 +241,10 @@ def _run_locked(
         raise
     summary = RunSummary()
     try:
-        open_run(sim, cfg, out, summary)
+        # the ledger deploys while round 0 trains (a resume waits for it)
+        open_run(sim, cfg, out, summary, (lambda: recorder.start(sim)) if recorder else _none)
         events = EventLog(out / "events.jsonl")
         t0 = time.perf_counter()
-        if recorder is not None:
-            recorder.start(sim)  # it deploys while round 0 trains (a resume waits for it)
         on_record = round_writer(sim, cfg, out, events, summary, recorder, crash_after)
         show = cfg.output.progress if progress is None else progress
         try:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.run.appendlog import AppendLog, drop_torn_tail, read_jsonl
+from simulator.run.appendlog import AppendLog, CorruptLogError, drop_torn_tail, read_jsonl
 
 CSV_FIELDS = (
     "round",
@@ -115,15 +115,35 @@ def truncate_events(path: Path, next_round: int) -> None:
     line into a temporary file that replaces it, so a kill here leaves one log or the other.
     """
     if not path.is_file():
-        path.write_text("")
-        return
+        if next_round == 0:
+            path.write_text("")
+            return
+        raise CorruptLogError(f"{path} is missing: the run's rounds 0-{next_round - 1} are gone")
     drop_torn_tail(path, "jsonl")
-    tmp = path.with_suffix(".jsonl.tmp")
+    tmp, kept = path.with_suffix(".jsonl.tmp"), []
     with path.open("rb") as src, tmp.open("wb") as dst:
         for line in src:
-            if line.strip() and json.loads(line).get("round", -1) < next_round:
+            if line.strip() and (r := json.loads(line).get("round", -1)) < next_round:
+                kept.append(r)
                 dst.write(line)
+    if kept != list(range(next_round)):  # the log holds each round before the checkpoint once
+        tmp.unlink()
+        raise CorruptLogError(
+            f"{path} holds {_gap(kept, next_round)} (the checkpoint is at round {next_round}): "
+            "it was edited or replaced; the run cannot resume from it"
+        )
     tmp.replace(path)
+
+
+def _gap(kept: list[int], n: int) -> str:
+    """What is wrong with a log's rounds ``kept`` that should be ``0 .. n-1`` once each."""
+    seen: set[int] = set()
+    for r in kept:
+        if r in seen:
+            return f"round {r} twice"
+        seen.add(r)
+    gone = next((r for r in range(n) if r not in seen), None)
+    return f"no round {gone}" if gone is not None else "its rounds out of order"
 
 
 class RunSummary:
