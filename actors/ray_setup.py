@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -34,14 +36,46 @@ def _own_sigterm() -> Iterator[None]:
     """Keep this process's SIGTERM handler across ``ray.init``, where the application set
     one (:func:`simulator.run.stop.sigterm_raises`'s, which ends a run in one line):
     ``ray.init`` puts its own Python handler in its place and Ray's core worker a C one,
-    which prints a stack dump on SIGTERM. A process that set none keeps Ray's."""
+    which prints a stack dump on SIGTERM. A process that set none keeps Ray's. A SIGTERM that
+    lands during ``ray.init`` (Ray's handler then exits with code 15, no word said) is handed to
+    the application's handler."""
     main = threading.current_thread() is threading.main_thread()
     own = signal.getsignal(signal.SIGTERM) if main else None
     try:
         yield
+    except SystemExit as e:  # a SIGTERM during ray.init met Ray's handler: sys.exit(15)
+        if callable(own) and e.code == signal.SIGTERM:
+            own(signal.SIGTERM, None)  # the application's: its stop (a one-line exit 143)
+        raise
     finally:
         if callable(own) or own == signal.SIG_IGN:
             signal.signal(signal.SIGTERM, own)
+
+
+def check_address(address: str, timeout: float = 5.0) -> None:
+    """A cluster address's form (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``), and that
+    something answers at ``HOST:PORT`` (``ray.init`` retries an address where nothing does for
+    ever, repeating a warning every ~36 s; one of another form ends in an ``AssertionError``).
+
+    Raises
+    ------
+    ConnectionError
+        One line naming the address and what is wrong with it.
+    """
+    if address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConnectionError(
+            f"execution.ray_address: {address!r} is not HOST:PORT, ray://HOST:PORT or auto"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConnectionError(
+            f"execution.ray_address: cannot join Ray at {address!r}: nothing answers at "
+            f"{host}:{port} ({e.strerror or type(e).__name__})"
+        ) from None
 
 
 def ensure_ray(
@@ -57,10 +91,12 @@ def ensure_ray(
     if ray.is_initialized():
         return
     if address:
+        check_address(address)
         try:
-            with _own_sigterm():
+            with _own_sigterm(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Ray client's UserWarning before its error
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as e:
+        except (ConnectionError, RuntimeError, ValueError, AssertionError) as e:
             raise ConnectionError(
                 f"execution.ray_address: cannot join Ray at {address!r}: {str(e).splitlines()[0]}"
             ) from None

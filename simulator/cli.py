@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from simulator.config.fields import ConfigError, type_name
-from simulator.config.sections import SECTIONS, field_index, load_config
+from simulator.config.sections import SECTIONS, Config, field_index, load_config
 from simulator.run.stop import sigterm_raises, stopped
 
 
@@ -31,21 +31,24 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
-def _resume_hint(out: str, then: str = "; ") -> str:
-    """How to go on with the run in ``out``, after ``then``: the resume command when it saved a
+def _resume_hint(cfg: Config, then: str = "; ") -> str:
+    """How to go on with the run of ``cfg``, after ``then``: the resume command when it saved a
     checkpoint; else (after "; ") where its events are and that it cannot be resumed."""
+    out = cfg.output.out
     if (Path(out) / "checkpoint.pt").is_file():
         return f"{then}resume with: python -m simulator --resume {out}"
-    return (
-        f"; events so far are in {out} (it saved no checkpoint to resume from: "
-        "--checkpoint-every N makes a run resumable)"
+    why = (
+        "it stopped before its first checkpoint: run it again"
+        if cfg.output.checkpoint_every
+        else "it saved no checkpoint to resume from: --checkpoint-every N makes a run resumable"
     )
+    return f"; events so far are in {out} ({why})"
 
 
-def _stopped_line(e: KeyboardInterrupt, out: str | None) -> str:
+def _stopped_line(e: KeyboardInterrupt, cfg: Config | None) -> str:
     """The one line an interrupted (Ctrl-C) or terminated (SIGTERM) run ends with."""
     what = stopped(e)[0]
-    return what if out is None else what + _resume_hint(out)
+    return what if cfg is None else what + _resume_hint(cfg)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = run_experiment(cfg)
     except LedgerRoundError as e:
         print(
-            f"error: ledger: {e}; rounds before it are recorded{_resume_hint(cfg.output.out)}",
+            f"error: ledger: {e}; rounds before it are recorded{_resume_hint(cfg)}",
             file=sys.stderr,
         )
         return 1
@@ -180,14 +183,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        print(_stopped_line(e, cfg.output.out if "cfg" in locals() else None), file=sys.stderr)
+        print(_stopped_line(e, cfg if "cfg" in locals() else None), file=sys.stderr)
         return stopped(e)[1]
     except OSError as e:
         if not is_disk_full(e) or "cfg" not in locals():  # no cfg: its loading failed
             raise
         print(
             f"error: no space left on the disk of {e.filename or cfg.output.out}; the rounds "
-            f"before it are saved: free some space{_resume_hint(cfg.output.out, ', then ')}",
+            f"before it are saved: free some space{_resume_hint(cfg, ', then ')}",
             file=sys.stderr,
         )
         return 1

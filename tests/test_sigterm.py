@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cli_helper import ROOT
@@ -29,6 +30,10 @@ RUN = [
 ]  # fmt: skip
 
 
+def _cfg(out: str, every: int) -> SimpleNamespace:
+    return SimpleNamespace(output=SimpleNamespace(out=out, checkpoint_every=every))
+
+
 def test_the_stop_line_names_the_signal_and_the_resume_command(tmp_path: Path) -> None:
     out = str(tmp_path)
     no_ckpt = (
@@ -36,13 +41,19 @@ def test_the_stop_line_names_the_signal_and_the_resume_command(tmp_path: Path) -
         "--checkpoint-every N makes a run resumable)"
     )
     assert _stopped_line(KeyboardInterrupt(), None) == "interrupted"
-    assert _stopped_line(Terminated(), out) == f"terminated (SIGTERM); {no_ckpt}"
+    assert _stopped_line(Terminated(), _cfg(out, 0)) == f"terminated (SIGTERM); {no_ckpt}"
+    # checkpoints on, stopped before the first (until stop 50 it said to turn them on)
+    assert _stopped_line(Terminated(), _cfg(out, 5)) == (
+        f"terminated (SIGTERM); events so far are in {out} (it stopped before its first "
+        "checkpoint: run it again)"
+    )
     (tmp_path / "checkpoint.pt").write_bytes(b"")
+    out = _cfg(out, 5)
     assert _stopped_line(KeyboardInterrupt(), out) == (
-        f"interrupted; resume with: python -m simulator --resume {out}"
+        f"interrupted; resume with: python -m simulator --resume {tmp_path}"
     )
     assert _stopped_line(Terminated(), out) == (
-        f"terminated (SIGTERM); resume with: python -m simulator --resume {out}"
+        f"terminated (SIGTERM); resume with: python -m simulator --resume {tmp_path}"
     )
     # a SIGTERM that lands in a blocking Ray call comes out as a plain KeyboardInterrupt
     # (Ray's signal check raises that whatever the handler raised): the handler's record names it
@@ -101,7 +112,7 @@ def test_sigterm_to_the_process_group_stops_a_ray_ledger_run_in_one_line(tmp_pat
             proc.communicate()
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == (
-        f"terminated (SIGTERM); resume with: python -m simulator --resume {out}"
+        f"terminated (SIGTERM); resume with: python -m simulator --resume {tmp_path}"
     )
     assert "SIGTERM received" not in err  # Ray's core worker's stack dump
     assert "recorder process exited" not in err, err  # the recorder ignored it and closed
@@ -112,3 +123,19 @@ def test_sigterm_to_the_process_group_stops_a_ray_ledger_run_in_one_line(tmp_pat
     rep = audit_run(out)
     assert rep.clean, rep.text()
     assert rep.rounds >= events
+
+
+def test_a_sigterm_during_ray_init_is_the_applications_stop() -> None:
+    # during ray.init Ray's own handler is in place and exits with code 15, no word said (a
+    # SIGTERM 2-6 s into a run, a grid or a study ended with exit 15 and an empty log until
+    # stop 50): it is handed to the application's handler, whose stop is one line, exit 143
+    from actors.ray_setup import _own_sigterm
+
+    try:
+        with pytest.raises(Terminated), sigterm_raises(), _own_sigterm():
+            raise SystemExit(signal.SIGTERM)  # what Ray's handler does
+        assert _SEEN == [signal.SIGTERM]
+        with pytest.raises(SystemExit), sigterm_raises(), _own_sigterm():
+            raise SystemExit(3)  # any other exit is left alone
+    finally:
+        _SEEN.clear()

@@ -1,0 +1,53 @@
+"""A Ray cluster address where no cluster is, or of a form Ray cannot use, is one line.
+
+Until stop 50 ``--ray-address 127.0.0.1:1`` hung for ever (Ray retries, printing a warning every
+~36 s) and ``--ray-address http://127.0.0.1:6379`` ended in a 35-line ``AssertionError``.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from cli_helper import run_cli
+
+from actors.ray_setup import check_address
+
+FORM = "is not HOST:PORT, ray://HOST:PORT or auto"
+
+
+@pytest.mark.parametrize(
+    "address", ["http://127.0.0.1:6379", "127.0.0.1:abc", "127.0.0.1:", ":6379", "h:0", "h:65536"]
+)
+def test_an_address_of_another_form(address: str) -> None:
+    with pytest.raises(ConnectionError) as err:
+        check_address(address)
+    assert str(err.value) == f"execution.ray_address: {address!r} {FORM}"
+
+
+def test_an_address_where_nothing_answers_and_one_where_something_does() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        check_address(f"127.0.0.1:{port}")
+        check_address(f"ray://127.0.0.1:{port}")
+    check_address("auto")  # Ray's own search: left to ray.init
+    with pytest.raises(ConnectionError) as err:
+        check_address(f"127.0.0.1:{port}")  # closed now
+    assert str(err.value) == (
+        f"execution.ray_address: cannot join Ray at '127.0.0.1:{port}': nothing answers at "
+        f"127.0.0.1:{port} (Connection refused)"
+    )
+
+
+def test_the_cli_says_it_in_one_line(tmp_path: Path) -> None:
+    # a process of its own: in this one a Ray may be up already (the address is then not used)
+    argv = ["--rounds", "1", "--no-progress", "--inline", "never", "--out", str(tmp_path / "r")]
+    proc = run_cli(*argv, "--ray-address", "127.0.0.1:1", timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "error: execution.ray_address: cannot join Ray at '127.0.0.1:1': nothing answers at "
+        "127.0.0.1:1 (Connection refused)\n"
+    )
