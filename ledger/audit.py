@@ -171,18 +171,20 @@ def audit_run(
 def find_runs(paths: list[str]) -> list[Path]:
     """Run directories under ``paths`` (a run dir itself, or any directory holding runs)."""
     runs: list[Path] = []
-    for p in map(Path, paths):
+    for p in map(Path, paths):  # each path named must hold a run: a mistyped one is no pass
         if not p.exists():
             raise AuditInputError(f"{p}: no such directory")
-        if (p / "ledger" / "manifest.json").is_file():
-            runs.append(p)
-        else:
-            runs += sorted(m.parent.parent for m in p.rglob("ledger/manifest.json"))
-    if not runs:
-        raise AuditInputError(
-            f"{', '.join(paths)}: no recorded run found (no ledger/manifest.json"
-            "; was the run made with --ledger?)"
+        found = (
+            [p]
+            if (p / "ledger" / "manifest.json").is_file()
+            else sorted(m.parent.parent for m in p.rglob("ledger/manifest.json"))
         )
+        if not found:
+            raise AuditInputError(
+                f"{p}: no recorded run found (no ledger/manifest.json; was the run made "
+                "with --ledger?)"
+            )
+        runs += found
     return runs
 
 

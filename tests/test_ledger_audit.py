@@ -183,11 +183,19 @@ def test_incomplete_run_dir_exit_2(run: Path, missing: str, capsys: pytest.Captu
     assert err.count("\n") == 1 and Path(missing).name in err
 
 
-def test_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_bad_input_exit_2(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    empty = tmp_path / "empty"  # (tmp_path may hold the run)
+    empty.mkdir()
     assert main([str(tmp_path / "nope")]) == 2
-    assert main([str(tmp_path)]) == 2
+    assert main([str(empty)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "no recorded run found" in err
+    # beside a run, a path that holds none (until stop 50 the run alone was audited: CLEAN)
+    assert main([str(run), str(empty)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'empty'}: no recorded run found (no ledger/manifest.json; was the "
+        "run made with --ledger?)\n"
+    )
 
 
 def test_a_run_still_being_recorded_is_refused(run: Path, capsys: pytest.CaptureFixture) -> None:
