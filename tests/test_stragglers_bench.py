@@ -241,7 +241,7 @@ def test_a_stopped_study_says_how_to_go_on(
     monkeypatch.setattr(core, "run_cell", second_stops)
     assert main(argv) == 143
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"terminated (SIGTERM): the runs that finished are kept under {out}; go on with: "
+        f"terminated (SIGTERM): 1 of 2 runs finished under {out}; go on with: "
         f"python benchmarks/stragglers.py {' '.join(argv)} --resume"
     )
     assert (out / "runs" / "deadline-s0" / core.CELL_FILE).is_file()

@@ -146,7 +146,7 @@ def test_a_straggler_study_stops_on_a_full_disk_and_resumes(
     assert stragglers(argv) == 1
     assert _last_err(capsys) == (
         f"error: no space left on the disk of {out / 'runs' / 'fedbuff-s0' / core.CELL_FILE}; "
-        f"the runs that finished are kept under {out}: free some space, then go on with: "
+        f"1 of 2 runs finished under {out}: free some space, then go on with: "
         f"python benchmarks/stragglers.py {' '.join(argv)} --resume"
     )
     assert (out / "runs" / "deadline-s0" / core.CELL_FILE).is_file()

@@ -14,6 +14,15 @@ QUICK = {"rounds": 20, "seeds": 3, "fractions": [0.0, 0.2, 0.4]}
 #: cross-device studies look at a minority share of the population
 FRACTIONS = {"crossdevice": ([0.0, 0.1, 0.2, 0.3], [0.0, 0.1, 0.3])}
 DEFAULT_FRACTIONS = ([0.0, 0.2, 0.4, 0.6, 0.8], QUICK["fractions"])
+#: the most rounds a run may ask for: far beyond any study (a round takes a millisecond at the
+#: least, so 10**9 of them are 11 days), and well inside what the engine's counters and progress
+#: bar hold (``--rounds 10**20`` failed every run with an OverflowError)
+MAX_ROUNDS = 10**9
+#: the most runs (defenses x fractions x seeds) a grid may have: every run's job (~1 KB: its
+#: flat config) is built before the first starts, so 10**5 of them hold ~100 MB, and a run
+#: takes seconds at the least, so such a grid is days of work (the default grid has 180 runs);
+#: ``--seeds 99999999999999`` filled the memory without bound
+MAX_RUNS = 100_000
 
 
 def build_parser(attacks: list[str], defenses: list[str]) -> OneLineParser:
@@ -178,25 +187,54 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     except ValueError as e:
         p.error(f"--attack-param: {e}")
     args.defense_params = defense_params(p, args.defense_param)
-    args.rounds = args.rounds or (QUICK["rounds"] if args.quick else None)
-    args.seeds = args.seeds or (QUICK["seeds"] if args.quick else 3)
+    args.rounds = QUICK["rounds"] if args.rounds is None and args.quick else args.rounds
+    args.seeds = (QUICK["seeds"] if args.quick else 3) if args.seeds is None else args.seeds
     full, quick = FRACTIONS.get(args.scenario, DEFAULT_FRACTIONS)
     args.fractions = args.fractions or (quick if args.quick else full)
-    if (
-        any(not 0 <= f < 1 for f in args.fractions)
-        or args.seeds < 1
-        or args.workers < 1
-        or (args.rounds is not None and args.rounds < 1)
-        or (args.clients_per_round is not None and args.clients_per_round < 1)
-    ):
-        p.error(
-            "--fractions must be in [0, 1); --seeds, --rounds, --workers, --clients-per-round >= 1"
-        )
+    check_ranges(p, args)
     args.fractions = sorted(set(args.fractions))
+    check_grid(p, args)
     if args.ledger_url is not None:
         args.ledger, args.workers = True, 1
     args.out = Path(args.out or f"runs/robustness-{args.attack}")
     return args
+
+
+def check_ranges(p: OneLineParser, args: argparse.Namespace) -> None:
+    """Refuse (one line naming the flag and the value, exit 2) a fraction outside [0, 1), a
+    count below 1, more than :data:`MAX_ROUNDS` rounds, or a defense (or two fractions that
+    name the same run directory, ``f{fraction:g}``) given twice."""
+    bad = [f for f in args.fractions if not 0 <= f < 1]
+    if bad:
+        p.error(f"--fractions: must be in [0, 1), got {bad[0]}")
+    for name in ("seeds", "rounds", "workers", "clients_per_round"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            p.error(f"--{name.replace('_', '-')}: must be >= 1, got {value}")
+    if args.rounds is not None and args.rounds > MAX_ROUNDS:
+        p.error(f"--rounds: must be <= {MAX_ROUNDS}, got {args.rounds}")
+    twice = [d for i, d in enumerate(args.defenses) if d in args.defenses[:i]]
+    if twice:
+        p.error(f"--defenses: {twice[0]!r} given twice")
+    named: dict[str, float] = {}
+    for f in sorted(set(args.fractions)):  # an exact repeat is one fraction: kept once
+        if f"{f:g}" in named:
+            p.error(
+                f"--fractions: {named[f'{f:g}']!r} and {f!r} both name the runs f{f:g}; "
+                "give fractions that differ in their first 6 significant digits"
+            )
+        named[f"{f:g}"] = f
+
+
+def check_grid(p: OneLineParser, args: argparse.Namespace) -> None:
+    """Refuse a grid of more than :data:`MAX_RUNS` runs (one line giving the count, exit 2)
+    before any of its jobs is built."""
+    d, f, s = len(args.defenses), len(args.fractions), args.seeds
+    if d * f * s > MAX_RUNS:
+        p.error(
+            f"--defenses x --fractions x --seeds: {d} x {f} x {s} = {d * f * s} runs; a grid "
+            f"may have at most {MAX_RUNS}"
+        )
 
 
 def defense_params(

@@ -41,8 +41,9 @@ def _server_seconds(events: list[dict[str, Any]]) -> float | None:
 
 def finished_run(flat: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """The summary and events of a run of exactly ``flat``'s config that finished in its
-    ``out`` directory, else None (none there, another config, or stopped before its end: a
-    run's ``summary.json`` is written last, and removed when a run starts there)."""
+    ``out`` directory, else None (none there, another config, a ``summary.json`` that is no
+    JSON object, or stopped before its end: a run's ``summary.json`` is written last, and
+    removed when a run starts there)."""
     import json
 
     import yaml
@@ -56,6 +57,8 @@ def finished_run(flat: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, A
         summary = json.loads((out / "summary.json").read_text())
         events = read_events(out / "events.jsonl")
     except (OSError, ValueError, yaml.YAMLError):  # missing, or torn by a kill mid-write
+        return None
+    if not isinstance(summary, dict):  # valid JSON, but not a run's summary: run it again
         return None
     if saved != build_config(flat=flat).to_dict() or summary.get("rounds") != len(events):
         return None

@@ -19,6 +19,17 @@ POLICIES = (
     "fedasync",
 )
 QUICK = {"population": 20_000, "virtual_hours": 0.25, "seeds": 1, "clients_per_round": 50}
+#: the most rounds / server steps a run may ask for: far beyond any study (the virtual-time
+#: budget ends runs long before), and well inside what the engine's counters and progress bar
+#: hold (``--rounds 10**20`` ended in an OverflowError traceback)
+MAX_ROUNDS = 10**9
+#: the most runs a study may have: each keeps its events in memory until the study's tables,
+#: and a run takes seconds at the least, so 10**5 of them are days of work (the default study
+#: has 14); ``--seeds 99999999999999`` is refused before anything runs
+MAX_RUNS = 100_000
+#: runs per seed of the fidelity cases of :mod:`benchmarks.straggler_study.scenarios` that do
+#: not run the study's grid (``fedbuff`` runs it with its 2 policies)
+SCENARIO_CELLS = {"sageflow": 3, "fedprox": 2}
 
 
 def build_parser() -> OneLineParser:
@@ -195,9 +206,55 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--speed-label-skew: must be a finite number >= 0, got {a.speed_label_skew}")
     if not 0 < a.deadline_quantile < 1:
         p.error(f"--deadline-quantile: must be in (0, 1), got {a.deadline_quantile}")
+    check_grid(p, a)
     a.policy_params = policy_params(p, a.policy_param, a.clients_per_round)
     a.extra = dict(a.set)
     return a
+
+
+def planned_runs(a: argparse.Namespace) -> tuple[int, str]:
+    """The number of runs the study or its ``--scenario`` makes, and how, e.g. ``"--policies x
+    --seeds x --attack-fractions: 7 x 2 x 1"``."""
+    if a.scenario in SCENARIO_CELLS:
+        k = SCENARIO_CELLS[a.scenario]
+        return k * a.seeds, f"--seeds: {k} runs of --scenario {a.scenario} x {a.seeds}"
+    k, f = (2 if a.scenario == "fedbuff" else len(a.policies)), len(a.attack_fractions)
+    return k * a.seeds * f, f"--policies x --seeds x --attack-fractions: {k} x {a.seeds} x {f}"
+
+
+def check_grid(p: OneLineParser, a: argparse.Namespace) -> None:
+    """Refuse (one line naming the flag, exit 2) a policy or an attack fraction given twice (or
+    two fractions naming the same runs, ``f{fraction:g}``), a fraction outside [0, 1), one > 0
+    without a known ``--attack``, more than :data:`MAX_ROUNDS` rounds or :data:`MAX_RUNS` runs."""
+    from attacks import ATTACKS
+
+    twice = [x for i, x in enumerate(a.policies) if x in a.policies[:i]]
+    if twice:
+        p.error(f"--policies: {twice[0]!r} given twice")
+    bad = [f for f in a.attack_fractions if not 0 <= f < 1]
+    if bad:
+        p.error(f"--attack-fractions: must be in [0, 1), got {bad[0]}")
+    for i, f in enumerate(a.attack_fractions):
+        same = [g for g in a.attack_fractions[:i] if f"{g:g}" == f"{f:g}"]
+        if same and same[0] == f:
+            p.error(f"--attack-fractions: {f!r} given twice")
+        if same:
+            p.error(
+                f"--attack-fractions: {same[0]!r} and {f!r} both name the runs f{f:g}; give "
+                "fractions that differ in their first 6 significant digits"
+            )
+    if a.attack not in ATTACKS:
+        p.error(f"--attack: unknown attack {a.attack!r}; valid: {sorted(ATTACKS)}")
+    if a.attack == "none" and max(a.attack_fractions) > 0:
+        p.error(
+            f"--attack-fractions: {max(a.attack_fractions)} > 0 needs an --attack "
+            "(e.g. --attack labelflip)"
+        )
+    if a.rounds > MAX_ROUNDS:
+        p.error(f"--rounds: must be <= {MAX_ROUNDS}, got {a.rounds}")
+    n, grid = planned_runs(a)
+    if n > MAX_RUNS:
+        p.error(f"{grid} = {n} runs; a study may have at most {MAX_RUNS}")
 
 
 def policy_params(

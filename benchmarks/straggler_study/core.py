@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.straggler_study.final import global_train_loss, quartile_accuracy
 from benchmarks.straggler_study.saved import CELL_FILE, finished_cell, save_cell
 
 #: the study's device and training settings (FedScale-like phones: tens of ms per sample)
@@ -140,27 +141,6 @@ def policy_settings(
     }
 
 
-def quartile_accuracy(sim: Any, n: int = 200) -> dict[str, float]:
-    """Accuracy of the final model on the training data of ``n`` devices drawn from the slowest
-    and from the fastest quartile of compute speed (ms per sample)."""
-    from simulator.rng import stream
-
-    ms = sim.fed.population.compute_ms_per_sample
-    lo, hi = np.quantile(ms, [0.25, 0.75])
-    rng = stream(sim.cfg.experiment.seed, 0, 999)
-    out = {}
-    for name, pool in (
-        ("slow_q_accuracy", np.flatnonzero(ms >= hi)),
-        ("fast_q_accuracy", np.flatnonzero(ms <= lo)),
-    ):
-        ids = np.sort(rng.choice(pool, min(n, len(pool)), replace=False))
-        parts = sim.fed.arrays(sim.train_clients, ids)
-        x = np.concatenate([p[0] for p in parts])
-        y = np.concatenate([p[1] for p in parts])
-        out[name] = sim.server.accuracy_on(sim.global_flat, x, y)
-    return out
-
-
 def run_cell(
     flat: dict[str, Any],
     out: Path,
@@ -214,26 +194,17 @@ def run_cell(
     return cell
 
 
-def global_train_loss(sim: Any) -> float:
-    """Mean cross-entropy of the global model over all clients' training samples."""
-    import torch
-
-    from simulator.training.flat import evaluate
-
-    f = sim.fed
-    parts = f.arrays(sim.train_clients, np.arange(f.num_clients))
-    x = torch.from_numpy(np.concatenate([p[0] for p in parts]))
-    y = torch.from_numpy(np.concatenate([p[1] for p in parts]))
-    return float(evaluate(f.model, f.layout, sim.global_flat, x, y)[1])
-
-
-def study(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every cell of the study; returns the runs and the resolved settings."""
+def study(
+    a: argparse.Namespace, runs: list[dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every cell of the study; returns the runs and the resolved settings. ``runs``: the list
+    each finished run is appended to (a stopped study's caller counts them; default: a new
+    one)."""
     from tqdm import tqdm
 
     cells = [(s, f, p) for s in range(a.seeds) for f in a.attack_fractions for p in a.policies]
     bar = tqdm(total=len(cells), desc="stragglers", unit="run", disable=a.no_progress)
-    runs: list[dict[str, Any]] = []
+    runs = [] if runs is None else runs
     settings: dict[str, Any] = {"policies": {}, "fractions": a.attack_fractions}
     fed, fed_seed, executor = None, None, None
     try:
@@ -288,7 +259,7 @@ def _cell(
     out = Path(a.out)
     flat = base_config(a, seed)
     if frac > 0:
-        flat.update(attack=a.attack, malicious_fraction=frac)
+        flat.update(attack=a.attack, attack_fraction=frac)
     flat.update(
         policy_settings(policy, a.clients_per_round, settings["deadline_s"], a.policy_params)
     )

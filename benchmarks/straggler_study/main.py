@@ -8,9 +8,10 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.straggler_study import core, output, plots, report, scenarios
-from benchmarks.straggler_study.cli import parse_args
+from benchmarks.straggler_study.cli import parse_args, planned_runs
 from simulator.run.runlock import lock_run_dir
 from simulator.run.stop import report_stop, sigterm_raises
 
@@ -23,32 +24,34 @@ def main(argv: list[str] | None = None) -> int:
     from simulator.population.traces import TraceError
 
     t0 = time.perf_counter()
+    runs: list[dict[str, Any]] = []  # the runs that finished (or were read back), as they do
     try:
         with sigterm_raises():
-            return _run(a, t0)
+            return _run(a, t0, runs)
     except (ConfigError, TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, OSError) as e:  # Ctrl-C, SIGTERM, a full disk: finished runs kept
-        kept = f"the runs that finished are kept under {a.out}"
+        kept = f"{len(runs)} of {planned_runs(a)[0]} runs finished under {a.out}"
         return report_stop(e, "benchmarks/stragglers.py", argv, kept)
 
 
-def _run(a: argparse.Namespace, t0: float) -> int:
+def _run(a: argparse.Namespace, t0: float, runs: list[dict[str, Any]]) -> int:
     """:func:`_study` holding ``--out``'s lock."""
     lock = lock_run_dir(Path(a.out), "--out")  # one study at a time in a directory
     try:
-        return _study(a, t0)
+        return _study(a, t0, runs)
     finally:
         os.close(lock)
 
 
-def _study(a: argparse.Namespace, t0: float) -> int:
-    """The study (or the case), then its table, files and plots."""
+def _study(a: argparse.Namespace, t0: float, runs: list[dict[str, Any]]) -> int:
+    """The study (or the case), appending each finished run to ``runs``, then its table, files
+    and plots."""
     if a.scenario != "study":
-        runs, settings = scenarios.run(a)
+        runs, settings = scenarios.run(a, runs)
     else:
-        runs, settings = core.study(a)
+        runs, settings = core.study(a, runs)
     records = report.study_results(runs)
     out = Path(a.out)
     extra = {"scenario": a.scenario, "settings": settings, "wall_seconds": time.perf_counter() - t0}

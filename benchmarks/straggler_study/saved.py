@@ -15,11 +15,13 @@ CELL_FILE = "cell.json"
 def finished_cell(flat: dict[str, Any], out: Path) -> dict[str, Any] | None:
     """What :func:`benchmarks.straggler_study.core.run_cell` returned for a run of exactly
     ``flat`` that finished in ``out`` (its ``cell.json``, written after its events, names the
-    same config), else None."""
+    same config), else None (also for a ``cell.json`` that is no JSON object)."""
     from simulator.run.output import read_events
 
     try:
         saved = json.loads((out / CELL_FILE).read_text())
+        if not isinstance(saved, dict):  # valid JSON, but no cell's figures: run it again
+            return None
         if saved.get("flat") != json.loads(json.dumps(dict(flat, out=str(out)), default=str)):
             return None
         events = read_events(out / "events.jsonl")

@@ -54,7 +54,9 @@ def _sageflow_trace(a: argparse.Namespace, seed: int, flat: dict[str, Any], path
     path.write_text("\n".join(lines) + "\n")
 
 
-def sageflow(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def sageflow(
+    a: argparse.Namespace, runs: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     base = {
         "dataset": "digits",
         "partition": "shards",
@@ -88,7 +90,6 @@ def sageflow(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any
             "defense_params": {"entropy_threshold": SAGEFLOW_ENTROPY_THRESHOLD},
         },
     }
-    runs = []
     for seed in range(a.seeds):
         trace = Path(a.out) / f"devices-s{seed}.csv"
         trace.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +106,9 @@ def sageflow(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any
     return runs, {"base": base, "cells": cells, "round_s": SAGEFLOW_ROUND_S}
 
 
-def fedprox(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def fedprox(
+    a: argparse.Namespace, runs: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     base = {
         "dataset": "synthetic",
         "synthetic_alpha": 1.0,
@@ -128,7 +131,6 @@ def fedprox(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]
         "FedAvg (drop stragglers)": {"algorithm": "fedavg", "drop_stragglers": True},
         "FedProx mu=1 (keep partial)": {"algorithm": "fedprox", "algorithm_params": {"mu": 1.0}},
     }
-    runs = []
     for seed in range(a.seeds):
         for name, over in cells.items():
             cell = run_cell(
@@ -142,9 +144,11 @@ def fedprox(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]
     return runs, {"base": base, "cells": cells}
 
 
-def fedbuff(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def fedbuff(
+    a: argparse.Namespace, runs: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     a.policies = ["wait_for_all", "fedbuff"]
-    return study(a)
+    return study(a, runs)
 
 
 def checks(scenario: str, records: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
@@ -213,7 +217,10 @@ def checks(scenario: str, records: list[dict[str, Any]], runs: list[dict[str, An
     return out
 
 
-def run(a: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run scenario ``a.scenario``; returns the runs and the settings."""
+def run(
+    a: argparse.Namespace, runs: list[dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run scenario ``a.scenario``; returns the runs (appended to ``runs`` as each finishes,
+    when given) and the settings."""
     fn = {"sageflow": sageflow, "fedprox": fedprox, "fedbuff": fedbuff}[a.scenario]
-    return fn(a)
+    return fn(a, [] if runs is None else runs)
