@@ -97,5 +97,13 @@ def test_a_damaged_checkpoint_is_refused_in_one_line_and_nothing_is_lost(
         f"error: output.resume: {out / 'checkpoint.pt'} cannot be read (EOFError: Ran out of "
         "input); the run cannot resume from it\n"
     )
+    (out / "checkpoint.pt").write_bytes(before["checkpoint.pt"][:2000])  # a long reason: cut
+    assert main(["--resume", str(out)]) == 2  # at a word (it was cut mid-word), and marked
+    assert capsys.readouterr().err == (
+        f"error: output.resume: {out / 'checkpoint.pt'} cannot be read (RuntimeError: "
+        "PytorchStreamReader failed reading zip archive: failed finding central directory. "
+        "This is an internal miniz error. If ...); the run cannot resume from it\n"
+    )
+    (out / "checkpoint.pt").write_bytes(b"")
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert after == {**before, "checkpoint.pt": b""}  # summary.json and events.jsonl kept

@@ -260,6 +260,13 @@ def test_load_config_file_errors(tmp_path: Path) -> None:
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="must hold a mapping"):
         load_config(tmp_path / "list.yaml")
+    (tmp_path / "binary.yaml").write_bytes(b"\x80\x81\xff")  # was a message without the file
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "binary.yaml")
+    assert (
+        str(err.value)
+        == f"config: {tmp_path / 'binary.yaml'} is not valid YAML (UnicodeDecodeError)"
+    )
 
 
 def test_unknown_attack_fails_fast(tmp_path: Path) -> None:

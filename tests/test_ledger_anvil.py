@@ -139,6 +139,10 @@ def test_a_resume_on_a_restarted_node_is_refused_and_changes_nothing(
     with pytest.raises(LedgerError, match="the contract at 0x.* is not this run's"):
         run_experiment(resume_config(ours))
     assert _files(ours) == before
+    rep = audit_run(ours)  # its findings are not this run's tampering: a note says so
+    assert not rep.clean and any(
+        "is another channel's: if the node was restarted" in n for n in rep.notes
+    )
     done = tmp_path / "done"
     run_experiment(ledger_config(done, ledger_url=anvil.url, seed=2))
     anvil.stop()

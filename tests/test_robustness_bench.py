@@ -282,6 +282,9 @@ def test_a_stopped_grid_says_how_to_go_on(
     out = tmp_path / "rb"
     argv = ["--attack", "labelflip", "--defenses", "fedavg", "median", "--fractions", "0.4"]
     argv += ["--workers", "1", "--out", str(out), *TINY]
+    out.mkdir()
+    for name in ("results.json", "results.csv", "accuracy_vs_fraction.png", "mine.txt"):
+        (out / name).write_text("an earlier grid's")  # (mine.txt: not the grid's)
     for stop, rc, name in (
         (KeyboardInterrupt, 130, "interrupted"),
         (Terminated, 143, "terminated (SIGTERM)"),
@@ -300,6 +303,8 @@ def test_a_stopped_grid_says_how_to_go_on(
             f"{name}: 1 of 2 runs finished under {out}; go on with: python "
             f"benchmarks/robustness.py {' '.join(argv)} --resume"
         )
+    # the earlier grid's results went (until stop 50 they stayed, looking like this grid's)
+    assert sorted(p.name for p in out.glob("[!.]*") if p.is_file()) == ["grid.yaml", "mine.txt"]
     monkeypatch.setattr(core, "run_job", run_job)
     assert main([*argv, "--resume"]) == 0
     assert f"resume: 1 of 2 runs finished under {out}" in capsys.readouterr().err

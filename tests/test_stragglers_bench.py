@@ -239,7 +239,12 @@ def test_a_stopped_study_says_how_to_go_on(
         return real(*args, **kw)
 
     monkeypatch.setattr(core, "run_cell", second_stops)
+    out.mkdir()
+    for name in ("results.json", "accuracy_vs_time.png", "mine.txt"):  # an earlier study's
+        (out / name).write_text("earlier")
     assert main(argv) == 143
+    # its results went (until stop 50 they stayed, looking like this study's); others stay
+    assert sorted(p.name for p in out.glob("[!.]*") if p.is_file()) == ["mine.txt"]
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"terminated (SIGTERM): 1 of 2 runs finished under {out}; go on with: "
         f"python benchmarks/stragglers.py {' '.join(argv)} --resume"

@@ -41,6 +41,10 @@ FIELDS = (
 )
 
 
+#: the grid's files in ``--out`` besides ``grid.yaml`` (and ``runs/``, kept for ``--resume``)
+OUTPUTS = ("results.json", "results.csv", "accuracy_vs_round.png", "accuracy_vs_fraction.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the grid; write ``--out`` and print the table. Returns the exit code (2 on a bad
     scenario or override, with a one-line error)."""
@@ -78,6 +82,8 @@ def _run(args: argparse.Namespace, base: dict[str, Any], jobs: list[dict[str, An
     if args.resume:
         print(f"resume: {finished(jobs)} runs finished under {args.out}", file=sys.stderr)
     write_grid_yaml(args, base, jobs)
+    for name in OUTPUTS:  # an earlier grid's: a grid stopped before its end leaves none
+        (args.out / name).unlink(missing_ok=True)
     results = run_all(jobs, args.workers, args.ray_address)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     with (args.out / "results.csv").open("w", newline="") as fh:

@@ -15,6 +15,9 @@ from benchmarks.straggler_study.cli import parse_args, planned_runs
 from simulator.run.runlock import lock_run_dir
 from simulator.run.stop import report_stop, sigterm_raises
 
+#: the study's files in ``--out`` (beside ``runs/``, whose cells ``--resume`` keeps)
+OUTPUTS = ("results.json", "results.csv", *plots.PLOTS)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run the study or ``--scenario``; print the table (and checks); write ``--out``.
@@ -47,7 +50,10 @@ def _run(a: argparse.Namespace, t0: float, runs: list[dict[str, Any]]) -> int:
 
 def _study(a: argparse.Namespace, t0: float, runs: list[dict[str, Any]]) -> int:
     """The study (or the case), appending each finished run to ``runs``, then its table, files
-    and plots."""
+    and plots (an earlier study's go first: a study stopped before its end leaves none that
+    look like its own)."""
+    for name in OUTPUTS:
+        (Path(a.out) / name).unlink(missing_ok=True)
     if a.scenario != "study":
         runs, settings = scenarios.run(a, runs)
     else:

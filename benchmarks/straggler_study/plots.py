@@ -19,6 +19,16 @@ FIGSIZE = (6.5, 4.0)
 DPI = 110
 
 
+#: the files :func:`plot_study` writes
+PLOTS = (
+    "accuracy_vs_time.png",
+    "accuracy_vs_round.png",
+    "round_durations.png",
+    "participation_hist.png",
+    "quartile_accuracy.png",
+)
+
+
 def _hold(xs: np.ndarray, ys: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """Accuracy held from each evaluation to the next: ys at the last xs <= each grid point."""
     return ys[np.searchsorted(xs, grid, side="right") - 1]

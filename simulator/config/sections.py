@@ -184,7 +184,7 @@ def load_config(path: str | Path | None, flat: dict[str, Any] | None = None) -> 
             raise ConfigError(f"config: file not found: {p}")
         try:
             nested = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
             raise ConfigError(f"config: {p} is not valid YAML ({e.__class__.__name__})") from None
         if not isinstance(nested, dict):
             raise ConfigError(f"config: {p} must hold a mapping of sections")

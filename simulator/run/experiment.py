@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -79,7 +80,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         return torch.load(path, weights_only=False)
     except Exception as exc:  # noqa: BLE001 - torch raises OSError, RuntimeError, EOFError...
-        why = (str(exc).splitlines() or [""])[0][:120]
+        why = (str(exc).splitlines() or [""])[0]
+        why = why if len(why) <= 120 else why[:120].rsplit(" ", 1)[0] + " ..."
         raise ConfigError(
             f"output.resume: {path} cannot be read ({type(exc).__name__}: {why}); the run "
             "cannot resume from it"
@@ -227,6 +229,8 @@ def _run_locked(
     crash_after: int | None,
 ) -> dict[str, Any]:
     """:func:`run_experiment` once it holds the run directory's lock."""
+    for stale in (out / "state" / "spill").glob("clientstore-*"):  # a kill -9 skips their
+        shutil.rmtree(stale, ignore_errors=True)  # cleanup; under the lock none is in use
     recorder = None
     if cfg.ledger.enabled:  # the recorder process starts while the simulation is built
         from ledger.recorder import LedgerRecorder
