@@ -31,6 +31,10 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
+#: what a resumed run may be told (how it shows, not what it computes)
+SHOWN = ("progress", "plots")
+
+
 def _resume_hint(cfg: Config, then: str = "; ") -> str:
     """How to go on with the run of ``cfg``, after ``then``: the resume command when it saved a
     checkpoint; else (after "; ") where its events are and that it cannot be resumed."""
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if flat.get("resume"):
-            others = sorted(k for k in flat if k not in ("resume", "progress"))
+            others = sorted(k for k in flat if k not in ("resume", *SHOWN))
             if others or args.config:
                 extra = "--config" if args.config else "--" + others[0].replace("_", "-")
                 raise ConfigError(
@@ -164,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(a resumed run keeps its saved config)"
                 )
             cfg = resume_config(flat["resume"])
+            shown = {k: flat[k] for k in SHOWN if k in flat}  # were accepted and ignored
+            cfg = cfg.replace(**shown) if shown else cfg  # until stop 50
         else:
             cfg = load_config(args.config, flat)
         if args.print_config:

@@ -562,6 +562,12 @@ def test_resume_refuses_other_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     )
     rc, outp, _ = run_cli(["--resume", str(out), "--no-progress"], capsys)
     assert rc == 0 and "final test accuracy:" in outp
+    # how a resumed run shows is the flags' (until stop 50 --plots was refused and --progress
+    # accepted but ignored): plots now, and a progress bar
+    assert not list(out.glob("*.png"))
+    rc, _, err = run_cli(["--resume", str(out), "--plots", "--progress"], capsys)
+    assert rc == 0 and (out / "accuracy_vs_round.png").is_file() and "rounds: " in err
+    assert load_config(out / "config.yaml").output.plots is False  # the run's config stays
 
 
 def test_attack_params_validated_at_load() -> None:

@@ -39,7 +39,7 @@ def resume_config(run_dir: str | Path) -> Config:
 
 
 #: the fields a resumed run may differ in from the run it resumes: where it is, how it shows
-_WHERE = ("out", "resume", "progress")
+_WHERE = ("out", "resume", "progress", "plots")
 
 
 def config_identity(cfg: Config) -> dict[str, dict[str, Any]]:
@@ -57,7 +57,11 @@ def check_same_config(st: dict[str, Any], cfg: Config, out: Path) -> None:
     missing fields would silently take their defaults). A checkpoint written before stop 50
     holds no config and is not checked."""
     saved, now = st.get("config"), config_identity(cfg)
-    if saved is None or saved == now:
+    if saved is None:
+        return
+    for k in _WHERE:  # (a checkpoint written when fewer fields were left out)
+        saved.get("output", {}).pop(k, None)
+    if saved == now:
         return
     sec, key = next(
         (sec, k)
