@@ -253,6 +253,13 @@ def test_resume_keeps_the_finished_runs_and_runs_the_rest(
     wall = ("run_seconds", "server_seconds_per_round")
     strip = [{k: v for k, v in second["median"].items() if k not in wall}]
     assert strip == [{k: v for k, v in first["median"].items() if k not in wall}]
+    # the grid moved elsewhere goes on where it was (until stop 50 every run ran again)
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    argv[argv.index("--out") + 1] = str(moved)
+    assert main([*argv, "--resume"]) == 0
+    assert f"resume: 2 of 2 runs finished under {moved}" in capsys.readouterr().err
+    out = moved
     # another config (3 rounds): nothing is kept
     argv[argv.index("--rounds") + 1] = "3"
     assert main([*argv, "--resume"]) == 0

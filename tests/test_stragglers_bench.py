@@ -212,6 +212,14 @@ def test_resume_keeps_the_finished_runs_and_runs_the_rest(
     assert {k: v for k, v in second[1].items() if k not in wall} == {
         k: v for k, v in first[1].items() if k not in wall
     }
+    # the study moved elsewhere goes on where it was (until stop 50 every run ran again)
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    argv[argv.index("--out") + 1] = str(moved)
+    kept, rerun = moved / "runs" / "deadline-s0", moved / "runs" / "fedbuff-s0"
+    stamp = {d: (d / "events.jsonl").stat().st_mtime_ns for d in (kept, rerun)}
+    assert main([*argv, "--resume"]) == 0
+    assert all((d / "events.jsonl").stat().st_mtime_ns == stamp[d] for d in (kept, rerun))
     # another config (7 rounds): nothing is kept
     argv[argv.index("--rounds") + 1] = "7"
     capsys.readouterr()

@@ -22,7 +22,11 @@ def finished_cell(flat: dict[str, Any], out: Path) -> dict[str, Any] | None:
         saved = json.loads((out / CELL_FILE).read_text())
         if not isinstance(saved, dict):  # valid JSON, but no cell's figures: run it again
             return None
-        if saved.get("flat") != json.loads(json.dumps(dict(flat, out=str(out)), default=str)):
+        was = saved.get("flat")  # where the study is aside: a study moved elsewhere goes on
+        was = {k: v for k, v in was.items() if k != "out"} if isinstance(was, dict) else was
+        if was != json.loads(
+            json.dumps({k: v for k, v in flat.items() if k != "out"}, default=str)
+        ):
             return None
         events = read_events(out / "events.jsonl")
     except (OSError, ValueError):  # missing, or torn by a kill mid-write
