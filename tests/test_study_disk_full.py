@@ -64,62 +64,43 @@ def test_the_stop_line_of_each_stop() -> None:
     assert study_stopped(ValueError("x"), "s.py", argv, kept) is None
 
 
+@pytest.mark.parametrize("ledger", [False, True])
 def test_a_robustness_grid_stops_on_a_full_disk_and_resumes(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    ledger: bool,
 ) -> None:
+    # with the ledger the disk fills under the recorder process (its third append to a
+    # rounds.jsonl: the second run's first round); until stop 50 that cell was recorded as a
+    # LedgerRoundError and the grid went on (exit 0) into a disk that stays full
+    from ledger.host import RecorderHost
+
     out = tmp_path / "rb"
     argv = ["--attack", "labelflip", "--defenses", "fedavg", "median", "--fractions", "0.4"]
     argv += ["--workers", "1", "--out", str(out), "--seeds", "1", "--rounds", "2"]
     argv += ["--set", "num_clients=8", "--set", "clients_per_round=4", "--set", "local_epochs=1"]
-    _fill_disk_at(monkeypatch, 3)  # the second run's first round (2 rounds a run)
-    assert robustness(argv) == 1
-    failed = out / "runs" / "labelflip-median-f0.4-s0"
-    assert _last_err(capsys) == (
-        f"error: no space left on the disk of {failed / 'events.jsonl'}; 1 of 2 runs finished "
-        f"under {out}: free some space, then go on with: python benchmarks/robustness.py "
-        f"{' '.join(argv)} --resume"
-    )
-    assert not (out / "results.json").exists() and not (failed / "error.txt").exists()
-    _fill_disk_at(monkeypatch, None)
-    assert robustness([*argv, "--resume"]) == 0
-    assert f"resume: 1 of 2 runs finished under {out}" in capsys.readouterr().err
-    results = json.loads((out / "results.json").read_text())
-    assert [(r["defense"], r["rounds"], r["error"]) for r in results] == [
-        ("fedavg", 2, None),
-        ("median", 2, None),
-    ]
-
-
-def test_a_ledger_grid_stops_when_its_recorder_finds_the_disk_full(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # the recorder process's third append to a rounds.jsonl (the second run's first round)
-    # finds the disk full; until stop 50 that cell was recorded as a LedgerRoundError and the
-    # grid went on (exit 0) into a disk that stays full
-    from ledger.host import RecorderHost
-
-    out = tmp_path / "lg"
-    argv = ["--attack", "labelflip", "--defenses", "fedavg", "median", "--fractions", "0.4"]
-    argv += ["--workers", "1", "--out", str(out), "--seeds", "1", "--rounds", "2", "--ledger"]
-    argv += ["--set", "num_clients=8", "--set", "clients_per_round=4", "--set", "local_epochs=1"]
-    _fill_disk_at(monkeypatch, None)
-    monkeypatch.setenv(appendlog.FAILPOINT_ENV, "rounds.jsonl:3:enospc")
-    if RecorderHost._current is not None:  # a new recorder process reads the failpoint
-        RecorderHost._current.stop()
+    argv += ["--ledger"] if ledger else []
+    _fill_disk_at(monkeypatch, None if ledger else 3)  # the second run's first round
+    if ledger:
+        monkeypatch.setenv(appendlog.FAILPOINT_ENV, "rounds.jsonl:3:enospc")
+        if RecorderHost._current is not None:  # a new recorder process reads the failpoint
+            RecorderHost._current.stop()
     try:
         assert robustness(argv) == 1
     finally:
-        monkeypatch.delenv(appendlog.FAILPOINT_ENV)
-        if RecorderHost._current is not None:
+        _fill_disk_at(monkeypatch, None)
+        if ledger and RecorderHost._current is not None:
             RecorderHost._current.stop()
     failed = out / "runs" / "labelflip-median-f0.4-s0"
+    full = failed / "ledger" / "rounds.jsonl" if ledger else failed / "events.jsonl"
     assert _last_err(capsys) == (
-        f"error: no space left on the disk of {failed / 'ledger' / 'rounds.jsonl'}; 1 of 2 runs "
-        f"finished under {out}: free some space, then go on with: python "
-        f"benchmarks/robustness.py {' '.join(argv)} --resume"
+        f"error: no space left on the disk of {full}; 1 of 2 runs finished under {out}: free "
+        f"some space, then go on with: python benchmarks/robustness.py {' '.join(argv)} --resume"
     )
     assert not (out / "results.json").exists() and not (failed / "error.txt").exists()
     assert robustness([*argv, "--resume"]) == 0
+    assert f"resume: 1 of 2 runs finished under {out}" in capsys.readouterr().err
     results = json.loads((out / "results.json").read_text())
     assert [(r["defense"], r["rounds"], r["error"]) for r in results] == [
         ("fedavg", 2, None),
