@@ -31,10 +31,6 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
-#: what a resumed run may be told (how it shows, not what it computes)
-SHOWN = ("progress", "plots")
-
-
 def _resume_hint(cfg: Config, then: str = "; ") -> str:
     """How to go on with the run of ``cfg``, after ``then``: the resume command when it saved a
     checkpoint; else (after "; ") where its events are and that it cannot be resumed."""
@@ -156,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     from simulator.data import DataError
     from simulator.population.traces import TraceError
     from simulator.run.appendlog import is_disk_full
-    from simulator.run.experiment import resume_config, run_experiment
+    from simulator.run.experiment import SHOWN, resume_config, run_experiment
 
     try:
         if flat.get("resume"):

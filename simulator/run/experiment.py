@@ -38,8 +38,10 @@ def resume_config(run_dir: str | Path) -> Config:
     return cfg.replace(out=str(d), resume=str(d))
 
 
+#: what a resumed run may be told (how it shows, not what it computes)
+SHOWN = ("progress", "plots")
 #: the fields a resumed run may differ in from the run it resumes: where it is, how it shows
-_WHERE = ("out", "resume", "progress", "plots")
+_WHERE = ("out", "resume", *SHOWN)
 
 
 def config_identity(cfg: Config) -> dict[str, dict[str, Any]]:
