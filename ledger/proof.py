@@ -59,10 +59,12 @@ def receipt(run_dir: str | Path, rnd: int, client: int) -> dict[str, Any]:
 def receipt_leaf(client: int, f: dict[str, Any]) -> bytes:
     """The submission leaf of ``client`` from a receipt's fields (``update_hash``, ``samples``,
     ``base_hash``, ``record_hash``): what the round's submissions root commits to."""
+    if type(f["samples"]) is not int:  # as printed: a coerced 164.9 or "164" is no receipt's
+        raise ValueError(f"samples {f['samples']!r} is not an integer")
     return submission_leaf(
         client,
         unhx(f["update_hash"]),
-        int(f["samples"]),
+        f["samples"],
         unhx(f["base_hash"]),
         unhx(f["record_hash"]),
     )
@@ -73,10 +75,13 @@ def verify_receipt(
 ) -> list[Finding]:
     """Findings (check ``inclusion-proof``) if ``rec`` does not prove its client's submission
     against the submissions root committed on chain for its round; ``[]`` if it does."""
+    for key in ("round", "client"):  # what the findings name: checked first (exit 2)
+        if type(rec.get(key)) is not int:
+            raise ValueError(f"not a receipt: its {key!r} is {rec.get(key)!r}, not an integer")
     audit = RunAudit(Path(run_dir), ledger_url=ledger_url)
     for _ in audit.open_chain():  # a broken chain proves nothing
         pass
-    rnd, client = int(rec["round"]), int(rec["client"])
+    rnd, client = rec["round"], rec["client"]
     if audit.chain is None:
         return [(rnd, client, "inclusion-proof", "a readable chain", "none")]
     list(audit.read_contract())  # reads the Committed events
@@ -101,6 +106,20 @@ def verify_receipt(
     return []
 
 
+def read_receipt(path: str) -> dict[str, Any]:
+    """The receipt in the file ``path`` (a JSON object); ``ValueError`` in one line naming the
+    file when it cannot be read, is not JSON or is not an object."""
+    try:
+        rec = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"--verify {path}: cannot be read ({exc.strerror})") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"--verify {path}: not JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(rec, dict):
+        raise ValueError(f"--verify {path}: not a receipt (a JSON {type(rec).__name__})")
+    return rec
+
+
 def main(argv: list[str] | None = None) -> int:
     from simulator.cli import OneLineParser
 
@@ -118,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.verify:
-            found = verify_receipt(
-                args.run_dir, json.loads(Path(args.verify).read_text()), args.ledger_url
-            )
+            found = verify_receipt(args.run_dir, read_receipt(args.verify), args.ledger_url)
             for f in found:
                 print(f"round {f[0]} client {f[1]} {f[2]}: expected {f[3]}, found {f[4]}")
             print("VALID" if not found else "INVALID")

@@ -149,6 +149,36 @@ def test_receipts(run: Path, position: int) -> None:
     assert [f[:3] for f in found] == [expected]
 
 
+def test_a_receipt_edited_or_malformed(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # until stop 50 a receipt's samples and round were coerced with int(): 164.9 or "164"
+    # verified VALID; a receipt that was no object, or without its round, was a traceback
+    import json
+
+    from ledger.proof import main as proof_main
+    from ledger.tamper_tools import pack_of
+
+    good = receipt(run, 1, next(pack_of(run, 1).clients("update")))
+    for samples in (good["samples"] + 0.5, str(good["samples"]), float(good["samples"])):
+        found = verify_receipt(run, {**good, "samples": samples})
+        assert [f[2:4] for f in found] == [("inclusion-proof", "a well-formed receipt")]
+    path = tmp_path / "r.json"
+    for doc, line in [
+        ("[]", f"--verify {path}: not a receipt (a JSON list)"),
+        ("{}", "not a receipt: its 'round' is None, not an integer"),
+        (json.dumps({**good, "round": 1.5}), "not a receipt: its 'round' is 1.5, not an integer"),
+        ("{", f"--verify {path}: not JSON (Expecting property name enclosed in double quotes: "),
+    ]:
+        path.write_text(doc)
+        assert proof_main([str(run), "--verify", str(path)]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {line}")
+    assert proof_main([str(run), "--verify", str(tmp_path / "none.json")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --verify {tmp_path / 'none.json'}: cannot be read (No such file or directory)\n"
+    )
+
+
 def test_every_check_has_a_tamper_case_and_is_documented() -> None:
     src = "".join(
         (ROOT / "ledger" / f).read_text()
