@@ -52,6 +52,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.fused import interleaved  # noqa: E402
+from benchmarks.throughput_study import checks  # noqa: E402
 from benchmarks.throughput_study.algorithm_arms import (  # noqa: E402
     Arm,
     arm_config,
@@ -61,6 +62,7 @@ from benchmarks.throughput_study.algorithm_arms import (  # noqa: E402
 from benchmarks.throughput_study.algorithm_rows import BAR, best_rows, print_rows  # noqa: E402
 from benchmarks.throughput_study.tasks import EPOCHS, TASKS, Task, task_config  # noqa: E402
 from simulator.algorithms import ALGORITHMS  # noqa: E402
+from simulator.cli import OneLineParser  # noqa: E402
 from simulator.config.fields import ConfigError  # noqa: E402
 from simulator.config.sections import Config  # noqa: E402
 from simulator.round.engine import Simulation  # noqa: E402
@@ -136,7 +138,7 @@ def measure(
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (every flag explained in ``--help``)."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         description="Client-updates/s of algorithms vs FedAvg on a task of "
         "benchmarks/throughput.py, timed in turns in one process.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -151,7 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
         "algorithm, moon:mu=0 (FedAvg on MOON's model, MOON's bar reference), and fedbn only "
         "as fedbn@norm=batch beside fedavg@norm=batch)",
     )
-    p.add_argument("--task", default="digits-mlp-k100", choices=[t.name for t in TASKS])
+    p.add_argument(
+        "--task",
+        default="digits-mlp-k100",
+        choices=[t.name for t in TASKS],
+        help="the task of benchmarks/throughput.py the algorithms train on",
+    )
     p.add_argument(
         "--backend",
         default="local",
@@ -178,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="measurements; each algorithm's best is reported (default 3; quick 2)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of partition and sampling")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     return p
 
@@ -186,7 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Time the arms; print their rates and ratios to FedAvg; write ``--json``. Returns the
     exit code (2 on bad input, with a one-line error)."""
-    args = build_parser().parse_args(argv)
+    p = build_parser()
+    args = p.parse_args(argv)
+    checks.at_least_one(p, args, ["rounds", "repeats"])
+    checks.seed_and_actors(p, args.seed, args.actors)
     try:
         wanted = args.algorithm or default_arms()
         arms: dict[str, Arm] = {"fedavg": ("fedavg", {}, {})}
@@ -199,14 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ConfigError, TypeError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    rounds = args.rounds or (8 if args.quick else 20)
+    rounds = args.rounds if args.rounds is not None else (8 if args.quick else 20)
     min_s = args.min_seconds if args.min_seconds is not None else (2.0 if args.quick else 5.0)
-    repeats = args.repeats or (2 if args.quick else 3)
-    if rounds < 1 or repeats < 1 or not 0 <= min_s < float("inf"):
-        print(
-            "error: --rounds and --repeats must be >= 1, --min-seconds finite >= 0", file=sys.stderr
-        )
-        return 2
+    repeats = args.repeats if args.repeats is not None else (2 if args.quick else 3)
+    if not 0 <= min_s < float("inf"):
+        p.error(f"--min-seconds: must be a finite number >= 0, got {min_s}")
+    checks.outputs(p, {"--json": args.json})  # before minutes of timing
     task = next(t for t in TASKS if t.name == args.task)
     backend = args.backend
     runs: list[dict[str, dict[str, Any]]] = []

@@ -161,13 +161,35 @@ def run_one(flat: dict[str, Any], timeout: float) -> dict[str, Any]:
     return res
 
 
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """One-line errors (exit 2) before the first run: counts below 1, a timeout that is not a
+    finite number > 0, an unknown state algorithm, a ``--json`` that cannot be written."""
+    from simulator.algorithms import ALGORITHMS
+    from simulator.run.runlock import writable_file
+
+    for flag in ("populations", "clients_per_round", "rounds", "local_epochs"):
+        value = min(getattr(args, flag)) if flag == "populations" else getattr(args, flag)
+        if value < 1:
+            p.error(f"--{flag.replace('_', '-')}: must be >= 1, got {value}")
+    if not 0 < args.timeout < float("inf"):
+        p.error(f"--timeout: must be a finite number of seconds > 0, got {args.timeout}")
+    if args.state_algorithm and args.state_algorithm not in ALGORITHMS:
+        p.error(f"--state-algorithm: unknown {args.state_algorithm!r}; valid: {ALGORITHMS.names()}")
+    if args.json:
+        try:
+            writable_file(Path(args.json), "--json")
+        except ValueError as e:
+            p.error(str(e))
+
+
 def main(argv: list[str] | None = None) -> int:
     from simulator.cli import OneLineParser
 
     p = OneLineParser(
         description="Start-up, round time, engine overhead and memory of "
         "FedSentry runs of 10^4-10^6 virtual clients (digits, MLP), "
-        "each in a fresh process."
+        "each in a fresh process.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "--populations",
@@ -199,8 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return 0
-    if min(args.populations) < 1 or args.rounds < 1 or args.clients_per_round < 1:
-        p.error("--populations, --rounds and --clients-per-round must be >= 1")
+    check_args(p, args)
     base = {
         "dataset": "digits",
         "model": "mlp",

@@ -13,6 +13,7 @@ from benchmarks.defense_cost_study.core import HEAD, model_sizes, run_case
 from benchmarks.defense_cost_study.references import load_byzfl
 from defenses import DEFENSES
 from simulator.cli import OneLineParser
+from simulator.run.runlock import writable_file
 
 
 def parse_args(argv: list[str] | None) -> Any:
@@ -73,6 +74,11 @@ def parse_args(argv: list[str] | None) -> Any:
     a.repeats = a.repeats if a.repeats is not None else (1 if a.quick else 3)
     if a.repeats < 1 or not a.budget_s > 0:
         p.error("--repeats must be >= 1 and --budget-s > 0")
+    if a.json:  # checked before the timings (minutes)
+        try:
+            writable_file(Path(a.json), "--json")
+        except ValueError as e:
+            p.error(str(e))
     return a
 
 

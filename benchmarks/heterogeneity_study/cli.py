@@ -8,6 +8,7 @@ from pathlib import Path
 from benchmarks.heterogeneity_study.cases import CASES
 from benchmarks.heterogeneity_study.stats import MAX_SEEDS
 from simulator.cli import OneLineParser
+from simulator.run.runlock import make_out_dir, writable_file
 
 #: seeds per arm when ``--seeds`` is not given: quick, full
 SEEDS = {True: 3, False: 5}
@@ -93,6 +94,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--seeds must be in 1..{MAX_SEEDS} (the exact test enumerates 2^N patterns)")
     if args.workers < 1:
         p.error("--workers must be >= 1")
+    if not args.list:  # where the runs and results go, checked before any run
+        try:
+            for path, flag in ((args.json, "--json"), (args.csv, "--csv")):
+                if path:
+                    writable_file(path, flag)
+            make_out_dir(args.out, "--out")
+        except ValueError as e:
+            p.error(str(e))
     args.case = list(dict.fromkeys(args.case or CASES))
     args.cases = [CASES[c] for c in args.case]
     return args

@@ -8,6 +8,7 @@ from typing import Any
 
 from benchmarks.scheduler_study import live as live_mod
 from simulator.cli import OneLineParser, parse_kv
+from simulator.run.runlock import make_out_dir, writable_file
 
 PARTS = ("instances", "predictor", "live")
 #: the live part's placements: greedy, ga and the default placement (lpt), whichever the mode
@@ -38,7 +39,9 @@ def build_parser() -> OneLineParser:
         default=",".join(PARTS),
         help=f"comma-separated parts to run (default all): {','.join(PARTS)}",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the instances and of every run (default 0)"
+    )
     p.add_argument("--out", type=Path, default=Path("runs/scheduler"), help="output directory")
     p.add_argument(
         "--placement-param",
@@ -155,6 +158,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             build_config(flat=live_mod.task_config(task, 2, a.seed, a.extra))
         except ConfigError as e:
             p.error(str(e).splitlines()[0])
+    try:  # where the results go, checked before any part starts
+        if a.json is not None:
+            writable_file(a.json, "--json")
+        make_out_dir(a.out, "--out")
+    except ValueError as e:
+        p.error(str(e))
     return a
 
 

@@ -9,14 +9,16 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.throughput_study import checks
 from benchmarks.throughput_study.core import measure_task
 from benchmarks.throughput_study.report import plot, print_table
 from benchmarks.throughput_study.tasks import TASKS
+from simulator.cli import OneLineParser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (every flag explained in ``--help``)."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         description="Client-update throughput of FedSentry vs Flower vs the fused reference "
         "(the faster of one process x all threads and one process per core) on "
         "identical tasks (E=1, B=10, lr=0.05; 100 clients, or 100,000 virtual "
@@ -89,22 +91,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """One-line errors (exit 2) on bad input, before any work: counts below 1, a config the
+    tasks cannot build (``--actors``, ``--seed``)."""
+    checks.at_least_one(p, args, ["rounds", "repeats", "flower_rounds", "flower_rounds_large"])
+    bad_cpus = [c for c in args.flower_cpus if not 1 <= c < float("inf")]
+    if bad_cpus:
+        p.error(f"--flower-cpus: must be >= 1, got {bad_cpus[0]:g}")
+    if not args.flower_cpus and not args.no_flower:
+        p.error("--flower-cpus: give at least one setting (or --no-flower)")
+    checks.seed_and_actors(p, args.seed, args.actors)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure the tasks; print the table; write ``--json`` / ``--plot``. Returns the exit
     code (2 on bad input, with a one-line error)."""
-    args = build_parser().parse_args(argv)
+    p = build_parser()
+    args = p.parse_args(argv)
     known = {t.name: t for t in TASKS}
     bad = [t for t in args.tasks if t not in known]
     if bad:
         print(f"error: unknown task {bad[0]!r}; valid: {list(known)}", file=sys.stderr)
         return 2
-    rounds = args.rounds or (10 if args.quick else 30)
-    frounds = args.flower_rounds or (2 if args.quick else 5)
+    check_args(p, args)
+    rounds = args.rounds if args.rounds is not None else (10 if args.quick else 30)
+    frounds = args.flower_rounds if args.flower_rounds is not None else (2 if args.quick else 5)
     min_s = args.min_seconds if args.min_seconds is not None else (2.0 if args.quick else 5.0)
-    repeats = args.repeats or (2 if args.quick else 3)
-    if rounds < 1 or frounds < 1 or repeats < 1:
-        print("error: --rounds, --flower-rounds and --repeats must be >= 1", file=sys.stderr)
-        return 2
+    repeats = args.repeats if args.repeats is not None else (2 if args.quick else 3)
     if not 0 <= min_s < float("inf"):
         print(f"error: --min-seconds must be a finite number >= 0; got {min_s}", file=sys.stderr)
         return 2
@@ -117,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.flower_gpus and not torch.cuda.is_available():
         print("error: --flower-gpus needs a CUDA device; this machine has none", file=sys.stderr)
         return 2
+    checks.outputs(p, {"--json": args.json, "--plot": args.plot})  # before minutes of work
     results = [
         measure_task(known[name], args, rounds, frounds, min_s, repeats) for name in args.tasks
     ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 from pathlib import Path
 
 from simulator.config.fields import ConfigError
@@ -35,14 +36,31 @@ def make_out_dir(out: Path, what: str = "output.out") -> None:
             raise
         why = "a file is there" if isinstance(exc, FileExistsError) else exc.strerror
         raise ConfigError(f"{what}: cannot make the directory {out} ({why})") from None
+    try:  # one that is there may still refuse files (a read-only disk)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise
+        raise ConfigError(f"{what}: cannot write in {out} ({exc.strerror})") from None
 
 
 def writable_file(path: Path, what: str) -> None:
     """Check, before long work, that ``path`` can be written later: its directory is made
-    (:func:`make_out_dir`) and ``path`` is no directory; :class:`ConfigError` naming ``what``."""
+    (:func:`make_out_dir`), ``path`` is no directory and opens for appending (``/proc/x``
+    does not; a file that was not there is removed again); :class:`ConfigError` naming
+    ``what``."""
     make_out_dir(path.parent, what)
     if path.is_dir():
         raise ConfigError(f"{what}: {path} is a directory (a file name is expected)")
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot write {path} ({exc.strerror})") from None
+    if not existed:
+        path.unlink()
 
 
 def lock_run_dir(out: Path, what: str = "output.out") -> int:
