@@ -112,7 +112,7 @@ def test_sigterm_to_the_process_group_stops_a_ray_ledger_run_in_one_line(tmp_pat
             proc.communicate()
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == (
-        f"terminated (SIGTERM); resume with: python -m simulator --resume {tmp_path}"
+        f"terminated (SIGTERM); resume with: python -m simulator --resume {out}"
     )
     assert "SIGTERM received" not in err  # Ray's core worker's stack dump
     assert "recorder process exited" not in err, err  # the recorder ignored it and closed
