@@ -164,8 +164,8 @@ def run_one(flat: dict[str, Any], timeout: float) -> dict[str, Any]:
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """One-line errors (exit 2) before the first run: counts below 1, a timeout that is not a
     finite number > 0, an unknown state algorithm, a ``--json`` that cannot be written."""
+    from benchmarks.throughput_study.checks import outputs
     from simulator.algorithms import ALGORITHMS
-    from simulator.run.runlock import writable_file
 
     for flag in ("populations", "clients_per_round", "rounds", "local_epochs"):
         value = min(getattr(args, flag)) if flag == "populations" else getattr(args, flag)
@@ -175,11 +175,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--timeout: must be a finite number of seconds > 0, got {args.timeout}")
     if args.state_algorithm and args.state_algorithm not in ALGORITHMS:
         p.error(f"--state-algorithm: unknown {args.state_algorithm!r}; valid: {ALGORITHMS.names()}")
-    if args.json:
-        try:
-            writable_file(Path(args.json), "--json")
-        except ValueError as e:
-            p.error(str(e))
+    outputs(p, {"--json": args.json})
 
 
 def main(argv: list[str] | None = None) -> int:
