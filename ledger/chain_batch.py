@@ -165,7 +165,10 @@ class BatchSender(TxSender):
             self._nonces.clear()
             raise
         if evm is None:
-            receipts = [self.w3.eth.wait_for_transaction_receipt(h) for h in hashes]
+            receipts = [
+                self.wait_receipt(h, tx["from"], tx["nonce"])
+                for h, tx in zip(hashes, txs, strict=True)
+            ]
         for c, tx, r in zip(calls, txs, receipts, strict=True):
             if r["status"] != 1:
                 self._nonces.clear()

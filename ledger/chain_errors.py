@@ -27,6 +27,12 @@ class LedgerRevert(RuntimeError):
         self.receipt = receipt
 
 
+class ChainLost(RuntimeError):
+    """The node no longer holds the transactions a run sent it: its nonce for a sender is below
+    the run's (a devnet restarted, or another node behind the same URL). The run's next
+    transaction can never be mined there."""
+
+
 def revert_reason(exc: BaseException) -> str:
     """Extract a bare revert reason from a backend exception."""
     msg = getattr(exc, "message", None) or (exc.args[0] if exc.args else str(exc))

@@ -9,13 +9,19 @@ reason is recovered by replaying the transaction as a call).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from eth_account.signers.local import LocalAccount
 from eth_tester.exceptions import TransactionFailed
-from web3.exceptions import ContractLogicError
+from web3.exceptions import ContractLogicError, TimeExhausted, TransactionNotFound
 
-from ledger.chain_errors import LedgerRevert, revert_reason
+from ledger.chain_errors import ChainLost, LedgerRevert, revert_reason
+
+#: seconds a node has to mine a transaction (web3's default)
+RECEIPT_TIMEOUT_S = 120.0
+#: seconds between two checks that the node still holds the sender's earlier transactions
+NONCE_CHECK_S = 1.0
 
 
 class TxSender:
@@ -32,11 +38,49 @@ class TxSender:
             tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
         except (TransactionFailed, ContractLogicError) as exc:
             raise LedgerRevert(revert_reason(exc)) from exc
-        receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash)
+        receipt = self.wait_receipt(tx_hash, sender.address, tx["nonce"])
         if receipt["status"] != 1:
             raise LedgerRevert(self._replay_reason(tx, receipt), receipt)
         self.gas_log.append((label, int(receipt["gasUsed"])))
         return receipt
+
+    def wait_receipt(self, tx_hash: Any, address: str, nonce: int) -> Any:
+        """The receipt of the transaction ``tx_hash`` (``address``'s ``nonce``), polled.
+
+        Unlike web3's wait, which waits its whole timeout for a transaction that can never be
+        mined, this checks every :data:`NONCE_CHECK_S` seconds that the node counts the
+        sender's transactions up to this one (a restarted devnet has forgotten them, and keeps
+        a later nonce queued for ever).
+
+        Raises
+        ------
+        ChainLost
+            When the node's count of the sender's transactions is at most ``nonce``.
+        TimeExhausted
+            When the transaction is not mined within :data:`RECEIPT_TIMEOUT_S`.
+        """
+        start = time.monotonic()
+        checked, delay = start, 0.002
+        while True:
+            try:
+                return self.w3.eth.get_transaction_receipt(tx_hash)
+            except TransactionNotFound:
+                pass
+            now = time.monotonic()
+            if now - checked >= NONCE_CHECK_S:
+                checked = now
+                held = int(self.w3.eth.get_transaction_count(address, "pending"))
+                if held <= nonce:
+                    raise ChainLost(
+                        f"the node counts {held} transactions of {address}, this run has sent "
+                        f"{nonce + 1}: it no longer holds the run's chain (was it restarted?)"
+                    )
+            if now - start > RECEIPT_TIMEOUT_S:
+                raise TimeExhausted(
+                    f"transaction {bytes(tx_hash).hex()} was not mined in {RECEIPT_TIMEOUT_S:.0f} s"
+                )
+            time.sleep(delay)
+            delay = min(2 * delay, 0.1)
 
     def _replay_reason(self, tx: dict[str, Any], receipt: Any) -> str:
         """Recover the reason of a status-0 transaction by re-running it as a call."""

@@ -17,6 +17,11 @@ class LedgerRoundError(LedgerError):
     the run stops with every earlier round recorded and a checkpoint to resume from."""
 
 
+class LedgerChainLost(LedgerRoundError):
+    """The node lost the run's chain mid-run (a devnet restarted): the rounds before it are in
+    the run's ledger directory but not on the node, so the run cannot resume there."""
+
+
 def ledger_dir(run_dir: str | Path) -> Path:
     """A run's ledger directory."""
     return Path(run_dir) / "ledger"

@@ -8,7 +8,8 @@ follow, so its imports are paid once); each run opens a :class:`ledger.session.S
 The driver hands each round's rows over through shared memory (the ``[n, P]`` update matrix is
 copied once into one of three slots; the recorder hashes and writes it from there) and its
 per-row fields and verdicts through a socket. The recorder answers ``("done", round, stats)`` or
-``("error", round, kind, message, full)`` (``full``: the file a full disk refused, else None);
+``("error", round, kind, message, full)`` (``kind``: ``"start"``, ``"round"``, or ``"lost"`` when
+the node lost the run's chain; ``full``: the file a full disk refused, else None);
 the driver (:mod:`ledger.recorder`) never lets it fall more than two rounds behind and waits for
 it before each checkpoint and at the end of the run.
 
@@ -204,12 +205,15 @@ def _serve(conn: Connection) -> None:
 
 
 def _serve_until_closed(conn: Connection) -> None:
-    from ledger.errors import LedgerError, LedgerRoundError
+    from ledger.errors import LedgerChainLost, LedgerError, LedgerRoundError
     from ledger.round_build import RoundRows
     from ledger.session import Session
     from ledger.spans import lent
     from simulator.config.sections import build_config
     from simulator.run.appendlog import is_disk_full
+
+    def lost(exc: Exception) -> bool:
+        return isinstance(exc, LedgerChainLost)
 
     views, session, failed, run_dir = Views(), None, False, "the run's ledger"
     inbox = _drain(conn)
@@ -255,7 +259,8 @@ def _serve_until_closed(conn: Connection) -> None:
                 except Exception:  # noqa: BLE001 - closing a broken session is best effort
                     pass
                 session = None
-            answer(conn, ("error", rnd, "round" if kind == "round" else "start", text, full))
+            where = "start" if kind != "round" else "lost" if lost(exc) else "round"
+            answer(conn, ("error", rnd, where, text, full))
 
 
 def main(argv: list[str]) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ledger.errors import LedgerError, LedgerRoundError
+from ledger.errors import LedgerChainLost, LedgerError, LedgerRoundError
 from ledger.host import SLOTS, RecorderHost
 from ledger.records import verdict_document
 from ledger.slots import MADV_POPULATE_READ, PREFAULT_BYTES, MemSlot, populate
@@ -101,6 +101,8 @@ class LedgerRecorder:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), full)
             if where == "start":
                 raise LedgerError(text)
+            if where == "lost":
+                raise LedgerChainLost(text)
             raise LedgerRoundError(text if str(rnd) in text else f"round {rnd}: {text}")
 
     def _recv(self) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.chain_batch import Call
-from ledger.chain_errors import LedgerRevert
+from ledger.chain_errors import ChainLost, LedgerRevert
 from ledger.committee import Committee, QuorumError
-from ledger.errors import LedgerRoundError
+from ledger.errors import LedgerChainLost, LedgerRoundError
 from ledger.records import hx
 from ledger.round_build import BuiltRound
 from ledger.session_start import COMMIT_GAS
@@ -67,6 +67,8 @@ def send_commit(
         (receipt,) = chain.send_batch([call])
     except LedgerRevert as exc:
         raise LedgerRoundError(f"round {rnd}: the chain rejected the commitment: {exc}") from None
+    except ChainLost as exc:
+        raise LedgerChainLost(f"round {rnd}: {exc}") from None
     except (ConnectionError, OSError) as exc:
         raise LedgerRoundError(
             f"round {rnd}: lost the ledger node: {str(exc).splitlines()[0]}"

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in flat:  # KEY=VALUE maps (defense, attack, algorithm and policy parameters)
         if type_name(get_type_hints(SECTIONS[index[k][0]])[k]).startswith("dict"):
             flat[k] = dict(flat[k])
-    from ledger.errors import LedgerError, LedgerRoundError
+    from ledger.errors import LedgerChainLost, LedgerError, LedgerRoundError
     from simulator.data import DataError
     from simulator.population.traces import TraceError
     from simulator.run.appendlog import is_disk_full
@@ -175,6 +175,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         with sigterm_raises():
             summary = run_experiment(cfg)
+    except LedgerChainLost as e:
+        print(
+            f"error: ledger: {e}; the rounds before it are in {cfg.output.out}/ledger but not on "
+            "the node, so the run cannot resume there: run it again (or restore the node's "
+            "state and resume)",
+            file=sys.stderr,
+        )
+        return 1
     except LedgerRoundError as e:
         print(
             f"error: ledger: {e}; rounds before it are recorded{_resume_hint(cfg)}",

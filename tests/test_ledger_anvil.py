@@ -150,3 +150,31 @@ def test_a_resume_on_a_restarted_node_is_refused_and_changes_nothing(
     with pytest.raises(LedgerError, match="cannot reach JSON-RPC node"):
         run_experiment(resume_config(done))
     assert _files(done) == before and (done / "summary.json").is_file()
+
+
+@pytest.mark.integration
+def test_a_node_restarted_mid_run_stops_it_at_once_saying_it_cannot_resume_there(
+    anvil: AnvilNode, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # found at stop 50: the next commit's transaction (a nonce the restarted node had not
+    # reached) stayed queued for web3's whole 120 s wait, and the run then said to --resume,
+    # which the node, without the run's contract, cannot take
+    import time
+
+    from ledger_nodes import rpc_call
+
+    from ledger.errors import LedgerChainLost
+
+    fresh = rpc_call(anvil.url, "evm_snapshot")
+
+    class Restart:
+        def on_round_end(self, sim, record) -> None:
+            if record.round == 1:  # round 0 is on the node (its checkpoint waited for it)
+                assert rpc_call(anvil.url, "evm_revert", [fresh])  # "restarted"
+
+    out = tmp_path / "restarted"
+    t0 = time.monotonic()
+    with pytest.raises(LedgerChainLost, match=r"round 1: the node counts 0 transactions of 0x"):
+        run_experiment(ledger_config(out, ledger_url=anvil.url), callbacks=[Restart()])
+    assert time.monotonic() - t0 < 60  # not web3's 120 s wait
+    assert len(globals_of(out)) == 1
