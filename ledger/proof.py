@@ -29,7 +29,9 @@ def receipt(run_dir: str | Path, rnd: int, client: int) -> dict[str, Any]:
     audit = RunAudit(Path(run_dir))
     entry = next((e for e in audit.entries if int(e["round"]) == rnd), None)
     if entry is None:
-        raise ValueError(f"round {rnd} is not in {run_dir}")
+        have = sorted(int(e["round"]) for e in audit.entries)
+        held = f"rounds {have[0]} to {have[-1]}" if have else "no round yet"
+        raise ValueError(f"round {rnd} is not in {run_dir}: its ledger records {held}")
     pack = Pack.read(audit.dir, unhx(entry["pack"]))
     fields, leaves = {}, {}
     for c in pack.clients("record"):

@@ -177,6 +177,15 @@ def test_a_receipt_edited_or_malformed(
     assert capsys.readouterr().err == (
         f"error: --verify {tmp_path / 'none.json'}: cannot be read (No such file or directory)\n"
     )
+    # a round the ledger does not hold (e.g. its rounds.jsonl line torn by a kill) names what
+    # it holds (until stop 51 only "round 3 is not in RUN")
+    index = run / "ledger/rounds.jsonl"
+    lines = index.read_bytes().splitlines(keepends=True)
+    index.write_bytes(b"".join(lines[:-1]) + lines[-1][:40])
+    assert proof_main([str(run), "--round", str(ROUNDS - 1), "--client", "0"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: round {ROUNDS - 1} is not in {run}: its ledger records rounds 0 to {ROUNDS - 2}\n"
+    )
 
 
 def test_every_check_has_a_tamper_case_and_is_documented() -> None:
