@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -101,8 +102,19 @@ def ensure_ray(
                 f"execution.ray_address: cannot join Ray at {address!r}: {str(e).splitlines()[0]}"
             ) from None
         return
+    if os.environ.get("RAY_ADDRESS"):
+        print(
+            f"note: RAY_ADDRESS={os.environ['RAY_ADDRESS']} is not used: this run starts its own "
+            "Ray (join a cluster with --ray-address)",
+            file=sys.stderr,
+        )
     with _own_sigterm():
+        # "local": a Ray of its own, even where `ray start` (or a cluster's ray_current_cluster
+        # file, or RAY_ADDRESS) would make a plain ray.init() join another (until stop 51 that
+        # failed: "When connecting to an existing cluster, object_store_memory must not be
+        # provided")
         ray.init(
+            address="local",
             num_cpus=num_cpus,
             include_dashboard=False,
             object_store_memory=object_store_mb * 1024 * 1024,

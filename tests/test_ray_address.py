@@ -1,4 +1,5 @@
-"""A Ray cluster address where no cluster is, or of a form Ray cannot use, is one line.
+"""A Ray cluster address where no cluster is, or of a form Ray cannot use, is one line; without
+one a run starts its own Ray, whatever cluster runs on the machine.
 
 Until stop 50 ``--ray-address 127.0.0.1:1`` hung for ever (Ray retries, printing a warning every
 ~36 s) and ``--ray-address http://127.0.0.1:6379`` ended in a 35-line ``AssertionError``.
@@ -6,11 +7,13 @@ Until stop 50 ``--ray-address 127.0.0.1:1`` hung for ever (Ray retries, printing
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
 import pytest
 from cli_helper import run_cli
+from cluster_helper import helper_run
 
 from actors.ray_setup import check_address
 
@@ -51,3 +54,20 @@ def test_the_cli_says_it_in_one_line(tmp_path: Path) -> None:
         "error: execution.ray_address: cannot join Ray at '127.0.0.1:1': nothing answers at "
         "127.0.0.1:1 (Connection refused)\n"
     )
+
+
+@pytest.mark.slow
+def test_without_an_address_a_run_starts_its_own_ray_beside_a_running_cluster(
+    tmp_path: Path,
+) -> None:
+    # found at stop 51: with a cluster on the machine (`ray start`, or a helper's), a plain
+    # ray.init() joined it and every run without --ray-address failed: "error: When connecting
+    # to an existing cluster, object_store_memory must not be provided."
+    helper = Path(__file__).resolve().parent / "foreign_ray.py"
+    with helper_run(helper, [str(tmp_path)], "a run beside a cluster", 400):
+        runs = json.loads((tmp_path / "runs.json").read_text())
+    assert [r["rc"] for r in runs] == [0, 0], [r["stderr"][-300:] for r in runs]
+    note = "is not used: this run starts its own Ray (join a cluster with --ray-address)"
+    assert note not in runs[0]["stderr"] and note in runs[1]["stderr"]
+    for name in ("plain", "env"):
+        assert json.loads((tmp_path / name / "summary.json").read_text())["rounds"] == 2
