@@ -25,7 +25,7 @@ from actors.kinds import ActorKind, check_schedulable, total_demand
 from actors.merge import merge_results
 from actors.replace import Replace, regroup
 from actors.request import TrainRequest
-from actors.startup import started, wait_for_free
+from actors.startup import ClusterLost, started, wait_for_free
 from actors.trainer import ClientTrainer
 from simulator.config.fields import ConfigError
 from simulator.data.clients import ClientData
@@ -153,15 +153,42 @@ class RayPool:
         return [k.name for k in self._kinds]
 
     def _replace(self, i: int, settings: tuple[Any, ...]) -> None:
-        kind = self._kinds[i]
-        a = self.actors[i] = self._start(kind)
-        # the replacement waits for its resources like the pool's first actors did: a node
-        # lost with the dead actor must not leave the run hanging on an unplaceable actor
-        self._nodes[i] = started(
-            self._ray, [a.node_id.remote()], [kind.name], self.shutdown, first=i
-        )[0]
-        self._ray.get(a.configure.remote(*settings))
+        """Start a replacement for the dead actor ``i``; :class:`ClusterLost` (at once) when the
+        cluster's alive nodes can no longer hold the pool, or when the cluster fails."""
+        ray, kind = self._ray, self._kinds[i]
+        try:
+            kinds = list({k.name: k for k in self._kinds}.values())
+            check_schedulable(kinds, ray.nodes())
+        except ConfigError:
+            raise self._lost(i) from None
+        except ray.exceptions.RayError as e:
+            raise ClusterLost(f"actor {i} died and the Ray cluster failed: {_first(e)}") from None
+        try:
+            a = self.actors[i] = self._start(kind)
+            # the replacement waits for its resources like the pool's first actors did: a node
+            # lost with the dead actor must not leave the run hanging on an unplaceable actor
+            self._nodes[i] = started(ray, [a.node_id.remote()], [kind.name], self.shutdown, i)[0]
+            ray.get(a.configure.remote(*settings))
+        except ConfigError as e:
+            raise ClusterLost(f"actor {i} died and no replacement started: {e}") from None
+        except ray.exceptions.RayError as e:
+            raise ClusterLost(f"actor {i} died and the Ray cluster failed: {_first(e)}") from None
         self.restarts += 1
+
+    def _lost(self, i: int) -> ClusterLost:
+        """Actor ``i`` died and the alive nodes cannot hold the pool: what to resume with."""
+        alive = [n for n in self._ray.nodes() if n.get("Alive")]
+        cpus = sum(float(n.get("Resources", {}).get("CPU", 0.0)) for n in alive)
+        fit = ""
+        if len({k.name for k in self._kinds}) == 1:  # one kind: how many of it the CPUs hold
+            per = self._kinds[0].demand().get("CPU", 1.0) or 1.0
+            if int(cpus // per) >= 1:
+                fit = str(int(cpus // per))
+        return ClusterLost(
+            f"actor {i} died with its node, and the Ray cluster left ({len(alive)} node(s), "
+            f"{cpus:g} CPUs) cannot hold the pool's {len(self._kinds)} actors",
+            ["--num-actors", fit] if fit else [],
+        )
 
     def run(
         self,
@@ -177,8 +204,24 @@ class RayPool:
         gives one group per candidate; None splits the tasks evenly in order. Each answer is
         tagged with its actor, kind and finishing time (:func:`actors.merge.chunk_timings`);
         the merge follows request order (then re-placement order), whatever order answers
-        arrive in.
+        arrive in. A failure of the cluster itself (not of the training code) is
+        :class:`ClusterLost`.
         """
+        ray = self._ray
+        try:
+            return self._run(requests, global_flat, shared, replace)
+        except (ClusterLost, ray.exceptions.RayTaskError):
+            raise
+        except ray.exceptions.RayError as e:
+            raise ClusterLost(f"the Ray cluster failed mid-round: {_first(e)}") from None
+
+    def _run(
+        self,
+        requests: list[TrainRequest],
+        global_flat: np.ndarray,
+        shared: dict[str, np.ndarray] | None,
+        replace: Replace | None,
+    ) -> dict[str, Any]:
         ray = self._ray
         if self._settings is None:
             raise RuntimeError("RayPool.configure must be called before run")
@@ -241,3 +284,9 @@ class RayPool:
         for a in self.actors:
             self._ray.kill(a, no_restart=True)
         self.actors, self._nodes, self._kinds = [], [], []
+
+
+def _first(e: BaseException) -> str:
+    """``Type: first line`` of a Ray error."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")

@@ -91,7 +91,7 @@ def ensure_ray(
 
     if ray.is_initialized():
         return
-    if address:
+    if address and address != "local":  # "local": this machine's own Ray, as with none
         check_address(address)
         try:
             with _own_sigterm(), warnings.catch_warnings():

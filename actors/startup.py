@@ -26,6 +26,16 @@ FREE_WAIT_S = 20.0
 START_WAIT_S = 300.0
 
 
+class ClusterLost(RuntimeError):
+    """The Ray cluster failed mid-run (a node lost with no room left for its actors, the cluster
+    gone): the run stops with its last checkpoint; ``flags`` are what a resume should add (e.g.
+    ``["--num-actors", "2"]`` for a cluster left with fewer CPUs)."""
+
+    def __init__(self, message: str, flags: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.flags = list(flags)
+
+
 def wait_for_free(
     need: dict[str, float],
     available: Callable[[], dict[str, float]],

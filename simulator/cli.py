@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in flat:  # KEY=VALUE maps (defense, attack, algorithm and policy parameters)
         if type_name(get_type_hints(SECTIONS[index[k][0]])[k]).startswith("dict"):
             flat[k] = dict(flat[k])
+    from actors.startup import ClusterLost
     from ledger.errors import LedgerChainLost, LedgerError, LedgerRoundError
     from simulator.data import DataError
     from simulator.population.traces import TraceError
@@ -175,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         with sigterm_raises():
             summary = run_experiment(cfg)
+    except ClusterLost as e:
+        hint = _resume_hint(cfg)
+        if e.flags and hint.startswith("; resume with: "):
+            hint += " " + " ".join(e.flags)
+        print(f"error: {e}{hint}", file=sys.stderr)
+        return 1
     except LedgerChainLost as e:
         print(
             f"error: ledger: {e}; the rounds before it are in {cfg.output.out}/ledger but not on "

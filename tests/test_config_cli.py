@@ -568,6 +568,13 @@ def test_resume_refuses_other_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     rc, _, err = run_cli(["--resume", str(out), "--plots", "--progress"], capsys)
     assert rc == 0 and (out / "accuracy_vs_round.png").is_file() and "rounds: " in err
     assert load_config(out / "config.yaml").output.plots is False  # the run's config stays
+    # where it trains may change too (until stop 51 refused: a cluster restarted elsewhere, or
+    # left with fewer CPUs, could not take its runs back); the checkpoint's config check
+    # leaves these fields out
+    argv = ["--resume", str(out), "--num-actors", "1", "--ray-address", "local", "--no-progress"]
+    rc, outp, err = run_cli(argv, capsys)
+    assert rc == 0 and "final test accuracy:" in outp, err
+    assert load_config(out / "config.yaml").execution.num_actors == 0
 
 
 def test_attack_params_validated_at_load() -> None:
@@ -588,6 +595,16 @@ def test_attack_params_validated_at_load() -> None:
             "error: execution.placement_params: placement 'ga' parameter 'generations' "
             "must be int, "
             "got 'x'",
+        ),
+        (  # until stop 51: accepted, then Ray's tuple-repr error after Ray started
+            ["--gpus-per-actor", "1.5"],
+            "error: execution.gpus_per_actor: above 1 it must be a whole number (Ray shares a "
+            "GPU only in fractions of one), got 1.5",
+        ),
+        (  # until stop 51: accepted, and the run went on an embedded Ray
+            ["--ray-address", ""],
+            "error: execution.ray_address: empty; leave it out to start a local Ray, or give "
+            "HOST:PORT",
         ),
         (
             ["--placement", "lpt", "--placement-params", "chunking=3"],

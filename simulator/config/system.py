@@ -132,7 +132,10 @@ class ExecutionConfig:
         "fast=device=gpu,count=2,gpus=0.5; replaces num_actors and gpus_per_actor",
     )
     ray_address: str | None = field_of(
-        None, "join an existing Ray cluster at this address (default: start a local one)"
+        None,
+        "join an existing Ray cluster at this address (default, or 'local': start a local "
+        "one); a resumed run may be given another, or --num-actors, since neither changes "
+        "its results",
     )
     placement: str = field_of(
         "lpt",
@@ -193,6 +196,16 @@ class ExecutionConfig:
             parse_size(self.state_memory)
         except ValueError as e:
             raise ConfigError(f"execution.state_memory: {e}") from None
+        g = self.gpus_per_actor
+        if g is not None and g > 1 and not float(g).is_integer():
+            raise ConfigError(
+                f"execution.gpus_per_actor: above 1 it must be a whole number (Ray shares a "
+                f"GPU only in fractions of one), got {g!r}"
+            )
+        if self.ray_address is not None and not str(self.ray_address).strip():
+            raise ConfigError(
+                "execution.ray_address: empty; leave it out to start a local Ray, or give HOST:PORT"
+            )
         if self.actor_kinds:
             try:
                 parse_actor_kinds(self.actor_kinds)
@@ -219,7 +232,11 @@ class ExecutionConfig:
 class OutputConfig:
     out: str = field_of("runs/latest", "output directory for events, summary, CSV, plots")
     checkpoint_every: int = field_of(0, "save a checkpoint every N rounds (0 = never)")
-    resume: str | None = field_of(None, "resume the run saved in this directory")
+    resume: str | None = field_of(
+        None,
+        "resume the run saved in this directory (with its own config; only --progress, "
+        "--plots, --ray-address and --num-actors may be given with it)",
+    )
     progress: bool = field_of(True, "show a progress bar")
     plots: bool = field_of(True, "write PNG plots at the end")
 

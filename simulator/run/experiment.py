@@ -38,18 +38,22 @@ def resume_config(run_dir: str | Path) -> Config:
     return cfg.replace(out=str(d), resume=str(d))
 
 
-#: what a resumed run may be told (how it shows, not what it computes)
-SHOWN = ("progress", "plots")
-#: the fields a resumed run may differ in from the run it resumes: where it is, how it shows
-_WHERE = ("out", "resume", *SHOWN)
+#: what a resumed run may be told: how it shows, and where its actors run (a run's results
+#: do not depend on the Ray cluster or the number of actors; a restarted cluster has another
+#: address, and one that lost a node may hold fewer actors)
+SHOWN = ("progress", "plots", "ray_address", "num_actors")
+#: the fields a resumed run may differ in from the run it resumes, by section: where it is,
+#: how it shows, where it trains
+_WHERE = {"output": ("out", "resume", "progress", "plots"), "execution": SHOWN[2:]}
 
 
 def config_identity(cfg: Config) -> dict[str, dict[str, Any]]:
     """What a run computes from (its config less :data:`_WHERE`), as YAML reads it back: saved
     in every checkpoint, so a resume checks ``config.yaml`` against it."""
     d = cfg.to_dict()
-    for k in _WHERE:
-        d["output"].pop(k, None)
+    for sec, keys in _WHERE.items():
+        for k in keys:
+            d[sec].pop(k, None)
     return yaml.safe_load(yaml.safe_dump(d, sort_keys=False))
 
 
@@ -61,8 +65,9 @@ def check_same_config(st: dict[str, Any], cfg: Config, out: Path) -> None:
     saved, now = st.get("config"), config_identity(cfg)
     if saved is None:
         return
-    for k in _WHERE:  # (a checkpoint written when fewer fields were left out)
-        saved.get("output", {}).pop(k, None)
+    for sec, keys in _WHERE.items():  # (a checkpoint written when fewer were left out)
+        for k in keys:
+            saved.get(sec, {}).pop(k, None)
     if saved == now:
         return
     sec, key = next(
