@@ -12,6 +12,7 @@ node lost, its CPU taken meanwhile).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -83,4 +84,18 @@ def started(
             f"{START_WAIT_S:g} s: their resources fit the cluster's totals but "
             "no node has room for them (or the nodes are overloaded)"
         )
-    return list(ray.get(refs))
+    try:
+        return list(ray.get(refs))
+    except ray.exceptions.RayActorError as e:  # its creation task raised: say what, in a line
+        abandon()
+        raise ConfigError(
+            f"the Ray cluster could not start the pool's actors: {_cause(e)}"
+        ) from None
+
+
+def _cause(e: BaseException) -> str:
+    """The last line of an actor's creation error that names an error (``Type: text``), else
+    the first line of ``e``."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    named = [x for x in lines if re.match(r"^[A-Za-z_.]*(Error|Exception): ", x)]
+    return (named or lines or [type(e).__name__])[-1]

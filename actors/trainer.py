@@ -76,6 +76,12 @@ class ClientTrainer:
         if threads:
             torch.set_num_threads(threads)
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(  # (torch's own: "Torch not compiled with CUDA enabled")
+                f"a GPU actor found no CUDA in torch {torch.__version__} on its node (a CPU "
+                "build, or no driver): install a CUDA build there, or run CPU actors "
+                "(--gpus-per-actor 0)"
+            )
         specs = [model_spec] if isinstance(model_spec, ModelSpec) else list(model_spec)
         self.models = [s.build(seed=0).to(self.device) for s in specs]
         self.layouts = [FlatLayout(m) for m in self.models]

@@ -13,7 +13,7 @@ from actors import pool as pool_module
 from actors import startup
 from actors.kinds import ActorKind, total_demand
 from actors.pool import RayPool
-from actors.startup import wait_for_free
+from actors.startup import ClusterLost, started, wait_for_free
 from simulator.config.fields import ConfigError
 from simulator.data.clients import PartitionData
 from simulator.training.models import ModelSpec
@@ -76,7 +76,8 @@ def test_replacement_that_cannot_start_is_refused(
     full_pool: RayPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Actor 1 dies and another holder takes its CPU: the replacement is refused after
-    START_WAIT_S with its own index (1), not left queued forever."""
+    START_WAIT_S with its own index (1), not left queued forever (a fault mid-run: the run
+    stops with its resume line, :class:`ClusterLost`)."""
     import ray
 
     @ray.remote(num_cpus=1)
@@ -89,8 +90,54 @@ def test_replacement_that_cannot_start_is_refused(
     holder = Holder.remote()
     try:
         assert ray.get(holder.ping.remote(), timeout=60) == 1
-        with pytest.raises(ConfigError, match=r"did not start actor\(s\) 1 \(cpu\) within 0.5 s"):
+        with pytest.raises(
+            ClusterLost,
+            match=r"actor 1 died and no replacement started: .*"
+            r"did not start actor\(s\) 1 \(cpu\) within 0.5 s",
+        ):
             full_pool.configure(LocalSpec(lr=0.1, batch_size=2))
         assert full_pool.actors == []  # the pool was shut down, its CPU given back
     finally:
         ray.kill(holder)
+
+
+def test_an_actor_whose_creation_fails_is_one_line() -> None:
+    """A GPU actor on a node whose torch has no CUDA: until stop 51 torch's assertion ended the
+    run in a 63-line traceback through the pool's start-up; the actor now says what is wrong
+    and the start-up passes on that line (the last ``Type: text`` line of Ray's error)."""
+    import torch
+
+    from actors.trainer import ClientTrainer
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine's torch has CUDA")
+    with pytest.raises(RuntimeError) as err:
+        ClientTrainer(SPEC, X, Y, CLIENTS, device="cuda")
+    line = str(err.value)
+    assert line.startswith("a GPU actor found no CUDA in torch ") and "(--gpus-per-actor 0)" in line
+
+    class Died(Exception):
+        pass
+
+    class FakeRay:
+        class exceptions:  # noqa: N801 - as ray.exceptions
+            RayActorError = Died
+
+        @staticmethod
+        def wait(refs, num_returns, timeout):  # noqa: ANN001, ANN205
+            return refs, []
+
+        @staticmethod
+        def get(refs):  # noqa: ANN001, ANN205
+            raise Died(
+                f"The actor died because of an error raised in its creation task\n"
+                f"  File x.py, line 3\nray::PoolTrainer.__init__()\nRuntimeError: {line}"
+            )
+
+    gone = []
+    with pytest.raises(ConfigError) as err2:
+        started(FakeRay, ["r0"], ["gpu"], lambda: gone.append(1))
+    assert str(err2.value) == (
+        f"the Ray cluster could not start the pool's actors: RuntimeError: {line}"
+    )
+    assert gone == [1]  # the pool was abandoned
