@@ -11,7 +11,9 @@ document, the global model re-derived from the updates with the recorded defense
 (:mod:`ledger.replay`), and the committee's BLS signature over the commitment
 (:mod:`ledger.audit_checks`, :mod:`ledger.audit_round`, :mod:`ledger.audit_replay`).
 
-Exit status: 0 clean, 1 findings (each with round, client, check, expected, found), 2 bad input.
+Exit status: 0 clean, 1 findings (each with round, client, check, expected, found), 2 bad input
+(of several runs, the worst: a run that cannot be audited is reported in its error line and the
+others are audited).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.audit_checks import AuditInputError, RunAudit, unfinished
+from ledger.audit_find import find_runs
 
 #: every check the audit makes (a finding's ``check``): what it guarantees and how it is checked
 CHECKS: dict[str, str] = {
@@ -168,26 +171,6 @@ def audit_run(
     return rep
 
 
-def find_runs(paths: list[str]) -> list[Path]:
-    """Run directories under ``paths`` (a run dir itself, or any directory holding runs)."""
-    runs: list[Path] = []
-    for p in map(Path, paths):  # each path named must hold a run: a mistyped one is no pass
-        if not p.exists():
-            raise AuditInputError(f"{p}: no such directory")
-        found = (
-            [p]
-            if (p / "ledger" / "manifest.json").is_file()
-            else sorted(m.parent.parent for m in p.rglob("ledger/manifest.json"))
-        )
-        if not found:
-            raise AuditInputError(
-                f"{p}: no recorded run found (no ledger/manifest.json; was the run made "
-                "with --ledger?)"
-            )
-        runs += found
-    return runs
-
-
 def build_parser() -> argparse.ArgumentParser:
     from simulator.cli import OneLineParser
 
@@ -202,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="RUN_DIR",
         help="a run directory (holding ledger/manifest.json) or a directory of runs "
-        "(e.g. a robustness benchmark's --out), searched recursively",
+        "(e.g. a robustness benchmark's --out), searched recursively; hidden directories "
+        "in it (names starting with '.') are skipped. A run that cannot be audited (exit 2) "
+        "gets its error line and the others are audited",
     )
     p.add_argument(
         "--json",
@@ -214,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--ledger-url",
         default=None,
         help="read the chain from this JSON-RPC node instead of the URL in the "
-        "manifest (runs recorded with --ledger-url)",
+        "manifest (runs recorded with --ledger-url; refused for a run recorded on the "
+        "embedded devnet, whose chain is its ledger/chain)",
     )
     p.add_argument(
         "--no-replay",
@@ -237,14 +223,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _audit_or_error(run_dir: Path, **kw: Any) -> AuditReport | str:
+    """:func:`audit_run`, or the one-line reason the run cannot be audited (bad input)."""
+    try:
+        return audit_run(run_dir, **kw)
+    except (AuditInputError, ValueError) as exc:  # ConfigError is a ValueError
+        return str(exc).splitlines()[0]
+
+
 def _reports(
     runs: list[Path], jobs: int, kw: dict[str, Any], progress: bool = True
-) -> Iterator[AuditReport]:
-    """Reports of ``runs``: one process per run with ``jobs`` > 1 and several runs, else in
-    turn (a single run spreads its packs over ``jobs`` processes)."""
+) -> Iterator[AuditReport | str]:
+    """Reports of ``runs`` in order, a run that cannot be audited as its one-line error (the
+    others are audited all the same): one process per run with ``jobs`` > 1 and several runs,
+    else in turn (a single run spreads its packs over ``jobs`` processes)."""
     if jobs <= 1 or len(runs) == 1:
         for d in runs:
-            yield audit_run(d, **kw, progress=progress and len(runs) == 1, jobs=jobs)
+            yield _audit_or_error(d, **kw, progress=progress and len(runs) == 1, jobs=jobs)
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
@@ -252,7 +247,7 @@ def _reports(
     from tqdm import tqdm
 
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(audit_run, d, **kw) for d in runs]
+        futures = [pool.submit(_audit_or_error, d, **kw) for d in runs]
         for f in tqdm(futures, desc="audit", unit="run", disable=not progress, leave=False):
             yield f.result()
 
@@ -269,28 +264,35 @@ def main(argv: list[str] | None = None) -> int:
 
             writable_file(Path(args.json), "--json")
         runs = find_runs(args.run_dirs)
-        reports = []
-        for rep in _reports(runs, args.jobs, kw, progress=not args.quiet):
-            reports.append(rep)
-            print(rep.text().splitlines()[0] if args.quiet else rep.text(), flush=True)
     except (AuditInputError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if len(reports) > 1:
+    reports, failed, docs = [], [], []
+    for run, rep in zip(runs, _reports(runs, args.jobs, kw, not args.quiet), strict=True):
+        if isinstance(rep, str):  # this run only: the others are audited all the same
+            failed.append(rep)
+            docs.append({"run_dir": str(run), "error": rep})
+            print(f"error: {rep}", file=sys.stderr, flush=True)
+            continue
+        reports.append(rep)
+        docs.append(rep.to_dict())
+        print(rep.text().splitlines()[0] if args.quiet else rep.text(), flush=True)
+    if len(runs) > 1:
         bad = sum(not r.clean for r in reports)
         rounds = sum(r.rounds for r in reports)
         secs = sum(r.seconds for r in reports)
         print(
-            f"{len(reports)} runs, {rounds} rounds, {bad} with findings "
-            f"({rounds / secs if secs else 0:.2f} rounds/s)"
+            f"{len(runs)} runs, {rounds} rounds, {bad} with findings"
+            + (f", {len(failed)} not audited (bad input)" if failed else "")
+            + f" ({rounds / secs if secs else 0:.2f} rounds/s)"
         )
     if args.json:
-        text = json.dumps([r.to_dict() for r in reports], indent=1)
+        text = json.dumps(docs, indent=1)
         if args.json == "-":
             print(text)
         else:
             Path(args.json).write_text(text)
-    return 0 if all(r.clean for r in reports) else 1
+    return 2 if failed else 0 if all(r.clean for r in reports) else 1
 
 
 if __name__ == "__main__":

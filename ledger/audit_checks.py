@@ -2,8 +2,8 @@
 
 Each failed check is yielded as ``(round, client, check, expected, found)``. Input that makes an
 audit impossible (no manifest, another ledger format, unreadable config, node unreachable, wrong
-chain id, no contract at the address) raises :class:`AuditInputError` instead: that is exit
-status 2, not a finding.
+chain id, no contract at the address, a ``--ledger-url`` for a run recorded on the embedded
+devnet) raises :class:`AuditInputError` instead: that is exit status 2, not a finding.
 
 Order: the chain (re-imported with full block validation, or read from the node), the contract
 (code and setup), the committee's proofs of possession, the index against the chain's
@@ -53,6 +53,11 @@ class RunAudit:
             raise AuditInputError(
                 f"{run_dir}: ledger format {self.manifest.get('format')!r}; "
                 f"this audit reads {FORMAT!r} (record the run again)"
+            )
+        if ledger_url is not None and self.manifest.get("backend") == "embedded":
+            raise AuditInputError(
+                f"{run_dir} was recorded on the embedded devnet (its chain is in "
+                f"{self.dir / 'chain'}); --ledger-url applies to runs recorded on a node"
             )
         if not (self.dir / "rounds.jsonl").is_file():
             raise AuditInputError(f"{run_dir}: ledger/rounds.jsonl is missing")

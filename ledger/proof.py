@@ -4,13 +4,15 @@ A client's tamper evidence in ledger v2 is its submission leaf and the leaf's Me
 the submissions root its round committed on chain (:mod:`ledger.merkle`). :func:`receipt` builds
 that receipt from a recorded run; :func:`verify_receipt` checks one against the chain (the
 embedded devnet's export re-imported with full validation, or the node), without trusting the
-run's files: ``--verify FILE`` checks a receipt a client kept. Exit status: 0 valid, 1 invalid,
-2 bad input.
+run's files: ``--verify FILE`` checks a receipt a client kept. Exit status: 0 valid, 1 invalid
+(a well-formed receipt whose leaf or proof does not lead to the committed root), 2 bad input,
+a malformed receipt included (:func:`check_receipt`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,11 @@ from ledger.pack import Pack, PackError
 from ledger.records import hx, unhx
 
 Finding = tuple[int | None, int | None, str, Any, Any]
+
+#: a receipt's hashes as :func:`receipt` prints them: lowercase 0x-hex of 32 bytes
+_HEX32 = re.compile(r"0x[0-9a-f]{64}")
+_HASH = "lowercase 0x-hex of 32 bytes (as printed)"
+_U64 = 2**64
 
 
 def receipt(run_dir: str | Path, rnd: int, client: int) -> dict[str, Any]:
@@ -76,10 +83,17 @@ def verify_receipt(
     run_dir: str | Path, rec: dict[str, Any], ledger_url: str | None = None
 ) -> list[Finding]:
     """Findings (check ``inclusion-proof``) if ``rec`` does not prove its client's submission
-    against the submissions root committed on chain for its round; ``[]`` if it does."""
-    for key in ("round", "client"):  # what the findings name: checked first (exit 2)
-        if type(rec.get(key)) is not int:
-            raise ValueError(f"not a receipt: its {key!r} is {rec.get(key)!r}, not an integer")
+    against the submissions root committed on chain for its round; ``[]`` if it does.
+
+    Raises
+    ------
+    ValueError
+        ``rec`` is not a well-formed receipt (:func:`check_receipt`), before the chain is read.
+    AuditInputError
+        The run or its chain cannot be read (or ``ledger_url`` is given for a run recorded on
+        the embedded devnet).
+    """
+    check_receipt(rec)  # a malformed receipt is bad input (exit 2), not a failed proof
     audit = RunAudit(Path(run_dir), ledger_url=ledger_url)
     for _ in audit.open_chain():  # a broken chain proves nothing
         pass
@@ -90,12 +104,9 @@ def verify_receipt(
     com = audit.events.get(rnd)
     if com is None:
         return [(rnd, client, "inclusion-proof", f"round {rnd} committed on chain", "missing")]
-    try:
-        leaf = receipt_leaf(client, rec)
-        proof = [(unhx(s), bool(left)) for s, left in rec["proof"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        return [(rnd, client, "inclusion-proof", "a well-formed receipt", str(exc))]
-    if hx(leaf) != rec.get("leaf") or not verify_proof(leaf, proof, unhx(com.submissions_root)):
+    leaf = receipt_leaf(client, rec)
+    proof = [(unhx(s), left) for s, left in rec["proof"]]
+    if hx(leaf) != rec["leaf"] or not verify_proof(leaf, proof, unhx(com.submissions_root)):
         return [
             (
                 rnd,
@@ -106,6 +117,48 @@ def verify_receipt(
             )
         ]
     return []
+
+
+def check_receipt(rec: dict[str, Any]) -> None:
+    """Check the form of the receipt ``rec`` as :func:`receipt` prints it, before any value is
+    judged: ``round`` an integer, ``client`` and ``samples`` integers in ``[0, 2**64)``,
+    ``update_hash``, ``base_hash``, ``record_hash`` and ``leaf`` lowercase 0x-hex of 32 bytes,
+    ``proof`` a list of ``[hash, direction]`` pairs (direction a JSON boolean). ``run`` names
+    the run it came from and is not read.
+
+    Raises
+    ------
+    ValueError
+        One line naming the first malformed field: ``not a receipt: its 'proof' is missing``.
+    """
+
+    def bad(key: str, value: Any, want: str) -> ValueError:
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        return ValueError(f"not a receipt: its {key} is {shown}, not {want}")
+
+    for key in ("round", "client", "samples", "update_hash", "base_hash", "record_hash", "leaf"):
+        if key not in rec:
+            raise ValueError(f"not a receipt: its {key!r} is missing")
+        v = rec[key]
+        if key in ("round", "client", "samples"):
+            if type(v) is not int:  # as printed: a coerced 164.9, "164" or true is no receipt's
+                raise bad(repr(key), v, "an integer")
+            if key != "round" and not 0 <= v < _U64:
+                raise bad(repr(key), v, "an integer from 0 to 2**64 - 1")
+        elif not (isinstance(v, str) and _HEX32.fullmatch(v)):
+            raise bad(repr(key), v, _HASH)
+    if "proof" not in rec:
+        raise ValueError("not a receipt: its 'proof' is missing")
+    if not isinstance(rec["proof"], list):
+        raise bad("'proof'", rec["proof"], "a list of [hash, direction] pairs")
+    for i, step in enumerate(rec["proof"]):
+        if not (isinstance(step, list) and len(step) == 2):
+            raise bad(f"'proof'[{i}]", step, "a [hash, direction] pair")
+        if not (isinstance(step[0], str) and _HEX32.fullmatch(step[0])):
+            raise bad(f"'proof'[{i}][0]", step[0], _HASH)
+        if type(step[1]) is not bool:  # 0, 1 or "false" are no JSON booleans
+            raise bad(f"'proof'[{i}][1]", step[1], "a JSON boolean (true or false)")
 
 
 def read_receipt(path: str) -> dict[str, Any]:

@@ -56,13 +56,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="rounds per run (default: 30 robustness, 10 crossdevice)",
     )
     p.add_argument(
-        "--population", type=int, default=None, help="crossdevice: devices (default 10^6)"
+        "--population",
+        type=int,
+        default=None,
+        help="crossdevice only (refused without it in --tasks): devices, >= 1 (default 10^6)",
     )
     p.add_argument(
         "--clients-per-round",
         type=int,
         default=None,
-        help="crossdevice: clients a round (default 1000)",
+        help="crossdevice only (refused without it in --tasks): clients a round, >= 1 "
+        "(default 1000)",
     )
     p.add_argument(
         "--committee",
@@ -76,7 +80,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=os.cpu_count() or 1,
         help="audit processes (default: one per core)",
     )
-    p.add_argument("--ledger-url", default=None, help="record on this JSON-RPC node instead")
+    p.add_argument(
+        "--ledger-url",
+        default=None,
+        help="record on this JSON-RPC node instead (asked its chain id before any work)",
+    )
     p.add_argument(
         "--set",
         type=parse_kv,
@@ -152,4 +160,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.committee < 0 or args.jobs < 1:
         p.error("--committee must be >= 0 and --jobs >= 1")
+    _check_crossdevice(p, args)
+    if args.ledger_url is not None:  # no node there is bad input, found before the first run
+        from ledger.errors import LedgerError
+        from ledger.node_probe import probe_node
+
+        try:
+            probe_node(args.ledger_url, None)
+        except (LedgerError, ValueError) as exc:  # ValueError: not a URL urllib reads
+            p.error(f"--ledger-url: {exc}")
     return args
+
+
+def _check_crossdevice(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse ``--population`` and ``--clients-per-round`` below 1 (0 once meant the default),
+    or given without the crossdevice task (no other task reads them)."""
+    given = [
+        (flag, v)
+        for flag, v in (
+            ("--population", args.population),
+            ("--clients-per-round", args.clients_per_round),
+        )
+        if v is not None
+    ]
+    for flag, v in given:
+        if v < 1:
+            p.error(f"{flag} must be >= 1, got {v}")
+    if given and "crossdevice" not in args.tasks:
+        p.error(
+            f"{given[0][0]} applies to the crossdevice task only; --tasks "
+            f"{' '.join(args.tasks)} does not use it"
+        )

@@ -24,14 +24,12 @@ def tamper_study(
     run: Path, out: Path, other: Path | None = None, progress: bool = True
 ) -> list[dict[str, Any]]:
     """Rows ``{"case", "check", "position", "round", "client", "caught", "other_rounds"}``
-    (``caught`` None: not applicable, with ``note``)."""
+    (``caught`` None: not applicable, with ``note``). Each case edits a fresh copy of ``run`` in
+    ``out/.tamper``, removed however the study ends (the audit skips hidden directories too)."""
     from tqdm import tqdm
 
-    from ledger.audit import audit_run
-    from ledger.proof import verify_receipt
-    from ledger.tamper import CASES, RECEIPT_CASES, RUN_CASES, caught
+    from ledger.tamper import CASES, RECEIPT_CASES, RUN_CASES
     from ledger.tamper_chain import commitment_from_another_run
-    from ledger.tamper_tools import NotApplicable
 
     cases: dict[str, Any] = dict(CASES)
     if other is not None:
@@ -39,39 +37,51 @@ def tamper_study(
     plan = [(n, c, r) for n, c in cases.items() for r in _positions(run)]
     plan += [(n, c, None) for n, c in RUN_CASES.items()]
     plan += [(n, c, r) for n, c in RECEIPT_CASES.items() for r in _positions(run)]
-    rows = []
     copy = out / ".tamper"
-    for name, case, r in tqdm(
-        plan, desc="tamper", unit="case", disable=not progress, file=sys.stderr
-    ):
+    try:  # the copy goes on any exit (Ctrl-C, SIGTERM, an error): left, it audits as findings
+        return [
+            _one_case(name, case, r, run, copy)
+            for name, case, r in tqdm(
+                plan, desc="tamper", unit="case", disable=not progress, file=sys.stderr
+            )
+        ]
+    finally:
         shutil.rmtree(copy, ignore_errors=True)
-        shutil.copytree(run, copy)
-        row: dict[str, Any] = {"case": name, "position": r}
-        try:
-            if name in RECEIPT_CASES:
-                expected, receipt = case(copy, r)
-                found = [_F(*f) for f in verify_receipt(copy, receipt)]
-            else:
-                expected = case(copy, r if r is not None else 0)
-                found = audit_run(copy).findings
-        except NotApplicable as exc:
-            row.update(check=None, round=None, client=None, caught=None, note=str(exc))
-            rows.append(row)
-            continue
-        at, _ = caught(found, expected)
-        row.update(
-            check=expected[2],
-            round=expected[0],
-            client=expected[1],
-            caught=at,
-            other_rounds=sorted(
-                {f.round for f in found} - {expected[0]}, key=lambda x: -1 if x is None else x
-            ),
-            findings=len(found),
-        )
-        rows.append(row)
+
+
+def _one_case(name: str, case: Any, r: int | None, run: Path, copy: Path) -> dict[str, Any]:
+    """The row of tamper case ``name`` applied at round ``r`` (``None``: run-wide) to a fresh
+    copy of ``run`` at ``copy``, audited (a receipt case: its forged receipt verified)."""
+    from ledger.audit import audit_run
+    from ledger.proof import verify_receipt
+    from ledger.tamper import RECEIPT_CASES, caught
+    from ledger.tamper_tools import NotApplicable
+
     shutil.rmtree(copy, ignore_errors=True)
-    return rows
+    shutil.copytree(run, copy)
+    row: dict[str, Any] = {"case": name, "position": r}
+    try:
+        if name in RECEIPT_CASES:
+            expected, receipt = case(copy, r)
+            found = [_F(*f) for f in verify_receipt(copy, receipt)]
+        else:
+            expected = case(copy, r if r is not None else 0)
+            found = audit_run(copy).findings
+    except NotApplicable as exc:
+        row.update(check=None, round=None, client=None, caught=None, note=str(exc))
+        return row
+    at, _ = caught(found, expected)
+    row.update(
+        check=expected[2],
+        round=expected[0],
+        client=expected[1],
+        caught=at,
+        other_rounds=sorted(
+            {f.round for f in found} - {expected[0]}, key=lambda x: -1 if x is None else x
+        ),
+        findings=len(found),
+    )
+    return row
 
 
 class _F:

@@ -57,15 +57,22 @@ def task_config(task: str, args: argparse.Namespace) -> dict[str, Any]:
             "partition": "virtual",
             "local_epochs": 1,
             "rounds": rounds,
-            "num_clients": args.population or (100_000 if args.quick else t["num_clients"]),
-            "clients_per_round": args.clients_per_round
-            or (100 if args.quick else t["clients_per_round"]),
+            "num_clients": _given(args.population, 100_000 if args.quick else t["num_clients"]),
+            "clients_per_round": _given(
+                args.clients_per_round, 100 if args.quick else t["clients_per_round"]
+            ),
         }
     if getattr(args, "driver_cpus_set", None) and task == "crossdevice":
         flat["num_actors"] = len(args.driver_cpus_set)  # one actor per pinned CPU
     flat.update(progress=False, plots=False, committee=args.committee, ledger_url=args.ledger_url)
     flat.update(dict(args.overrides))
     return flat
+
+
+def _given(value: int | None, default: int) -> int:
+    """``value`` when the flag was given (0 included: the command line refuses it), else
+    ``default``."""
+    return default if value is None else value
 
 
 def record(task: str, args: argparse.Namespace) -> dict[str, Any]:
