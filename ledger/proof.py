@@ -188,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="check this receipt (JSON, as printed) against the chain instead",
     )
-    p.add_argument("--ledger-url", default=None, help="read the chain from this node")
+    p.add_argument(
+        "--ledger-url", default=None, help="with --verify: read the chain from this node"
+    )
     args = p.parse_args(argv)
     try:
         if args.verify:
@@ -199,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if found else 0
         if args.round is None or args.client is None:
             p.error("give --round and --client, or --verify FILE")
+        if args.ledger_url is not None:  # a receipt is built from the run's own files
+            p.error("--ledger-url applies to --verify (a receipt is made from the run's files)")
         print(json.dumps(receipt(args.run_dir, args.round, args.client), indent=1))
     except (AuditInputError, PackError, ValueError, OSError) as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)

@@ -70,6 +70,13 @@ def test_ledger_url_is_refused_for_a_run_on_the_embedded_devnet(
     assert capsys.readouterr() == ("", line)
     assert _verify(run, tmp_path / "r.json", good) == 0
     assert capsys.readouterr().out == "VALID\n"
+    # making a receipt reads the run's files: a node there was ignored
+    with pytest.raises(SystemExit) as stop:
+        proof_main([str(run), "--round", "1", "--client", "0", "--ledger-url", DEAD])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "error: --ledger-url applies to --verify (a receipt is made from the run's files)\n"
+    )
 
 
 def _edit(good: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
