@@ -143,6 +143,23 @@ def test_gpu_share_zero_forces_cpu_actors() -> None:
     assert actor_gpu_share(0.5, cluster_gpus=4.0) == 0.5
 
 
+def test_default_actors_count_what_each_node_holds() -> None:
+    """num_actors 0: a head of 2 CPUs, a node of 1 CPU and 1 GPU, a dead node of 8 CPUs.
+    CPU actors: 2 + 1 = 3. Quarter-GPU actors (one CPU each): the GPU node holds min(4, 1) = 1
+    (until stop 51: 4, which its 1 CPU refused). Half-GPU actors on a node of 4 CPUs and 3 GPUs:
+    min(6, 4) = 4. No node holds one: still 1 (the pool then says what is missing)."""
+    from simulator.run.executor import default_actors
+
+    def node(cpu: float, gpu: float = 0.0, alive: bool = True) -> dict:
+        return {"Alive": alive, "Resources": {"CPU": cpu, **({"GPU": gpu} if gpu else {})}}
+
+    nodes = [node(2), node(1, 1), node(8, alive=False)]
+    assert default_actors(nodes, 0.0) == 3
+    assert default_actors(nodes, 0.25) == 1
+    assert default_actors([node(4, 3)], 0.5) == 4
+    assert default_actors([node(1)], 0.25) == 1
+
+
 # ---------------------------------------------------------------------- per-client accuracy
 
 

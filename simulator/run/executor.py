@@ -3,7 +3,7 @@ that the local backend (and small rounds) use."""
 
 from __future__ import annotations
 
-import os
+from typing import Any
 
 from simulator.config.sections import Config
 from simulator.data.clients import ClientData
@@ -16,6 +16,21 @@ def actor_gpu_share(gpus_per_actor: float | None, cluster_gpus: float) -> float:
     if gpus_per_actor is None:
         return 0.25 if cluster_gpus > 0 else 0.0
     return float(gpus_per_actor)
+
+
+def default_actors(nodes: list[dict[str, Any]], share: float) -> int:
+    """How many actors a pool gets when ``num_actors`` is 0: one per CPU of the alive ``nodes``
+    (``ray.nodes()`` entries); with GPU actors (``share`` of a GPU each, and one CPU), as many
+    as each node holds of both (until stop 51 the GPU slots alone: 1 GPU at 0.25 made 4 actors
+    on a node of 1 CPU, refused). At least 1."""
+    n = 0
+    for node in nodes:
+        if not node.get("Alive", True):
+            continue
+        res = node.get("Resources", {})
+        cpus = int(float(res.get("CPU", 0.0)) + 1e-9)
+        n += min(int(float(res.get("GPU", 0.0)) / share + 1e-9), cpus) if share > 0 else cpus
+    return max(1, n)
 
 
 def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = None):  # noqa: ANN201 (RayPool | LocalExecutor)
@@ -55,10 +70,5 @@ def make_executor(cfg: Config, fed: Federation, clients: ClientData | None = Non
     res = ray.cluster_resources()
     gpus = float(res.get("GPU", 0.0))
     share = actor_gpu_share(ex.gpus_per_actor, gpus)
-    if ex.num_actors:
-        n = ex.num_actors
-    elif share > 0:
-        n = max(1, int(gpus / share))
-    else:
-        n = max(1, int(res.get("CPU", os.cpu_count() or 1)))
+    n = ex.num_actors or default_actors(ray.nodes(), share)
     return RayPool(fed.specs, fed.x_train, fed.y_train, clients, n, share, fed.transform)
