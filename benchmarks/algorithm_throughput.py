@@ -52,6 +52,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.fused import interleaved  # noqa: E402
+from benchmarks.stops import run_stoppable, write_text  # noqa: E402
 from benchmarks.throughput_study import checks  # noqa: E402
 from benchmarks.throughput_study.algorithm_arms import (  # noqa: E402
     Arm,
@@ -216,6 +217,21 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--min-seconds: must be a finite number >= 0, got {min_s}")
     checks.outputs(p, {"--json": args.json})  # before minutes of timing
     task = next(t for t in TASKS if t.name == args.task)
+    return run_stoppable(
+        "algorithm_throughput", lambda: _time_arms(args, task, arms, rounds, min_s, repeats)
+    )
+
+
+def _time_arms(
+    args: argparse.Namespace,
+    task: Task,
+    arms: dict[str, Arm],
+    rounds: int,
+    min_s: float,
+    repeats: int,
+) -> int:
+    """Time the arms ``repeats`` times; print their best rates and ratios to FedAvg; write
+    ``--json`` (whole). Returns the exit code (2 on an arm its model cannot host)."""
     backend = args.backend
     runs: list[dict[str, dict[str, Any]]] = []
     for rep in range(repeats):
@@ -250,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
         }
-        Path(args.json).write_text(json.dumps({"algorithms": rows, "meta": meta}, indent=2))
+        write_text(args.json, json.dumps({"algorithms": rows, "meta": meta}, indent=2))
     return 0
 
 

@@ -126,8 +126,22 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+class RunFailed(Exception):
+    """A run's child process failed or went past ``--timeout`` (the message says which)."""
+
+
 def run_one(flat: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run one configuration in a child process while sampling its tree's memory."""
+    """Run one configuration in a child process while sampling its tree's memory.
+
+    Raises
+    ------
+    RunFailed
+        The child failed, or went past ``timeout`` seconds (it is then ended with its
+        session); stopped (Ctrl-C, SIGTERM), the child is ended too.
+    """
+    from benchmarks.stops import end_session
+
+    what = f"the run of population {flat['num_clients']:,} ({flat['algorithm']})"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps({"flat": flat})]
     proc = subprocess.Popen(
         cmd,
@@ -149,13 +163,15 @@ def run_one(flat: dict[str, Any], timeout: float) -> dict[str, Any]:
     th.start()
     try:
         out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"{what} went past --timeout {timeout:g} s: it was stopped") from None
     finally:
         stop.set()
         th.join()
+        end_session(proc)  # timed out or stopped: a child in a session of its own stays else
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"run failed (exit {proc.returncode}): {(err or out).strip().splitlines()[-1:]}"
-        )
+        last = (err or out).strip().splitlines()[-1:] or ["no output"]
+        raise RunFailed(f"{what} failed (exit {proc.returncode}): {last[0]}")
     res = json.loads(out.strip().splitlines()[-1])
     res["total_peak_rss_gb"] = peak[0] / 1e9
     return res
@@ -210,14 +226,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--actors", type=int, default=0, help="Ray actors (0 = one per CPU)")
     p.add_argument("--seed", type=int, default=0, help="seed of every run")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="seconds allowed per run; a run past it is stopped (its process and its Ray), "
+        "and so is the benchmark: one line, exit 1, no --json",
+    )
     p.add_argument("--json", metavar="FILE", help="write {'runs': [...]} as JSON")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.child:
+    if args.child:  # ended by its parent when stopped (its whole session, Ray included)
         print(json.dumps(child(json.loads(args.child))))
         return 0
     check_args(p, args)
+    from benchmarks.stops import run_stoppable
+
+    return run_stoppable("scale", lambda: _runs(args))
+
+
+def _runs(args: argparse.Namespace) -> int:
+    """Every run, each in a child process; print the table; write ``--json`` (whole). Returns
+    the exit code (1, with one line, when a run fails or goes past ``--timeout``)."""
+    from tqdm import tqdm
+
+    from benchmarks.stops import write_text, written
+
     base = {
         "dataset": "digits",
         "model": "mlp",
@@ -236,19 +270,25 @@ def main(argv: list[str] | None = None) -> int:
             (max(args.populations), args.state_algorithm, {"state_memory": args.state_memory})
         )
     runs = []
-    from tqdm import tqdm
-
-    with tempfile.TemporaryDirectory(prefix="fedsentry-scale-") as tmp:
-        for n, algo, extra in tqdm(plan, desc="runs", unit="run"):
-            flat = {
-                **base,
-                "num_clients": n,
-                "algorithm": algo,
-                "out": str(Path(tmp) / f"{algo}-{n}"),
-                **extra,
-            }
-            res = run_one(flat, args.timeout)
-            runs.append({"population": n, "algorithm": algo, **res})
+    bar = tqdm(plan, desc="runs", unit="run")
+    try:
+        with tempfile.TemporaryDirectory(prefix="fedsentry-scale-") as tmp:
+            for n, algo, extra in bar:
+                flat = {
+                    **base,
+                    "num_clients": n,
+                    "algorithm": algo,
+                    "out": str(Path(tmp) / f"{algo}-{n}"),
+                    **extra,
+                }
+                res = run_one(flat, args.timeout)
+                runs.append({"population": n, "algorithm": algo, **res})
+    except RunFailed as e:
+        bar.close()
+        print(f"error: scale: {e}; the benchmark ends here, {written()}", file=sys.stderr)
+        return 1
+    finally:
+        bar.close()  # before a stopped benchmark's line
     print(
         f"{'population':>10} {'algorithm':>9} {'startup s':>9} {'round s':>8} "
         f"{'overhead':>8} {'driver GB':>9} {'total GB':>8} {'state MB':>8} {'disk MB':>8}"
@@ -261,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['state_mem_mb']:>8.1f} {r['state_disk_mb']:>8.1f}"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "settings": base}, indent=2))
+        write_text(args.json, json.dumps({"runs": runs, "settings": base}, indent=2))
     return 0
 
 

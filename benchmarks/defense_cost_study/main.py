@@ -11,6 +11,7 @@ import torch
 
 from benchmarks.defense_cost_study.core import HEAD, model_sizes, run_case
 from benchmarks.defense_cost_study.references import load_byzfl
+from benchmarks.stops import run_stoppable, write_text
 from defenses import DEFENSES
 from simulator.cli import OneLineParser
 from simulator.run.runlock import writable_file
@@ -83,20 +84,26 @@ def parse_args(argv: list[str] | None) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Time every case; print the table as it goes; write ``--json`` (whole). Returns the exit
+    code (2 on bad input, 130 / 143 when stopped, with one line)."""
     args = parse_args(argv)
+    return run_stoppable("defense_cost", lambda: _time_cases(args, argv))
+
+
+def _time_cases(args: Any, argv: list[str] | None) -> int:
+    """The table's header, one line per case as it is timed, then ``--json``."""
     dims = {f"d{d}": d for d in args.dims} if args.dims else model_sizes()
     byz = None if args.no_byzfl else load_byzfl()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, device "
         f"{'cuda' if torch.cuda.is_available() else 'cpu'}; byzfl "
-        f"{'loaded' if byz is not None else 'not available'}; * = extrapolated reference"
+        f"{'loaded' if byz is not None else 'not available'}; * = extrapolated reference",
+        flush=True,
     )
-    print(HEAD)
+    print(HEAD, flush=True)
     rows = [
         r for n in args.sizes for model, d in dims.items() for r in run_case(n, model, d, args, byz)
     ]
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"rows": rows, "argv": argv or sys.argv[1:]}, indent=1)
-        )
+        write_text(args.json, json.dumps({"rows": rows, "argv": argv or sys.argv[1:]}, indent=1))
     return 0

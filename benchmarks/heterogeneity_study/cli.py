@@ -80,6 +80,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="no progress bar: one line per finished run on stderr instead (for logs)",
     )
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs of the same config that an earlier study finished under --out (a "
+        "study stopped part-way: Ctrl-C, a time limit) and run only the others",
+    )
+    p.add_argument(
         "--list",
         action="store_true",
         help="print each case's name, claim and comparisons, and exit",

@@ -26,12 +26,14 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from benchmarks.heterogeneity_study.cases import Case, Comparison
+from benchmarks.heterogeneity_study.pool import run_pool
 from benchmarks.heterogeneity_study.stats import verdict
-from benchmarks.robustness_study.worker import init_worker
+from benchmarks.robustness_study.worker import finished_run, init_worker
 
 #: keys of a run record copied from the run's summary
 SUMMARY_KEYS = (
@@ -104,7 +106,8 @@ def curves(events_path: Path) -> dict[str, list[float | None]]:
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one job (from :func:`make_jobs`), then each of its ``scores`` on the run's directory;
-    a failure is recorded in ``error``, never raised."""
+    a failure is recorded in ``error``, never raised. With ``job["resume"]`` a run of the same
+    config that an earlier, stopped study finished there is read back instead of run again."""
     rec: dict[str, Any] = {
         "key": job["key"],
         "run_dir": job["flat"]["out"],
@@ -116,7 +119,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         from simulator.run.experiment import run_experiment
 
         cfg = build_config(flat=job["flat"])
-        s = run_experiment(cfg, progress=False)
+        kept = finished_run(job["flat"]) if job.get("resume") else None
+        s = kept[0] if kept is not None else run_experiment(cfg, progress=False)
         rec.update({k: s.get(k) for k in SUMMARY_KEYS})
         rec["curves"] = curves(Path(cfg.output.out) / "events.jsonl")
         for name, score in job.get("scores", {}).items():
@@ -128,12 +132,18 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
+def finished_runs(jobs: list[dict[str, Any]]) -> int:
+    """How many of ``jobs`` have a finished run in their directory (what ``--resume`` keeps)."""
+    return sum(1 for j in jobs if finished_run(j["flat"]) is not None)
+
+
 def run_all(
     jobs: list[dict[str, Any]], workers: int, progress: bool = True
 ) -> dict[str, dict[str, Any]]:
     """Run the jobs (1 worker: in this process; more: spawned processes, one torch thread
     each) with a progress bar on stderr (without ``progress``: one line per finished run there,
-    for logs); ``key -> record``."""
+    for logs); ``key -> record``. Stopped (Ctrl-C, SIGTERM), the runs in progress end and the
+    queued ones never start (:func:`~benchmarks.heterogeneity_study.pool.run_pool`)."""
     import time
 
     from tqdm import tqdm
@@ -150,26 +160,23 @@ def run_all(
             took = f"{time.perf_counter() - t0:.0f} s"
             print(f"run {len(records)}/{len(jobs)} {rec['key']} ({took}){err}", file=sys.stderr)
 
-    if workers == 1 or len(jobs) <= 1:
-        import torch
+    try:
+        if workers == 1 or len(jobs) <= 1:
+            import torch
 
-        threads = torch.get_num_threads()
-        init_worker()
-        try:
-            for j in jobs:
-                finished(run_job(j))
-        finally:
-            torch.set_num_threads(threads)
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(
-            min(workers, len(jobs)), mp_context=mp.get_context("spawn"), initializer=init_worker
-        ) as pool:
-            for fut in as_completed([pool.submit(run_job, j) for j in jobs]):
-                finished(fut.result())
-    bar.close()
+            threads = torch.get_num_threads()
+            init_worker()
+            try:
+                for j in jobs:
+                    finished(run_job(j))
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            with closing(run_pool(run_job, jobs, min(workers, len(jobs)))) as recs:
+                for rec in recs:
+                    finished(rec)
+    finally:  # a stopped study's bar ends before the line saying how to go on
+        bar.close()
     return records
 
 

@@ -3,15 +3,19 @@ compare, plot, print the table and write ``--json`` / ``--csv``."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from benchmarks.heterogeneity_study import core
 from benchmarks.heterogeneity_study.cli import parse_args
 from benchmarks.heterogeneity_study.output import table, write_csv
 from benchmarks.heterogeneity_study.plots import plot_case
 from benchmarks.heterogeneity_study.stats import ALPHA, smallest_p
+from benchmarks.stops import run_stoppable, whole, write_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +38,28 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: case {j['case']} arm {j['arm']}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
+    for j in jobs:
+        j["resume"] = args.resume
+    if args.resume:
+        print(f"resume: {_kept(jobs, args.out)}", file=sys.stderr)
+    return run_stoppable(
+        "heterogeneity",
+        lambda: _study(args, jobs, index),
+        ("benchmarks/heterogeneity.py", argv, lambda: _kept(jobs, args.out)),
+    )
+
+
+def _kept(jobs: list[dict[str, Any]], out: Path) -> str:
+    """What a stopped study keeps, for its stop line."""
+    return f"{core.finished_runs(jobs)} of {len(jobs)} runs finished under {out}"
+
+
+def _study(
+    args: argparse.Namespace, jobs: list[dict[str, Any]], index: dict[tuple[str, str, int], str]
+) -> int:
+    """Run the jobs; compare, plot, print the table and write ``--json`` / ``--csv`` (each file
+    whole). Returns the exit code."""
+    cases = args.cases
     t0 = time.perf_counter()
     records = core.run_all(jobs, args.workers, progress=not args.no_progress)
     wall = time.perf_counter() - t0
@@ -44,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
             arm: [records[index[(case.name, arm, s)]] for s in range(args.seeds)]
             for arm in case.arms
         }
-        plot_case(case, runs, args.out / f"{case.name}.png")
+        with whole(args.out / f"{case.name}.png") as tmp:
+            plot_case(case, runs, tmp)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"cases": rows}, indent=2))
+        write_text(args.json, json.dumps({"cases": rows}, indent=2))
     if args.csv:
-        write_csv(args.csv, rows)
+        with whole(args.csv) as tmp:
+            write_csv(tmp, rows)
     print(
         f"{len(cases)} case(s), {args.seeds} seed(s), {'quick' if args.quick else 'full'} "
         f"settings, {len(jobs)} runs in {wall:.0f} s; mean±std over seeds; paired diff: "

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.stops import write_text
+
 #: the workloads: quantity-skewed virtual clients (log-normal sizes, median 20 samples)
 TASKS: dict[str, dict[str, Any]] = {
     "cnn": {"dataset": "mnist5k", "model": "cnn"},
@@ -120,7 +122,7 @@ def run_once(flat: dict[str, Any], fed: Any, pool: Any, out: Path | None) -> Run
         run.sizes[int(ev["round"])] = (ids, fed.clients.sizes(np.array(ids, np.int64)).tolist())
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("".join(json.dumps(e, default=float) + "\n" for e in events))
+        write_text(out, "".join(json.dumps(e, default=float) + "\n" for e in events))
     return run
 
 

@@ -3,6 +3,7 @@ the outputs."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -14,6 +15,7 @@ from benchmarks.scheduler_study.cli import parse_args
 from benchmarks.scheduler_study.core import instances_part, recorded, run_plan, write_csv
 from benchmarks.scheduler_study.instances import instance_checks
 from benchmarks.scheduler_study.plot import plot
+from benchmarks.stops import run_stoppable, whole, write_text
 
 
 def _shown(lines: list[str]) -> list[str]:
@@ -23,8 +25,14 @@ def _shown(lines: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the parts; print their tables and checks; write the outputs. Returns the exit code."""
+    """Run the parts; print their tables and checks; write the outputs (each file whole).
+    Returns the exit code (2 on a bad config, 130 / 143 when stopped, with one line)."""
     a = parse_args(argv)
+    return run_stoppable("scheduler", lambda: _parts(a))
+
+
+def _parts(a: argparse.Namespace) -> int:
+    """:func:`main`'s work."""
     from simulator.config.fields import ConfigError
 
     t0 = time.perf_counter()
@@ -52,12 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     text = json.dumps(doc, indent=2)
-    (a.out / "results.json").write_text(text)
+    write_text(a.out / "results.json", text)
     if a.json is not None:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(text)
-    write_csv(doc["live"], a.out / "live.csv")
-    write_csv(doc["instances"], a.out / "instances.csv")
+        write_text(a.json, text)
+    for rows, name in ((doc["live"], "live.csv"), (doc["instances"], "instances.csv")):
+        with whole(a.out / name) as tmp:
+            write_csv(rows, tmp)
     settings = {
         "mode": a.mode,
         "parts": a.parts,
@@ -70,8 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         "notes": notes,
         "wall_seconds": time.perf_counter() - t0,
     }
-    (a.out / "settings.json").write_text(json.dumps(settings, indent=2, default=str))
+    write_text(a.out / "settings.json", json.dumps(settings, indent=2, default=str))
     if not a.no_plots:
-        plot(doc["live"], points, a.out / "scheduler.png")
+        with whole(a.out / "scheduler.png") as tmp:
+            plot(doc["live"], points, tmp)
     print(f"done in {time.perf_counter() - t0:.0f} s; results in {a.out}")
     return 0

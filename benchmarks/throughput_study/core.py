@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from benchmarks.fused import FusedCuda, FusedProcesses, FusedThreads, ceiling, interleaved
+from benchmarks.stops import ctrl_c_blocked
 from benchmarks.throughput_study.tasks import BATCH, EPOCHS, LR, Task, task_config
 from simulator.config.sections import Config
 from simulator.round.engine import Simulation
@@ -26,7 +27,8 @@ def measure(
     (see :func:`benchmarks.fused.interleaved`): at least ``rounds`` timed rounds each and at
     least ``min_seconds`` of each one's own time (a cheap round is a few ms)."""
     sim = Simulation(cfg, federation=fed)
-    fused = [FusedThreads(cfg, fed), FusedProcesses(cfg, fed)]
+    with ctrl_c_blocked():  # its workers: a traceback each on Ctrl-C; closed below
+        fused = [FusedThreads(cfg, fed), FusedProcesses(cfg, fed)]
     if torch.cuda.is_available():
         fused.append(FusedCuda(cfg, fed))
     where: set[str] = set()

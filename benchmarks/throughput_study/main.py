@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 
+from benchmarks.stops import run_stoppable, whole, write_text
 from benchmarks.throughput_study import checks
 from benchmarks.throughput_study.core import measure_task
 from benchmarks.throughput_study.report import plot, print_table
-from benchmarks.throughput_study.tasks import TASKS
+from benchmarks.throughput_study.tasks import TASKS, Task
 from simulator.cli import OneLineParser
 
 
@@ -131,6 +131,20 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --flower-gpus needs a CUDA device; this machine has none", file=sys.stderr)
         return 2
     checks.outputs(p, {"--json": args.json, "--plot": args.plot})  # before minutes of work
+    return run_stoppable(
+        "throughput", lambda: _measure(args, known, rounds, frounds, min_s, repeats)
+    )
+
+
+def _measure(
+    args: argparse.Namespace,
+    known: dict[str, Task],
+    rounds: int,
+    frounds: int,
+    min_s: float,
+    repeats: int,
+) -> int:
+    """Measure the tasks; print the table; write ``--json`` / ``--plot`` (each whole)."""
     results = [
         measure_task(known[name], args, rounds, frounds, min_s, repeats) for name in args.tasks
     ]
@@ -141,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": torch.get_num_threads(),
     }
     if args.json:
-        Path(args.json).write_text(json.dumps({"tasks": results, "meta": meta}, indent=2))
+        write_text(args.json, json.dumps({"tasks": results, "meta": meta}, indent=2))
     if args.plot:
-        plot(results, Path(args.plot))
+        with whole(args.plot) as tmp:
+            plot(results, tmp)
     return 0
