@@ -108,6 +108,24 @@ def test_tiny_run_writes_the_json_schema(
         (["--rounds", "-1"], "--rounds: must be >= 2, got -1"),
         (["--tasks", "resnet"], "--tasks: unknown 'resnet'; valid: cnn,mlp"),
         (["--placement-param", "population=1"], "--placement-param: placement 'ga': needs"),
+        # until stop 51 these passed the check (make_placement without its parameter check)
+        # and failed in the live part, after the instances, or were ignored
+        (
+            ["--placement-param", "generations=1.5"],
+            "--placement-param: placement 'ga' parameter 'generations' must be int, got 1.5",
+        ),
+        (
+            ["--placement-param", "generations=nan"],
+            "--placement-param: placement 'ga' parameter 'generations' must be int, got 'nan'",
+        ),
+        # fields the study sets, or that have their own flag: one was silently overridden
+        # (--set num_actors=3 by the default --num-actors 2), another won over its flag
+        (["--set", "num_actors=3"], "--set num_actors: the study sets it (use --num-actors)"),
+        (["--set", "backend=ray"], "--set backend: the study sets it (use --backend)"),
+        (
+            ["--actor-kinds", "a=count=2", "--num-actors", "5"],
+            "--num-actors: conflicts with --actor-kinds (the kinds' counts size the pool)",
+        ),
         (
             ["--actor-kinds", "x=device=tpu"],
             "actor kind 'x': unknown device 'tpu'; valid: cpu, gpu",

@@ -69,7 +69,12 @@ def build_parser() -> OneLineParser:
         help="a heterogeneous pool instead of 2 CPU actors, "
         "as FedSentry's --actor-kinds (repeatable)",
     )
-    p.add_argument("--num-actors", type=int, default=2, help="CPU actors (default 2)")
+    p.add_argument(
+        "--num-actors",
+        type=int,
+        default=None,
+        help="CPU actors (default 2; not with --actor-kinds)",
+    )
     p.add_argument(
         "--backend",
         choices=("ray", "local"),
@@ -82,12 +87,32 @@ def build_parser() -> OneLineParser:
         default=[],
         type=parse_kv,
         metavar="FIELD=VALUE",
-        help="any other FedSentry config field of every run (repeatable)",
+        help="any other FedSentry config field of every run (repeatable; not the fields "
+        "the study sets itself or that have their own flag: "
+        f"{', '.join(sorted(STUDY_FIELDS))})",
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _hidden_flags(p)
     return p
+
+
+#: config fields the study sets (each arm's placement, the runs' place, seed and length) or that
+#: have a flag of their own: ``--set`` refuses them (one was silently overridden, or won over
+#: its flag)
+STUDY_FIELDS = {
+    "backend": "--backend",
+    "num_actors": "--num-actors",
+    "actor_kinds": "--actor-kinds",
+    "clients_per_round": "",
+    "num_clients": "",
+    "placement": "--placements",
+    "placement_params": "--placement-param (ga) or --placements NAME_PREDICTOR",
+    "out": "--out",
+    "seed": "--seed",
+    "rounds": "",
+    "eval_every": "",
+}
 
 
 def _hidden_flags(p: OneLineParser) -> None:
@@ -108,8 +133,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The checked command line (one-line errors, exit 2): ``mode`` (full / quick), ``parts``,
     ``tasks`` and ``live`` (the live placements) as lists, ``ga_params`` and ``extra`` (config
     fields of every run), each task's config built once so that a bad one fails here."""
-    from simulator.placement import make_placement
-
     p = build_parser()
     a = p.parse_args(argv)
     a.mode = "quick" if a.quick else "full"
@@ -144,14 +167,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         v = getattr(a, name)
         if v is not None and not v >= 0:
             p.error(f"--{name.replace('_', '-')}: must be >= 0, got {v}")
-    a.ga_params = dict(a.placement_param)
-    try:
-        make_placement("ga", **a.ga_params)
-    except (TypeError, ValueError) as e:
-        p.error(f"--placement-param: {e}")
-    a.extra = run_fields(a)
     from simulator.config.fields import ConfigError
     from simulator.config.sections import build_config
+
+    for key, _ in a.set:
+        if key in STUDY_FIELDS:
+            own = STUDY_FIELDS[key]
+            p.error(f"--set {key}: the study sets it" + (f" (use {own})" if own else ""))
+    if a.actor_kinds and a.num_actors is not None:
+        p.error("--num-actors: conflicts with --actor-kinds (the kinds' counts size the pool)")
+    a.ga_params = dict(a.placement_param)
+    if "predictor" in a.ga_params:  # the live arms name theirs: ga_gbdt, ga_prior, ...
+        p.error("--placement-param predictor: give it in --placements (e.g. ga_gbdt)")
+    try:  # the simulator's own check of the ga's parameters (types, ranges)
+        build_config(flat={"placement": "ga", "placement_params": a.ga_params})
+    except ConfigError as e:
+        why = str(e).splitlines()[0].removeprefix("execution.placement_params: ")
+        p.error(f"--placement-param: {why}")
+    a.extra = run_fields(a)
 
     for task in a.tasks:  # a bad field or actor kind fails here, before any part starts
         try:
@@ -174,7 +207,7 @@ def run_fields(a: argparse.Namespace) -> dict[str, Any]:
     if a.actor_kinds:
         extra["actor_kinds"] = dict(a.actor_kinds)
     else:
-        extra["num_actors"] = a.num_actors
+        extra["num_actors"] = 2 if a.num_actors is None else a.num_actors
     for key, arg in (("clients_per_round", a.clients_per_round), ("num_clients", a.num_clients)):
         if arg is not None:
             extra[key] = arg
