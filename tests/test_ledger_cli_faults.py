@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ledger.audit import find_runs  # noqa: E402
 from ledger.audit import main as audit_main  # noqa: E402
+from ledger.audit_find import find_runs  # noqa: E402
 from ledger.proof import main as proof_main  # noqa: E402
 from ledger.proof import receipt  # noqa: E402
 from tests.test_ledger_audit import ROUNDS, _record  # noqa: E402

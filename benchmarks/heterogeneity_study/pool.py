@@ -98,7 +98,7 @@ def run_pool(
         for fut in as_completed([pool.submit(run_one, fn, j) for j in jobs]):
             yield fut.result()
     except BaseException:
-        procs = list((pool._processes or {}).values())  # shutdown() forgets them
+        procs = mp.active_children()  # the pool's workers (shutdown() forgets them)
         pool.shutdown(wait=False, cancel_futures=True)
         end_workers(procs)
         pool.shutdown()  # its manager thread and queues, the workers gone
