@@ -203,10 +203,18 @@ def run_stoppable(
     os.environ.update(env)  # inherited by every process started from here on
     ray_before = _ray_up()
     _WRITTEN.clear()
+    seen: list[int] = []  # Ctrl-C came: an error that follows it is the stop's (a worker it
+    # ended first breaks a process pool: BrokenProcessPool could reach here before it)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _on_sigint(seen)) if main else None
     try:
         with sigterm_raises():
             try:
                 return body()
+            except Exception as exc:  # noqa: BLE001 - re-raised, as itself or as the stop
+                if seen:
+                    raise KeyboardInterrupt(f"after Ctrl-C: {exc}") from exc
+                raise
             finally:
                 try:
                     if not ray_before and _ray_up():
@@ -225,5 +233,17 @@ def run_stoppable(
         print(f"{what}: {name} stopped before its end; {written()}", file=sys.stderr, flush=True)
         return code
     finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGINT, previous)
         for key in env:
             os.environ.pop(key, None)
+
+
+def _on_sigint(seen: list[int]) -> Callable[[int, object], None]:
+    """A SIGINT handler that notes the signal in ``seen``, then raises KeyboardInterrupt."""
+
+    def handler(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    return handler

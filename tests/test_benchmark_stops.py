@@ -215,7 +215,7 @@ def test_a_stopped_throughput_run_shuts_its_ray_down_in_one_line(
             "--rounds",
             "1",
             "--min-seconds",
-            "0",
+            "8",  # the second measurement then has seconds of work left when it is stopped
             "--repeats",
             "2",
             "--actors",
