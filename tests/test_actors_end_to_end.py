@@ -32,6 +32,7 @@ def test_run_experiment_on_ray(ray_session: None, tmp_path: Path) -> None:
         "progress": False,
         "plots": False,
         "num_actors": 2,
+        "inline": "never",  # train on the actors, not in the driver
     }
     cfg: Config = build_config(flat={**flat, "backend": "ray", "out": str(tmp_path / "ray")})
     summary = run_experiment(cfg)
@@ -43,8 +44,12 @@ def test_run_experiment_on_ray(ray_session: None, tmp_path: Path) -> None:
     for a, b in zip(ev, ev_local, strict=True):
         assert (a["selected"], a["virtual_time"]) == (b["selected"], b["virtual_time"])
         assert sorted(a["participants"]) == sorted(b["participants"])
-        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=2 / 359)
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-3)
+        # the same bits: Ray actors run the in-process workers' code (tests/test_actor_count.py)
+        assert (a["accuracy"], a["loss"], a["train_loss"]) == (
+            b["accuracy"],
+            b["loss"],
+            b["train_loss"],
+        )
 
 
 def test_model_spec_travels_to_actors(ray_session: None) -> None:
