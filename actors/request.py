@@ -3,7 +3,6 @@ and which updates to add into the worker's partial sum (:class:`TrainRequest`)."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +36,6 @@ class TrainRequest:
     state : table -> ``[n, ...]`` client-state rows of the tasks' clients, in task order.
     chunks : sizes of the consecutive stacked chunks the tasks are trained in (summing to ``n``),
         or None for one chunk of all of them (a placement's sort-and-chunk schedule).
-    round_size : how many clients the round trains on all workers (0: not said). Above one, a
-        chunk of one client is trained mapped, like every other chunk (see
-        :meth:`actors.trainer.ClientTrainer.train`): a client's update is then the same bits
-        whatever the number of actors.
     """
 
     tasks: list[TrainTask]
@@ -49,7 +44,6 @@ class TrainRequest:
     starts: dict[int, np.ndarray] = field(default_factory=dict)
     state: dict[str, np.ndarray] = field(default_factory=dict)
     chunks: list[int] | None = None
-    round_size: int = 0
 
     def __getstate__(self) -> dict[str, Any]:
         # tasks travel as one int64 array: cheaper to pickle than n objects, seeds stay exact
@@ -74,24 +68,4 @@ class TrainRequest:
             None if self.weights is None else self.weights[keep],
             {c: v for c, v in self.starts.items() if c in ids},
             {k: v[keep] for k, v in self.state.items()},
-            round_size=self.round_size,
         )
-
-
-def without_lone(sizes: Sequence[int]) -> list[int]:
-    """Chunk sizes with every chunk of one client folded into the chunk before it (the first
-    into the one after it): ``[1, 5, 1, 1, 3]`` -> ``[8, 3]``, ``[4, 1]`` -> ``[5]``, ``[1]``
-    -> ``[1]``. A client's mapped update is the same bits in any chunk of two or more, not
-    alone (``ClientTrainer``'s chunks in :mod:`actors.trainer`); one more client in a chunk
-    costs less than the copy a lone client is trained beside."""
-    out: list[int] = []
-    carry = 0
-    for n in sizes:
-        if n == 1 and out:
-            out[-1] += 1
-        elif n == 1 and not out:
-            carry += 1
-        else:
-            out.append(n + carry)
-            carry = 0
-    return out if not carry else [carry]

@@ -24,7 +24,7 @@ import torch
 
 from actors.client_inputs import ClientTransform, client_arrays
 from actors.merge import weighted_sum
-from actors.request import TrainRequest, without_lone
+from actors.request import TrainRequest
 from defenses.base import finite_rows
 from simulator.data.clients import ClientData
 from simulator.training.flat import FlatLayout
@@ -145,39 +145,28 @@ class ClientTrainer:
         px, py, idx = client_arrays(self.clients, ids, self.x_np, self.y_np, self.transform)
         x = self.x if px is None else torch.as_tensor(px).to(self.device)
         y = self.y if py is None else torch.as_tensor(py).to(self.device)
-        # a lone client trains ~4x faster unmapped, but not to the mapped path's bits: where the
-        # round trains others, a chunk of one is mapped beside a copy of itself (dropped), so
-        # that an update does not depend on the number of actors (FedAsync stays unmapped)
-        twin = len(tasks) == 1 and self.vectorize and req.round_size > 1
-        copies = 2 if twin else 1
-        run = tasks * copies
         out = train_clients(
             self.models[grp],
             self.layouts[grp],
             self._global(g, grp),
             x,
             y,
-            idx * copies,
-            [t.epochs for t in run],
-            [t.seed for t in run],
+            idx,
+            [t.epochs for t in tasks],
+            # a lone client trains ~4x faster unmapped (vmap's per-call cost; FedAsync's
+            # one-client steps); the server's own root-set update keeps the mapped path
+            [t.seed for t in tasks],
             self.spec,
-            vectorize=self.vectorize and len(run) > 1,
-            poisoned=[t.poisoned for t in run],
+            vectorize=self.vectorize and len(tasks) > 1,
+            poisoned=[t.poisoned for t in tasks],
             starts={
                 i: self._tensor(req.starts[t.client_id])
-                for i, t in enumerate(run)
+                for i, t in enumerate(tasks)
                 if t.client_id in req.starts
             },
-            state={k: self._tensor(v[lo:hi].repeat(copies, 0)) for k, v in req.state.items()},
+            state={k: self._tensor(v[lo:hi]) for k, v in req.state.items()},
             shared={k: self._tensor(v) for k, v in (shared or {}).items()},
         )
-        if twin:
-            out = TrainOutput(
-                out.updates[:1],
-                out.losses[:1],
-                out.steps[:1],
-                {name: v[:1] for name, v in out.outputs.items()},
-            )
         return out, np.array([len(i) for i in idx], dtype=np.int64), grp
 
     def _global(self, g: torch.Tensor, grp: int) -> torch.Tensor:
@@ -229,8 +218,6 @@ class ClientTrainer:
             order, sizes = split_by_group(ids, sizes, len(self.models))
             req = req.subset(order.tolist())
             tasks = req.tasks
-        elif self.vectorize and req.round_size > 1:
-            sizes = without_lone(sizes)
         ids = np.array([t.client_id for t in tasks], dtype=np.int64)
         g = self._tensor(global_flat)
         parts, timings, at = [], [], 0

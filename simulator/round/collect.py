@@ -114,7 +114,6 @@ def train(
                 {c: starts[c] for c in gid if c in starts},
                 {k: v[at : at + len(g)] for k, v in state.items()},
                 sizes,
-                len(ids),
             )
         )
         at += len(g)
