@@ -88,6 +88,7 @@ from simulator.algorithms.fedvb_head import (
 )
 from simulator.algorithms.params import Param
 from simulator.config.fields import ConfigError
+from simulator.training.lanes import lane_aligned
 from simulator.training.step import Finish, Step
 
 #: the store table of the branches each client predicts with (its classes)
@@ -117,8 +118,9 @@ def branch_loss(scores: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> to
     m = mask.to(scores.dtype)
     trained = (target * m[:, None]).amax(0)
     # BCE with logits, log(1 + e^s) - t s; torch's fused op has no vmap batching rule (a loop
-    # over the clients: ~50x slower stacked)
-    bce = F.softplus(scores) - target * scores
+    # over the clients: ~50x slower stacked); lane-aligned: the same bits on any number of
+    # actors
+    bce = lane_aligned(F.softplus, scores) - target * scores
     per_class = (bce * m[:, None]).sum(0) / m.sum().clamp_min(1.0)
     return (per_class * trained).sum(), trained
 

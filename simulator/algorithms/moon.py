@@ -54,6 +54,7 @@ from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm
 from simulator.algorithms.params import Param, non_negative, positive
 from simulator.config.fields import ConfigError
+from simulator.training.lanes import lane_aligned
 from simulator.training.step import Finish, Step
 
 
@@ -79,7 +80,8 @@ def model_contrastive_loss(
     """
     pos = F.cosine_similarity(z, z_glob, dim=-1)
     neg = F.cosine_similarity(z, z_prev, dim=-1)
-    per_row = F.softplus((neg - pos) / tau)
+    # lane-aligned: the same bits whatever the number of clients mapped beside this one
+    per_row = lane_aligned(F.softplus, (neg - pos) / tau)
     if mask is None:
         return per_row.mean()
     return (per_row * mask).sum() / mask.sum().clamp_min(1.0)
