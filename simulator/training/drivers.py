@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch.func import vmap
 
+from simulator.training.lanes import alone
 from simulator.training.loop import LocalTraining
 
 
@@ -19,6 +20,9 @@ def run_stacked(
     lt: LocalTraining, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
     """All K clients as one ``[K, P]`` computation: (updates, losses, outputs).
+
+    A chunk of one client runs :data:`~simulator.training.lanes.ALONE`, so that its
+    convolutions take the kernels of a chunk of two or more.
 
     Parameters
     ----------
@@ -35,6 +39,13 @@ def run_stacked(
         The updates ``[K, P]`` (relative to the global model), the mean loss of each client's
         local steps ``[K]`` and the step's outputs ``{name: [K, ...]}``.
     """
+    with alone(lt.k == 1):
+        return _stacked(lt, starts, state)
+
+
+def _stacked(
+    lt: LocalTraining, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
     k, layout, global_flat, p_num = lt.k, lt.layout, lt.global_flat, lt.p_num
     cs, aux = lt.cs, lt.aux
     # one [K, P] copy for the parameters, one for the float buffers (if any): at a thousand
@@ -103,7 +114,15 @@ def run_one_by_one(
     lt: LocalTraining, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
     """The sequential reference, one client at a time: (updates, losses, outputs), with the
-    parameters and results of :func:`run_stacked`."""
+    parameters and results of :func:`run_stacked`; each client runs
+    :data:`~simulator.training.lanes.ALONE`, as a chunk of one."""
+    with alone():
+        return _one_by_one(lt, starts, state)
+
+
+def _one_by_one(
+    lt: LocalTraining, starts: dict[int, torch.Tensor], state: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
     layout, global_flat, p_num, cs = lt.layout, lt.global_flat, lt.p_num, lt.cs
     out_rows, out_losses, outs = [], [], []
     for i in range(lt.k):

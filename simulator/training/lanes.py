@@ -1,4 +1,4 @@
-"""Elementwise functions whose bits do not depend on how many clients are mapped beside one.
+"""Computations whose bits do not depend on how many clients are mapped beside one.
 
 torch's CPU kernels run an elementwise function over a tensor's memory in SIMD vectors of 8 or 16
 floats, two at a time, and the few entries left at the end through the scalar code. The two
@@ -10,14 +10,29 @@ a client's gradient differed by up to 2e-9 between a chunk of 5 clients and one 
 
 :func:`lane_aligned` pads each client's entries to a multiple of :data:`LANES` before the
 function, so every client's entries start a vector and none falls in the tail.
+
+Convolutions: under ``vmap`` a chunk of K clients runs each convolution as one grouped
+convolution (``groups=K``), and oneDNN picks its kernels by the shapes it is given. With one
+input channel, this project's AVX-512 machine computes a plain convolution (one client alone)
+with its AVX-512 kernel and a grouped one with the AVX2 forward and a GEMM weight gradient, which
+round differently: a CNN client trained alone differed from the same client in a chunk by up to
+1.5e-8 after two steps, so a run's bits depended on whether the placement left a client alone in
+its chunk, that is on the number of actors. Every grouped count from 2 to 200 gave the same bits.
+:class:`ChunkConv2d` therefore runs a lone client's convolution (:data:`ALONE`, set by the
+trainer's drivers) as a grouped one beside a zero twin: a chunk of two, at twice the lone
+client's convolution work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+import functools
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 #: a multiple of two vectors of every SIMD width torch's CPU kernels use (AVX2: 8 floats,
 #: AVX-512: 16): a client's padded entries fill whole vectors, and so does the mapped tensor
@@ -41,3 +56,77 @@ def lane_aligned(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) ->
     n = x.numel()
     flat = F.pad(x.reshape(-1), (0, (-n) % LANES))
     return fn(flat)[:n].reshape(x.shape)
+
+
+#: True while a chunk of one client trains (the sequential driver, or ``vmap`` over one client)
+ALONE: contextvars.ContextVar[bool] = contextvars.ContextVar("fedsentry_alone", default=False)
+
+
+@contextlib.contextmanager
+def alone(flag: bool = True) -> Iterator[None]:
+    """Set :data:`ALONE` to ``flag`` for the block (the drivers' lone clients)."""
+    token = ALONE.set(flag)
+    try:
+        yield
+    finally:
+        ALONE.reset(token)
+
+
+def _lone_conv(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, conv: tuple, twin: bool
+) -> torch.Tensor:
+    """The convolution of ``x`` by ``w``, with ``twin`` as the first group of two beside a zero
+    twin; the bias added after it, as ``vmap``'s rule for a mapped bias adds it."""
+    if twin:
+        x = torch.cat([x, torch.zeros_like(x)], dim=-3)
+        out = F.conv2d(x, torch.cat([w, torch.zeros_like(w)]), None, *conv, 2)
+        out = out.narrow(-3, 0, w.shape[0])
+    else:
+        out = F.conv2d(x, w, None, *conv)
+    return out if b is None else out + b.reshape(-1, 1, 1)
+
+
+@functools.lru_cache(maxsize=256)
+def plain_is_grouped(
+    shape: tuple[int, ...], weight: tuple[int, ...], bias: bool, conv: tuple, threads: int
+) -> bool:
+    """Whether this machine's plain convolution of these shapes (input, weight; stride, padding,
+    dilation ``conv``; on ``threads`` intra-op threads) gives the same bits as the grouped one
+    beside a zero twin, forward and backward (input, weight and bias gradients), on random
+    data: then a lone client needs no twin. Decided once per shape in a process (a few
+    milliseconds)."""
+    gen = torch.Generator().manual_seed(0)
+    leaves = [torch.randn(shape, generator=gen), torch.randn(weight, generator=gen)]
+    if bias:
+        leaves.append(torch.randn(weight[0], generator=gen))
+    with torch.enable_grad():
+        results = []
+        for twin in (False, True):
+            ins = [t.clone().requires_grad_(True) for t in leaves]
+            out = _lone_conv(ins[0], ins[1], ins[2] if bias else None, conv, twin)
+            g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+            results.append([out, *torch.autograd.grad(out, ins, g)])
+    return all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
+class ChunkConv2d(nn.Conv2d):
+    """:class:`nn.Conv2d` whose result is the same bits for a client alone as in a chunk.
+
+    In a chunk of two or more (``vmap``), a convolution runs grouped, one group per client.
+    Alone (:data:`ALONE`), its bias is added after the convolution, as ``vmap`` adds a mapped
+    bias (oneDNN's own bias gradient rounds otherwise), and it runs grouped too, beside a zero
+    twin (twice the input channels, a zero second weight, ``groups=2``, the first group's
+    output kept), unless this machine's plain kernels give the same bits for its shapes
+    (:func:`plain_is_grouped`; on this project's machine only the one-channel first
+    convolution needs the twin). Parameters, names and state are those of :class:`nn.Conv2d`.
+    """
+
+    def _conv_forward(
+        self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        if not ALONE.get() or self.groups != 1 or self.padding_mode != "zeros":
+            return super()._conv_forward(input, weight, bias)
+        conv = (tuple(self.stride), tuple(self.padding), tuple(self.dilation))
+        key = (tuple(input.shape), tuple(weight.shape), bias is not None, conv)
+        twin = not plain_is_grouped(*key, torch.get_num_threads())
+        return _lone_conv(input, weight, bias, conv, twin)

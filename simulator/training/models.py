@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from simulator.training.lanes import ChunkConv2d
+
 
 class SplitModel(nn.Module):
     """A model made of a feature extractor and a linear classifier head."""
@@ -169,14 +171,14 @@ def cnn(
     cin = c
     for b in range(blocks):
         layers += [
-            nn.Conv2d(cin, ch[b], k, padding=k // 2),
+            ChunkConv2d(cin, ch[b], k, padding=k // 2),
             _norm(norm, ch[b], 2),
             nn.ReLU(),
             nn.MaxPool2d(2),
         ]
         cin = ch[b]
     if blocks == 1:  # 8x8 -> 4x4 after one pool; add a second conv without pooling
-        layers += [nn.Conv2d(cin, ch[1], k, padding=k // 2), _norm(norm, ch[1], 2), nn.ReLU()]
+        layers += [ChunkConv2d(cin, ch[1], k, padding=k // 2), _norm(norm, ch[1], 2), nn.ReLU()]
         cin = ch[1]
     side_h, side_w = h // 2**blocks, w // 2**blocks
     layers += [nn.Flatten(), nn.Linear(cin * side_h * side_w, hidden), nn.ReLU()]
