@@ -10,6 +10,7 @@ end to end (README, "Ray actors", says what still differs).
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -125,6 +126,36 @@ def test_chunk_conv_alone_by_hand() -> None:
     assert conv.bias.grad.tolist() == [9.0]
 
 
+def train_some(
+    model: object,
+    layout: FlatLayout,
+    g: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    idx: list[np.ndarray],
+    spec: LocalSpec,
+    ix: list[int],
+    vectorize: bool = True,
+    state: dict | None = None,
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Clients ``ix`` (client i: rows ``idx[i]``, 2 epochs, seed 10 + i, its ``state`` rows)
+    trained in one call, mapped or (``vectorize`` False) one by one: (updates, losses)."""
+    out = train_clients(
+        model,
+        layout,
+        g,
+        x,
+        y,
+        [idx[i] for i in ix],
+        [2] * len(ix),
+        [10 + i for i in ix],
+        spec,
+        vectorize=vectorize,
+        state={k: v[ix] for k, v in (state or {}).items()},
+    )
+    return out.updates, out.losses
+
+
 @pytest.mark.parametrize("shape", [(1, 8, 8), (1, 28, 28)], ids=["8x8", "28x28"])
 def test_cnn_client_alone_the_same_bits_as_in_a_chunk(shape: tuple, one_thread: object) -> None:
     """Four CNN clients trained as one chunk and each alone (unmapped, as the actors train a
@@ -141,20 +172,7 @@ def test_cnn_client_alone_the_same_bits_as_in_a_chunk(shape: tuple, one_thread: 
     idx = [np.arange(30 * i, 30 * i + 13 + i) for i in range(4)]
     spec = LocalSpec(lr=0.1, batch_size=10, step=a)
 
-    def train(ix: list[int], vectorize: bool = True) -> tuple[torch.Tensor, np.ndarray]:
-        out = train_clients(
-            model,
-            layout,
-            g,
-            x,
-            y,
-            [idx[i] for i in ix],
-            [2] * len(ix),
-            [10 + i for i in ix],
-            spec,
-            vectorize=vectorize,
-        )
-        return out.updates, out.losses
+    train = functools.partial(train_some, model, layout, g, x, y, idx, spec)
 
     whole = train([0, 1, 2, 3])
     for vectorize in (False, True):
@@ -221,20 +239,7 @@ def test_steps_with_softplus_give_the_same_bits_in_any_chunk(name: str, params: 
     )
     spec = LocalSpec(lr=0.1, batch_size=10, step=a)
 
-    def train(ix: list[int]) -> tuple[torch.Tensor, np.ndarray]:
-        out = train_clients(
-            model,
-            layout,
-            g,
-            x,
-            y,
-            [idx[i] for i in ix],
-            [2] * len(ix),
-            [10 + i for i in ix],
-            spec,
-            state={k: v[ix] for k, v in state.items()},
-        )
-        return out.updates, out.losses
+    train = functools.partial(train_some, model, layout, g, x, y, idx, spec, state=state)
 
     whole = train(list(range(6)))
     for split in ([0, 1, 2], [3, 4, 5]), ([0, 1], [2, 3, 4, 5]):
