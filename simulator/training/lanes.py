@@ -30,6 +30,7 @@ import contextvars
 import functools
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -95,17 +96,20 @@ def plain_is_grouped(
     beside a zero twin, forward and backward (input, weight and bias gradients), on random
     data: then a lone client needs no twin. Decided once per shape in a process (a few
     milliseconds)."""
-    gen = torch.Generator().manual_seed(0)
-    leaves = [torch.randn(shape, generator=gen), torch.randn(weight, generator=gen)]
-    if bias:
-        leaves.append(torch.randn(weight[0], generator=gen))
-    with torch.enable_grad():
-        results = []
-        for twin in (False, True):
-            ins = [t.clone().requires_grad_(True) for t in leaves]
-            out = _lone_conv(ins[0], ins[1], ins[2] if bias else None, conv, twin)
-            g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
-            results.append([out, *torch.autograd.grad(out, ins, g)])
+    # called inside vmap too (a chunk of one mapped): torch.func's vjp, since autograd's
+    # requires_grad is refused there, on numpy's draws, since vmap refuses torch's random ops
+    rng = np.random.default_rng(0)
+    sizes = [shape, weight] + ([(weight[0],)] if bias else [])
+    leaves = [torch.from_numpy(rng.standard_normal(n, dtype=np.float32)) for n in sizes]
+    results = []
+    for twin in (False, True):
+
+        def conv_of(*ins: torch.Tensor, twin: bool = twin) -> torch.Tensor:
+            return _lone_conv(ins[0], ins[1], ins[2] if bias else None, conv, twin)
+
+        out, back = torch.func.vjp(conv_of, *leaves)
+        g = np.random.default_rng(1).standard_normal(tuple(out.shape), dtype=np.float32)
+        results.append([out, *back(torch.from_numpy(g))])
     return all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
