@@ -65,3 +65,15 @@ def ray_session() -> Iterator[None]:
 
     yield None
     ray.shutdown()
+
+
+@pytest.fixture()
+def one_thread() -> object:
+    """torch on one intra-op thread, as each CPU Ray actor is (the in-process workers keep the
+    process's threads, and a multithreaded product may split its sum by its shape)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

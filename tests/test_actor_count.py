@@ -3,9 +3,9 @@
 The actors' partial sums of a linear rule were float32, so a run's bits depended on how its rows
 were split over actors (each split groups them differently); they are float64 now. MOON's and
 FedVB's per-sample softplus gave a client different bits in chunks of different sizes (the SIMD
-tail); it runs lane-aligned now. A CNN client alone in its chunk took other convolution kernels
-than in a chunk of two or more; alone, it now convolves beside a zero twin. Checked by hand and
-end to end (README, "Ray actors", says what still differs).
+tail); it runs lane-aligned now. A client alone in its chunk, and a forward with the global
+model, are checked in ``test_alone.py``. Checked by hand and end to end (README, "Ray actors",
+says what still differs).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from simulator.algorithms import make_algorithm
 from simulator.config.learning import AlgorithmConfig
 from simulator.config.sections import build_config
 from simulator.training.flat import FlatLayout
-from simulator.training.lanes import ALONE, ChunkConv2d, alone, lane_aligned, plain_is_grouped
+from simulator.training.lanes import lane_aligned
 from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec
-from simulator.training.stacked import train_clients
+from tests.chunk_helper import train_some
 
 
 def test_weighted_sum_by_hand() -> None:
@@ -75,16 +75,6 @@ def run(tmp_path: Path, actors: int, extra: dict) -> list[dict]:
     ]
 
 
-@pytest.fixture()
-def one_thread() -> object:
-    """torch on one intra-op thread, as each CPU Ray actor is (the in-process workers keep the
-    process's threads, and a multithreaded product may split its sum by its shape)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize(
     "extra",
     [
@@ -93,8 +83,10 @@ def one_thread() -> object:
         {"algorithm": "scaffold", "num_clients": 100},
         # on four actors the placement leaves clients alone in their chunks (on one, none)
         {"model": "cnn", "num_clients": 200},
+        # clients with previous models, and a forward with the global model
+        {"model": "cnn", "num_clients": 100, "algorithm": "moon"},
     ],
-    ids=["fedavg", "scaffold", "cnn"],
+    ids=["fedavg", "scaffold", "cnn", "moon-cnn"],
 )
 def test_same_run_on_one_and_four_actors(tmp_path: Path, extra: dict, one_thread: object) -> None:
     """Three rounds of 40 clients of a virtual population on one actor and on four
@@ -102,86 +94,6 @@ def test_same_run_on_one_and_four_actors(tmp_path: Path, extra: dict, one_thread
     training loss, to the last bit."""
     one, four = run(tmp_path, 1, extra), run(tmp_path, 4, extra)
     assert one == four
-
-
-def test_chunk_conv_alone_by_hand() -> None:
-    """A 3x3 all-ones kernel (bias 0.5) over a 3x3 image of ones, zero padding: 4.5 at the
-    corners, 6.5 at the edges, 9.5 at the centre, alone (beside a zero twin) as in a chunk;
-    the weight's gradient of the sum is the count of products each tap takes part in (4 at
-    the corners, 6 at the edges, 9 at the centre) and the bias's 9, alone too."""
-    conv = ChunkConv2d(1, 1, 3, padding=1)
-    with torch.no_grad():
-        conv.weight.fill_(1.0)
-        conv.bias.fill_(0.5)
-    x = torch.ones(1, 1, 3, 3)
-    want = [[4.5, 6.5, 4.5], [6.5, 9.5, 6.5], [4.5, 6.5, 4.5]]
-    assert conv(x)[0, 0].tolist() == want
-    with alone():
-        assert ALONE.get()
-        y = conv(x)
-        assert y.shape == (1, 1, 3, 3) and y[0, 0].tolist() == want
-        y.sum().backward()
-    assert not ALONE.get()
-    assert conv.weight.grad[0, 0].tolist() == [[4.0, 6.0, 4.0], [6.0, 9.0, 6.0], [4.0, 6.0, 4.0]]
-    assert conv.bias.grad.tolist() == [9.0]
-
-
-def train_some(
-    model: object,
-    layout: FlatLayout,
-    g: torch.Tensor,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    idx: list[np.ndarray],
-    spec: LocalSpec,
-    ix: list[int],
-    vectorize: bool = True,
-    state: dict | None = None,
-) -> tuple[torch.Tensor, np.ndarray]:
-    """Clients ``ix`` (client i: rows ``idx[i]``, 2 epochs, seed 10 + i, its ``state`` rows)
-    trained in one call, mapped or (``vectorize`` False) one by one: (updates, losses)."""
-    out = train_clients(
-        model,
-        layout,
-        g,
-        x,
-        y,
-        [idx[i] for i in ix],
-        [2] * len(ix),
-        [10 + i for i in ix],
-        spec,
-        vectorize=vectorize,
-        state={k: v[ix] for k, v in (state or {}).items()},
-    )
-    return out.updates, out.losses
-
-
-@pytest.mark.parametrize("shape", [(1, 8, 8), (1, 28, 28)], ids=["8x8", "28x28"])
-def test_cnn_client_alone_the_same_bits_as_in_a_chunk(shape: tuple, one_thread: object) -> None:
-    """Four CNN clients trained as one chunk and each alone (unmapped, as the actors train a
-    lone client, and mapped as a chunk of one, first, so that the kernel check runs inside vmap):
-    the same updates and losses, bit for bit.
-    Alone, the one-channel first convolution took oneDNN's plain kernels and differed (up to
-    3e-8 after two epochs on this project's AVX-512 machine)."""
-    a = make_algorithm(AlgorithmConfig(algorithm="fedavg"))
-    model = ModelSpec("cnn", shape, 10, hidden=16).build(seed=0)
-    layout = FlatLayout(model)
-    g = layout.flatten(model)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.rand(120, *shape, generator=gen)
-    y = torch.randint(0, 10, (120,), generator=gen)
-    idx = [np.arange(30 * i, 30 * i + 13 + i) for i in range(4)]
-    spec = LocalSpec(lr=0.1, batch_size=10, step=a)
-
-    train = functools.partial(train_some, model, layout, g, x, y, idx, spec)
-
-    whole = train([0, 1, 2, 3])
-    # mapped first: the kernel check then runs inside vmap (it raised there before)
-    plain_is_grouped.cache_clear()
-    for vectorize in (True, False):
-        parts = [train([i], vectorize) for i in range(4)]
-        assert torch.equal(torch.cat([p[0] for p in parts]), whole[0])
-        assert np.array_equal(np.concatenate([p[1] for p in parts]), whole[1])
 
 
 def test_lane_aligned_by_hand() -> None:

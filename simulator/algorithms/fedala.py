@@ -79,6 +79,7 @@ from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm
 from simulator.algorithms.params import Param
 from simulator.config.fields import ConfigError
+from simulator.training.lanes import chunk_linear
 from simulator.training.step import Finish, Start
 
 #: the client-state tables: the local model, the ALA weights, the phase (0, 1, 2)
@@ -246,12 +247,15 @@ class FedALA(Algorithm):
 
             def head_step(wv: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor]:
                 vec = torch.addcmul(l_top, diff, wv)
-                logits = torch.addmm(vec[-c:], h[b], vec[:-c].reshape(c, -1).T)
-                logp = logits.log_softmax(-1) if track else None
-                prob = logp.exp() if logp is not None else logits.softmax(-1)
+                logits = chunk_linear(h[b], vec[:-c].reshape(c, -1), vec[-c:])
+                # the probabilities from the log-probabilities whether or not the loss is
+                # tracked: ``track`` follows the chunk (its iterations), and softmax rounds
+                # otherwise, so a client's W followed the clients trained beside it
+                logp = logits.log_softmax(-1)
+                prob = logp.exp()
                 d = torch.addcmul(minus[b], prob, share[b])  # dL/dlogits
                 grad = torch.cat([(d.T @ h[b]).reshape(-1), d.sum(0)]).mul_(diff)
-                return grad, -(logp * target[b]).sum() if logp is not None else zero
+                return grad, -(logp * target[b]).sum() if track else zero
 
             return head_step
         numels, shapes = [parts[n].numel() for n in top], [parts[n].shape for n in top]

@@ -54,7 +54,7 @@ from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm
 from simulator.algorithms.params import Param, non_negative, positive
 from simulator.config.fields import ConfigError
-from simulator.training.lanes import lane_aligned
+from simulator.training.lanes import ChunkLinear, lane_aligned
 from simulator.training.step import Finish, Step
 
 
@@ -109,8 +109,8 @@ def projection_head(model: Any, out_dim: int) -> Any:
     h = head.in_features
     layers = list(model.body) if isinstance(model.body, nn.Sequential) else [model.body]
     # appended to the same Sequential: the feature extractor's entries keep their names
-    model.body = nn.Sequential(*layers, nn.Linear(h, h), nn.ReLU(), nn.Linear(h, out_dim))
-    model.head = nn.Linear(out_dim, head.out_features)
+    model.body = nn.Sequential(*layers, ChunkLinear(h, h), nn.ReLU(), ChunkLinear(h, out_dim))
+    model.head = ChunkLinear(out_dim, head.out_features)
     return model
 
 

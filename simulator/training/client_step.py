@@ -36,6 +36,18 @@ def splitter(layout: FlatLayout) -> Callable[[torch.Tensor], dict[str, torch.Ten
     return split
 
 
+def global_for(gflat: torch.Tensor, k: int | None) -> torch.Tensor:
+    """The global parameters as a client's step is given them: for ``k`` mapped clients a
+    stride-0 ``[K, P]`` view mapped with them, ``[P]`` for one client alone (``k`` None).
+
+    Mapped unbatched, the global model with the clients' inputs is one product over all K
+    clients' rows, whose kernel, and so whose rounding, follows K (the MNIST CNN's 512x16
+    layer rounds 10 rows one way alone and another beside 10 more), so a client's bits would
+    follow its chunk's size. Mapped, each client's product is its own, as alone.
+    """
+    return gflat if k is None else gflat.expand(k, -1)
+
+
 def default_method(name: str) -> Any:
     """The base :class:`~simulator.algorithms.base.Algorithm`'s method ``name``."""
     from simulator.algorithms.base import Algorithm
@@ -71,7 +83,6 @@ class ClientStep:
     ) -> None:
         self.model, self.step, self.split = model, step, splitter(layout)
         self.gflat, self.shared = gflat, shared
-        self.gparams = self.split(gflat)
         self.p = layout.num_params
         self.aux = dict(aux or {})
         #: the step's objective is the plain cross-entropy (FedAvg): no features, no second
@@ -134,10 +145,12 @@ class ClientStep:
         logits: torch.Tensor,
         ce: torch.Tensor,
         state: dict,
+        gvec: torch.Tensor,
         index: torch.Tensor | None = None,
         public: bool = False,
     ) -> torch.Tensor:
-        """The step's ``client_loss`` on one batch; ``public`` for a pass over the public set,
+        """The step's ``client_loss`` on one batch; ``gvec`` the global parameters (mapped
+        with the clients: see :func:`global_for`), ``public`` for a pass over the public set,
         ``index`` its rows there."""
         pflat = pvec[: self.p] if self.aux else pvec
 
@@ -160,8 +173,8 @@ class ClientStep:
                 feats,
                 logits,
                 ce,
-                self.gflat,
-                self.gparams,
+                gvec,
+                self.split(gvec),
                 state,
                 self.shared,
                 forward,
@@ -194,6 +207,7 @@ class ClientStep:
         m: torch.Tensor,
         buffers: dict,
         noise: torch.Tensor,
+        gvec: torch.Tensor,
         iterations: int,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The step's ``client_start`` for one client: its start ``[P]`` and store rows;
@@ -202,7 +216,7 @@ class ClientStep:
         start, rows = self.step.client_start(
             Start(
                 pflat,
-                self.gflat,
+                gvec,
                 state,
                 self.shared,
                 x,
@@ -226,6 +240,7 @@ class ClientStep:
         y: torch.Tensor,
         m: torch.Tensor,
         buffers: dict,
+        gvec: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
         """The step's ``client_finish`` for one client after its local steps; ``x, y, m`` are
         its batches ``[S, B, ...]`` with ``m`` marking each sample once (its first epoch)."""
@@ -233,7 +248,7 @@ class ClientStep:
         return self.step.client_finish(
             Finish(
                 pflat,
-                self.gflat,
+                gvec,
                 state,
                 self.shared,
                 steps,

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch.func import vmap
 
+from simulator.training.client_step import global_for
 from simulator.training.lanes import alone
 from simulator.training.loop import LocalTraining
 
@@ -84,7 +85,7 @@ def _stacked(
     losses = (loss_sum / lt.steps.clamp_min(1)).cpu().numpy()
     with torch.no_grad():
         outputs = (
-            vmap(cs.finish, in_dims=(0, 0, 0, None, 0, 0, 0, 0))(
+            vmap(cs.finish, in_dims=(0, 0, 0, None, 0, 0, 0, 0, 0))(
                 new_p,
                 state,
                 lt.steps.to(new_p.dtype),
@@ -93,6 +94,7 @@ def _stacked(
                 lt.ys1,
                 lt.first,
                 buffers,
+                global_for(lt.gflat, k),
             )
             if k and cs.finishes
             else {}
@@ -150,6 +152,7 @@ def _one_by_one(
                     lt.ys1[i],
                     lt.first[i],
                     buffers,
+                    lt.gflat,
                 )
                 if cs.finishes
                 else {}

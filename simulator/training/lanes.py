@@ -87,6 +87,26 @@ def _lone_conv(
     return out if b is None else out + b.reshape(-1, 1, 1)
 
 
+def _with_gradients(
+    fn: Callable[..., torch.Tensor], leaves: list[torch.Tensor]
+) -> list[torch.Tensor]:
+    """``fn(*leaves)`` and its gradients for a fixed random output gradient: by autograd, or,
+    inside vmap (a chunk of one mapped), where autograd's ``requires_grad_`` is refused, by
+    torch.func's vjp (whose first call in a process takes ~1 s)."""
+    gen = np.random.default_rng(1)
+    try:
+        ins = [t.clone().requires_grad_(True) for t in leaves]
+    except RuntimeError:
+        out, back = torch.func.vjp(fn, *leaves)
+        g = torch.from_numpy(gen.standard_normal(tuple(out.shape), dtype=np.float32))
+        return [out, *back(g)]
+    with torch.enable_grad():
+        out = fn(*ins)
+        g = torch.from_numpy(gen.standard_normal(tuple(out.shape), dtype=np.float32))
+        # a scalar's gradient (grad_outputs would import torch.fx's symbolic shapes: 0.4 s)
+        return [out.detach(), *torch.autograd.grad((out * g).sum(), ins)]
+
+
 @functools.lru_cache(maxsize=256)
 def plain_is_grouped(
     shape: tuple[int, ...], weight: tuple[int, ...], bias: bool, conv: tuple, threads: int
@@ -96,9 +116,7 @@ def plain_is_grouped(
     beside a zero twin, forward and backward (input, weight and bias gradients), on random
     data: then a lone client needs no twin. Decided once per shape in a process (a few
     milliseconds)."""
-    # called inside vmap too (a chunk of one mapped): torch.func's vjp, since autograd's
-    # requires_grad is refused there, on numpy's draws, since vmap refuses torch's random ops
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(0)  # numpy's draws: vmap refuses torch's random ops
     sizes = [shape, weight] + ([(weight[0],)] if bias else [])
     leaves = [torch.from_numpy(rng.standard_normal(n, dtype=np.float32)) for n in sizes]
     results = []
@@ -107,10 +125,30 @@ def plain_is_grouped(
         def conv_of(*ins: torch.Tensor, twin: bool = twin) -> torch.Tensor:
             return _lone_conv(ins[0], ins[1], ins[2] if bias else None, conv, twin)
 
-        out, back = torch.func.vjp(conv_of, *leaves)
-        g = np.random.default_rng(1).standard_normal(tuple(out.shape), dtype=np.float32)
-        results.append([out, *back(torch.from_numpy(g))])
+        results.append(_with_gradients(conv_of, leaves))
     return all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
+def chunk_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, w, b)`` with the same bits for a client alone (:data:`ALONE`) as in a
+    chunk: there, a batched product. MKL computes a plain product of 20 or more rows by a wide
+    matrix (784 x 16) with other kernels than the batched one ``vmap`` makes of it, and rounds
+    the forward otherwise (the gradients agree), so a client trained alone with
+    ``--batch-size 32`` differed from the same client in a chunk; as a batch of one product it
+    does not."""
+    if not ALONE.get() or x.dim() < 2:
+        return F.linear(x, w, b)
+    rows = x.reshape(1, -1, x.shape[-1])
+    out = torch.matmul(rows, w.t().unsqueeze(0)).reshape(*x.shape[:-1], w.shape[0])
+    return out if b is None else out + b
+
+
+class ChunkLinear(nn.Linear):
+    """:class:`nn.Linear` computed by :func:`chunk_linear`: the same bits for a client alone as
+    in a chunk. Parameters, names and state are those of :class:`nn.Linear`."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return chunk_linear(input, self.weight, self.bias)
 
 
 class ChunkConv2d(nn.Conv2d):

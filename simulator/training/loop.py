@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import vmap
 
-from simulator.training.client_step import ClientStep
+from simulator.training.client_step import ClientStep, global_for
 from simulator.training.flat import FlatLayout
 from simulator.training.noise import START_TAG, client_noise
 from simulator.training.phases import Phase, grad_mask, public_phases
@@ -127,6 +127,7 @@ class LocalTraining:
         forward = vmap(fwd, randomness=randomness) if batched else fwd
         loss_fn = partial(cs.loss, public=True) if public else cs.loss
         term = vmap(loss_fn, randomness=randomness) if batched else loss_fn
+        gvec = global_for(self.gflat, lead[0] if batched else None)
         loss_sum = torch.zeros(lead, device=self.device)
         buf = torch.zeros_like(pvec) if mom else None
         for s in range(phase.steps):
@@ -143,7 +144,7 @@ class LocalTraining:
             if public:  # no labels: the step's own objective, from a zero cross-entropy
                 zero = torch.zeros(lead, device=self.device)
                 loss = term(
-                    pvec, buffers, x, y, m, nz, feats, logits, zero, own, phase.index[sl, s]
+                    pvec, buffers, x, y, m, nz, feats, logits, zero, own, gvec, phase.index[sl, s]
                 )
             else:
                 ce = F.cross_entropy(
@@ -151,7 +152,7 @@ class LocalTraining:
                 ).reshape(m.shape)
                 loss = (ce * m).sum(-1) / m.sum(-1).clamp_min(1.0)
                 if not cs.plain:
-                    loss = term(pvec, buffers, x, y, m, nz, feats, logits, loss, own)
+                    loss = term(pvec, buffers, x, y, m, nz, feats, logits, loss, own, gvec)
             (grad,) = torch.autograd.grad(loss.sum(), pvec)
             a = act.to(pvec.dtype)
             am = a.unsqueeze(-1) if batched else a
@@ -175,28 +176,27 @@ class LocalTraining:
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Where the local steps start, by the step's ``client_start`` where it overrides it:
         all K clients mapped (``i`` None; ``pflat`` ``[K, P]``; with ``own`` False no client
-        has a start of its own, and the start sees the global model unbatched, so a forward
-        with it is one plain product) or client ``i`` alone. Returns the start(s) and the store
-        rows the start wrote (``{}`` without a start)."""
+        has a start of its own, and each starts from the global model, mapped as
+        :func:`~simulator.training.client_step.global_for` says) or client ``i`` alone.
+        Returns the start(s) and the store rows the start wrote (``{}`` without a start)."""
         cs = self.cs
         if not cs.starts or not self.k:
             return pflat, {}
         if i is None:
             n_it = int(self.step_obj.start_iterations(state))
-            new, rows = vmap(
-                lambda *a: cs.start(*a, n_it), in_dims=(0 if own else None, 0, 0, 0, 0, 0, 0)
-            )(
-                pflat if own else self.gflat,
+            new, rows = vmap(lambda *a: cs.start(*a, n_it))(
+                pflat if own else global_for(self.gflat, self.k),
                 state,
                 self.xs1,
                 self.ys1,
                 self.first,
                 buffers,
                 self.start_noise,
+                global_for(self.gflat, self.k),
             )
         else:
             n_it = int(self.step_obj.start_iterations({n: t[i : i + 1] for n, t in state.items()}))
             own = {n: t[i] for n, t in state.items()}
             x, y, m, nz = self.xs1[i], self.ys1[i], self.first[i], self.start_noise[i]
-            new, rows = cs.start(pflat, own, x, y, m, buffers, nz, n_it)
+            new, rows = cs.start(pflat, own, x, y, m, buffers, nz, self.gflat, n_it)
         return new.detach().contiguous(), {t: v.detach() for t, v in rows.items()}

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from simulator.training.lanes import ChunkConv2d
+from simulator.training.lanes import ChunkConv2d, ChunkLinear
 
 
 class SplitModel(nn.Module):
@@ -120,7 +120,7 @@ def logreg(
 ) -> SplitModel:
     """Multinomial logistic regression (the FedProx synthetic baseline)."""
     del hidden, norm
-    return SplitModel(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
+    return SplitModel(nn.Flatten(), ChunkLinear(math.prod(input_shape), num_classes))
 
 
 def mlp(
@@ -130,14 +130,14 @@ def mlp(
     d = math.prod(input_shape)
     body = nn.Sequential(
         nn.Flatten(),
-        nn.Linear(d, hidden),
+        ChunkLinear(d, hidden),
         _norm(norm, hidden, 1),
         nn.ReLU(),
-        nn.Linear(hidden, hidden),
+        ChunkLinear(hidden, hidden),
         _norm(norm, hidden, 1),
         nn.ReLU(),
     )
-    return SplitModel(body, nn.Linear(hidden, num_classes))
+    return SplitModel(body, ChunkLinear(hidden, num_classes))
 
 
 def mlp1(
@@ -145,9 +145,9 @@ def mlp1(
 ) -> SplitModel:
     """One-hidden-layer perceptron (784-100-10 in PFNM's and FedMA's one-shot MNIST runs)."""
     body = nn.Sequential(
-        nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), _norm(norm, hidden, 1), nn.ReLU()
+        nn.Flatten(), ChunkLinear(math.prod(input_shape), hidden), _norm(norm, hidden, 1), nn.ReLU()
     )
-    return SplitModel(body, nn.Linear(hidden, num_classes))
+    return SplitModel(body, ChunkLinear(hidden, num_classes))
 
 
 def cnn(
@@ -181,8 +181,8 @@ def cnn(
         layers += [ChunkConv2d(cin, ch[1], k, padding=k // 2), _norm(norm, ch[1], 2), nn.ReLU()]
         cin = ch[1]
     side_h, side_w = h // 2**blocks, w // 2**blocks
-    layers += [nn.Flatten(), nn.Linear(cin * side_h * side_w, hidden), nn.ReLU()]
-    return SplitModel(nn.Sequential(*layers), nn.Linear(hidden, num_classes))
+    layers += [nn.Flatten(), ChunkLinear(cin * side_h * side_w, hidden), nn.ReLU()]
+    return SplitModel(nn.Sequential(*layers), ChunkLinear(hidden, num_classes))
 
 
 MODELS: dict[str, Callable[..., SplitModel]] = {
