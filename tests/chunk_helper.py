@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from simulator.training.flat import FlatLayout
+from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec
 from simulator.training.stacked import train_clients
 
@@ -38,3 +39,16 @@ def train_some(
         state={k: v[ix] for k, v in (state or {}).items()},
     )
     return out.updates, out.losses
+
+
+def small_mlp(
+    rows: int, extension: object = None, norm: str = "none"
+) -> tuple[object, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The 8x8-input MLP (hidden 16, seed 0, an algorithm's ``extension``), its layout and flat
+    model, and ``rows`` random samples with labels (seed 0): ``(model, layout, g, x, y)``."""
+    model = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, norm=norm, extension=extension).build(seed=0)
+    layout = FlatLayout(model)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(rows, 1, 8, 8, generator=gen)
+    y = torch.randint(0, 10, (rows,), generator=gen)
+    return model, layout, layout.flatten(model), x, y

@@ -23,11 +23,9 @@ from actors.merge import weighted_sum
 from simulator.algorithms import make_algorithm
 from simulator.config.learning import AlgorithmConfig
 from simulator.config.sections import build_config
-from simulator.training.flat import FlatLayout
 from simulator.training.lanes import lane_aligned
-from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec
-from tests.chunk_helper import train_some
+from tests.chunk_helper import small_mlp, train_some
 
 
 def test_weighted_sum_by_hand() -> None:
@@ -126,15 +124,6 @@ def test_lane_aligned_softplus_the_same_bits_beside_any_number_of_clients() -> N
             assert torch.equal(y[i], alone[i][0][0]) and torch.equal(g[i], alone[i][1][0])
 
 
-def chunk_model(a: object) -> tuple[object, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
-    model = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, extension=a).build(seed=0)
-    layout = FlatLayout(model)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.rand(120, 1, 8, 8, generator=gen)
-    y = torch.randint(0, 10, (120,), generator=gen)
-    return model, layout, layout.flatten(model), x, y
-
-
 @pytest.mark.parametrize(
     "name, params", [("moon", {"mu": 5.0, "out_dim": 8}), ("fedvb", {})], ids=["moon", "fedvb"]
 )
@@ -143,7 +132,7 @@ def test_steps_with_softplus_give_the_same_bits_in_any_chunk(name: str, params: 
     the same updates and losses, bit for bit. Before the lane alignment MOON's per-row and
     FedVB's per-class softplus differed between these."""
     a = make_algorithm(AlgorithmConfig(algorithm=name, algorithm_params=params))
-    model, layout, g, x, y = chunk_model(a)
+    model, layout, g, x, y = small_mlp(120, a)
     n = layout.num_params
     idx = [np.arange(20 * i, 20 * i + 13 + i) for i in range(6)]
     gen = torch.Generator().manual_seed(1)

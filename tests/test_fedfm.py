@@ -24,11 +24,10 @@ from simulator.config.learning import AlgorithmConfig
 from simulator.config.sections import build_config
 from simulator.run.experiment import resume_config, run_experiment
 from simulator.run.output import read_events
-from simulator.training.flat import FlatLayout
-from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec
 from simulator.training.stacked import train_clients
 from simulator.training.step import Finish
+from tests.chunk_helper import small_mlp
 
 
 def fedfm(name: str = "fedfm", **params: Any) -> Any:
@@ -153,21 +152,12 @@ def test_finish_uses_global_or_local_model() -> None:
 IDX = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
 
 
-def setup(norm: str = "none") -> tuple[Any, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
-    model = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, norm=norm).build(seed=0)
-    layout = FlatLayout(model)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.rand(60, 1, 8, 8, generator=gen)
-    y = torch.randint(0, 10, (60,), generator=gen)
-    return model, layout, layout.flatten(model), x, y
-
-
 @pytest.mark.parametrize(
     "name, norm, momentum", [("fedfm", "none", 0.9), ("fedfm_lite", "batch", 0.0)]
 )
 def test_vectorized_equals_sequential_with_anchors(name: str, norm: str, momentum: float) -> None:
     a = fedfm(name, lam=2.0, alpha=0.1)
-    model, layout, g, x, y = setup(norm)
+    model, layout, g, x, y = small_mlp(60, norm=norm)
     anchors = torch.randn(10, 16, generator=torch.Generator().manual_seed(2)).abs()
     spec = LocalSpec(lr=0.1, batch_size=10, weight_decay=1e-3, step=a, momentum=momentum)
     on = {"anchors": anchors, "fm_weight": torch.tensor([2.0])}

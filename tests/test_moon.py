@@ -18,10 +18,10 @@ from simulator.config.learning import AlgorithmConfig
 from simulator.config.sections import build_config
 from simulator.run.experiment import resume_config, run_experiment
 from simulator.run.output import read_events
-from simulator.training.flat import FlatLayout
 from simulator.training.models import ModelSpec
 from simulator.training.spec import LocalSpec
 from simulator.training.stacked import train_clients
+from tests.chunk_helper import small_mlp
 
 
 def moon(**params: Any) -> Any:
@@ -84,23 +84,12 @@ def test_projection_head_and_parameters() -> None:
 IDX = [np.arange(0, 5), np.arange(5, 17), np.arange(17, 37), np.arange(37, 45)]
 
 
-def setup(
-    a: Any, norm: str = "none"
-) -> tuple[Any, FlatLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
-    model = ModelSpec("mlp", (1, 8, 8), 10, hidden=16, norm=norm, extension=a).build(seed=0)
-    layout = FlatLayout(model)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.rand(60, 1, 8, 8, generator=gen)
-    y = torch.randint(0, 10, (60,), generator=gen)
-    return model, layout, layout.flatten(model), x, y
-
-
 def test_first_round_equals_fedavg_on_the_same_model() -> None:
     """A client that never trained contrasts with the global model: zero gradient, so its
     update equals mu = 0 (FedAvg on MOON's model); with a previous model it differs. The store
     rows come back as the trained model and the flag 1 (kept for the client with no step)."""
     a = moon(mu=5.0, out_dim=8)
-    model, layout, g, x, y = setup(a)
+    model, layout, g, x, y = small_mlp(60, a)
     n = layout.num_params
     gen = torch.Generator().manual_seed(3)
     prev = g[:n] + 0.1 * torch.randn(4, n, generator=gen)
@@ -132,7 +121,7 @@ def test_first_round_equals_fedavg_on_the_same_model() -> None:
 @pytest.mark.parametrize("norm, momentum", [("none", 0.9), ("batch", 0.0)])
 def test_vectorized_equals_sequential(norm: str, momentum: float) -> None:
     a = moon(mu=5.0, tau=0.5, out_dim=8)
-    model, layout, g, x, y = setup(a, norm)
+    model, layout, g, x, y = small_mlp(60, a, norm)
     n = layout.num_params
     gen = torch.Generator().manual_seed(1)
     state = {
