@@ -65,8 +65,9 @@ class ClientStep:
     """One client's forward pass and, for an algorithm with its own objective, its
     ``client_loss`` on the batch.
 
-    ``gflat`` and ``shared`` are the round's (unbatched) global parameters and server tensors,
-    captured rather than mapped. ``aux`` names the client-state tables trained beside the model
+    ``shared`` are the round's server tensors, captured rather than mapped; the global
+    parameters are given to each call (:func:`global_for`). ``aux`` names the client-state
+    tables trained beside the model
     (:attr:`~simulator.algorithms.base.Algorithm.client_trainable`) with their sizes: they are
     the last entries of the trained vector, after the model's ``P`` parameters.
     """
@@ -76,13 +77,12 @@ class ClientStep:
         model: nn.Module,
         layout: FlatLayout,
         step: Any,
-        gflat: torch.Tensor,
         shared: dict[str, torch.Tensor],
         aux: dict[str, int] | None = None,
         noisy: bool = False,
     ) -> None:
         self.model, self.step, self.split = model, step, splitter(layout)
-        self.gflat, self.shared = gflat, shared
+        self.shared = shared
         self.p = layout.num_params
         self.aux = dict(aux or {})
         #: the step's objective is the plain cross-entropy (FedAvg): no features, no second

@@ -22,8 +22,8 @@ def run_stacked(
 ) -> tuple[torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
     """All K clients as one ``[K, P]`` computation: (updates, losses, outputs).
 
-    A chunk of one client runs :data:`~simulator.training.lanes.ALONE`, so that its
-    convolutions take the kernels of a chunk of two or more.
+    A chunk of one client runs :data:`~simulator.training.lanes.ALONE`, so that its linear
+    layers and convolutions compute as a chunk of two or more does.
 
     Parameters
     ----------

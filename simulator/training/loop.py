@@ -66,7 +66,7 @@ class LocalTraining:
         )
         self.noise = client_noise(seeds, mask.shape[1], n_noise, device)
         self.private = Phase(xs, ys, mask_t, self.noise)
-        self.cs = ClientStep(model, layout, step_obj, gflat, shared, self.aux, noisy=n_noise > 0)
+        self.cs = ClientStep(model, layout, step_obj, shared, self.aux, noisy=n_noise > 0)
         # the start's draws ([K, D]), from each client's own stream apart from its steps'
         n_start = (
             int(step_obj.start_noise_size(layout))
