@@ -122,3 +122,22 @@ def ensure_ray(
             log_to_driver=False,
             configure_logging=True,
         )
+
+
+def ray_is_up() -> bool:
+    """Whether this process has a Ray initialised (without importing Ray where nothing did)."""
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
+def let_ray_go(was_up: bool) -> None:
+    """Shut down the Ray a command started or joined, unless one was up before it
+    (``was_up``: :func:`ray_is_up` at its start, e.g. a test session's); best effort."""
+    if was_up or not ray_is_up():
+        return
+    import ray
+
+    try:
+        ray.shutdown()
+    except Exception:  # noqa: BLE001 - a Ray already half gone: the stop line matters more
+        pass

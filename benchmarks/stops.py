@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from actors.ray_setup import let_ray_go, ray_is_up
 from simulator.run.stop import report_stop, sigterm_raises, stopped
 
 #: seconds the processes of a stopped benchmark get to end on their own before SIGKILL
@@ -163,11 +164,6 @@ def ctrl_c_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _ray_up() -> bool:
-    ray = sys.modules.get("ray")
-    return bool(ray is not None and ray.is_initialized())
-
-
 def run_stoppable(
     name: str,
     body: Callable[[], int],
@@ -201,7 +197,7 @@ def run_stoppable(
     mark = f"FEDSENTRY_BENCHMARK_{os.getpid()}_{uuid.uuid4().hex[:12]}"
     env = {mark: "1", **{k: v for k, v in RAY_ENV.items() if k not in os.environ}}
     os.environ.update(env)  # inherited by every process started from here on
-    ray_before = _ray_up()
+    ray_before = ray_is_up()
     _WRITTEN.clear()
     seen: list[int] = []  # Ctrl-C came: an error that follows it is the stop's (a worker it
     # ended first breaks a process pool: BrokenProcessPool could reach here before it)
@@ -217,10 +213,7 @@ def run_stoppable(
                 raise
             finally:
                 try:
-                    if not ray_before and _ray_up():
-                        import ray
-
-                        ray.shutdown()
+                    let_ray_go(ray_before)
                 finally:
                     end_started(mark)
     except (KeyboardInterrupt, OSError) as e:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from actors.ray_setup import let_ray_go, ray_is_up
 from simulator.config.fields import ConfigError, type_name
 from simulator.config.sections import SECTIONS, Config, field_index, load_config
 from simulator.run.stop import sigterm_raises, stopped
@@ -43,22 +44,6 @@ def _resume_hint(cfg: Config, then: str = "; ") -> str:
         else "it saved no checkpoint to resume from: --checkpoint-every N makes a run resumable"
     )
     return f"; events so far are in {out} ({why})"
-
-
-def _ray_up() -> bool:
-    ray = sys.modules.get("ray")
-    return bool(ray is not None and ray.is_initialized())
-
-
-def _let_ray_go(was_up: bool) -> None:
-    """Shut down the Ray this command started or joined (not one up before it, e.g. a test
-    session's); best effort."""
-    ray = sys.modules.get("ray")
-    if not was_up and ray is not None and ray.is_initialized():
-        try:
-            ray.shutdown()
-        except Exception:  # noqa: BLE001 - a Ray already half gone: the stop line matters more
-            pass
 
 
 def _stopped_line(e: KeyboardInterrupt, cfg: Config | None) -> str:
@@ -171,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     from simulator.run.appendlog import is_disk_full
     from simulator.run.experiment import SHOWN, resume_config, run_experiment
 
-    ray_was_up = _ray_up()
+    ray_was_up = ray_is_up()
     try:
         if flat.get("resume"):
             others = sorted(k for k in flat if k not in ("resume", *SHOWN))
@@ -217,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        _let_ray_go(ray_was_up)  # its processes' last words (a killed GCS) before the line
+        let_ray_go(ray_was_up)  # its processes' last words (a killed GCS) before the line
         print(_stopped_line(e, cfg if "cfg" in locals() else None), file=sys.stderr)
         return stopped(e)[1]
     except OSError as e:
