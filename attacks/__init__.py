@@ -21,6 +21,7 @@ from attacks.base import (
     pick_malicious,
     redraw_malicious,
 )
+from simulator.registry import check_params
 
 
 def make_attack(name: str, **params: Any) -> Attack | None:
@@ -31,8 +32,7 @@ def make_attack(name: str, **params: Any) -> Attack | None:
     """
     cls = ATTACKS.get(name)  # unknown name: "unknown attack 'x'; valid: [...]"
     if cls is None:
-        if params:
-            raise ValueError(f"attack {name!r}: unknown parameter {sorted(params)[0]!r}; valid: []")
+        check_params(f"attack {name!r}", params, [])
         return None
     return cls(**params)
 

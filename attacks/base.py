@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from simulator.registry import Registry
+from simulator.registry import Registry, check_params
 
 #: mixed into the run seed so the malicious set does not share a stream with sampling or data
 _PICK_TAG = 0xA77AC4
@@ -51,12 +51,7 @@ class Attack:
     defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **params: Any) -> None:
-        unknown = sorted(set(params) - set(self.defaults))
-        if unknown:
-            raise ValueError(
-                f"attack {self.name!r}: unknown parameter {unknown[0]!r}; "
-                f"valid: {sorted(self.defaults)}"
-            )
+        check_params(f"attack {self.name!r}", params, self.defaults)
         self.params: dict[str, Any] = {**self.defaults, **params}
         self.check()
 

@@ -24,6 +24,7 @@ from defenses.base import (
 )
 from defenses.bucketing import BucketableDefense, check_bucket
 from defenses.nnm import check_nnm, check_rank
+from simulator.registry import check_params
 
 
 def make_defense(name: str, **params: Any) -> Defense:
@@ -46,9 +47,7 @@ def make_defense(name: str, **params: Any) -> Defense:
     ]
     if cls.bucketable:
         valid += ["bucket", "nnm", "nnm_rank"]
-    for p in params:
-        if p not in valid:
-            raise ValueError(f"defense {name!r}: unknown parameter {p!r}; valid: {valid}")
+    check_params(f"defense {name!r}", params, valid)
     bucket = check_bucket(name, params.pop("bucket", 1))
     nnm = check_nnm(name, params.pop("nnm", 0))
     rank = check_rank(name, params.pop("nnm_rank", "distance"))

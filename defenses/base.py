@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from simulator.registry import Registry
+from simulator.registry import Registry, check_params
 
 
 class PreconditionError(ValueError):
@@ -134,10 +134,7 @@ class Defense:
         raise NotImplementedError
 
     def __init__(self, **params: Any) -> None:
-        if params:
-            raise ValueError(
-                f"defense {self.name!r}: unknown parameter {sorted(params)[0]!r}; valid: []"
-            )
+        check_params(f"defense {self.name!r}", params, [])
 
     def aggregate(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:
         raise NotImplementedError

@@ -5,7 +5,9 @@ partitions, heterogeneity cases) keeps a :class:`Registry`. A plugin is one file
 package whose object is decorated with ``@REGISTRY.register`` (its ``name`` attribute) or
 ``@REGISTRY.register("name")``; :meth:`Registry.discover` imports every module of the package, so
 adding a plugin touches no other file. Looking up an unknown name raises :class:`UnknownName`
-(a ``ValueError``) listing the valid ones.
+(a ``ValueError``) listing the valid ones; a plugin's parameters are checked by
+:func:`check_params`, which every kind's error goes through (``KIND 'name': unknown parameter
+'x'; valid: [...]``).
 
 The registry itself lives in the kind's package ``__init__`` (or its ``base`` module); a plugin
 file imports it back, which is the one import cycle ``tools/import_cycles.py`` allows.
@@ -13,9 +15,10 @@ file imports it back, which is the one import cycle ``tools/import_cycles.py`` a
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -23,6 +26,28 @@ T = TypeVar("T")
 
 class UnknownName(ValueError):
     """A name no plugin of a kind is registered under; the message lists the valid ones."""
+
+
+def check_params(
+    what: str,
+    given: Iterable[str],
+    valid: Iterable[str],
+    required: Iterable[str] = (),
+    error: type[Exception] = ValueError,
+) -> None:
+    """Raise ``error`` in one line where ``given`` (parameter names) holds one not in
+    ``valid`` or lacks one of ``required``: ``"{what}: unknown parameter 'x'; valid: [...]"``
+    (the first such name, the valid ones sorted), or ``"missing parameter"``. ``what`` names
+    the plugin, e.g. ``"defense 'krum'"``.
+
+    >>> check_params("attack 'noise'", ["sigma", "scale"], ["sigma"])
+    Traceback (most recent call last):
+    ValueError: attack 'noise': unknown parameter 'scale'; valid: ['sigma']
+    """
+    names, ok = set(given), sorted(valid)
+    for kind, bad in (("unknown", names - set(ok)), ("missing", set(required) - names)):
+        if bad:
+            raise error(f"{what}: {kind} parameter {min(bad)!r}; valid: {ok}")
 
 
 class Registry(Generic[T]):
@@ -80,6 +105,20 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             raise UnknownName(f"unknown {self.kind} {name!r}; valid: {self.names()}") from None
+
+    def parameters(self, name: str) -> dict[str, Any]:
+        """Parameter name -> default (``dataclasses.MISSING`` when required) of plugin
+        ``name``, a dataclass; an unknown name lists the valid ones."""
+        return {f.name: f.default for f in dataclasses.fields(self.get(name))}  # type: ignore[arg-type]
+
+    def build(self, name: str, **params: Any) -> T:
+        """Plugin ``name`` (a dataclass) made with ``params``; an unknown name, an unknown
+        parameter or a missing required one raises ``ValueError`` in one line listing the valid
+        ones (:func:`check_params`)."""
+        valid = self.parameters(name)
+        required = [p for p, d in valid.items() if d is dataclasses.MISSING]
+        check_params(f"{self.kind} {name!r}", params, valid, required)
+        return self.get(name)(**params)  # type: ignore[operator]
 
     def names(self) -> list[str]:
         """The registered names, sorted."""

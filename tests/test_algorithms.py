@@ -34,11 +34,15 @@ def test_registry_and_parameters() -> None:
     assert {"fedavg", "fedprox", "feddyn", "scaffold"} <= set(ALGORITHMS)
     assert algo("feddyn").p == {"alpha": 0.01}
     assert algo("fedprox", mu="1e-3").p == {"mu": 0.001}  # YAML reads 1e-3 as a string
-    with pytest.raises(ConfigError, match=r"feddyn has no parameter 'beta'; valid: \['alpha'\]"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm 'feddyn': unknown parameter 'beta'; valid: \['alpha'\]"
+    ):
         algo("feddyn", beta=1)
     with pytest.raises(ConfigError, match=r"feddyn alpha=0.0 invalid; must be float > 0"):
         algo("feddyn", alpha=0)
-    with pytest.raises(ConfigError, match=r"scaffold has no parameter 'mu'; valid: \[\]"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm 'scaffold': unknown parameter 'mu'; valid: \[\]"
+    ):
         algo("scaffold", mu=0.1)
     with pytest.raises(ConfigError, match="unknown value 'fedsgd'"):
         build_config(flat={"algorithm": "fedsgd"})

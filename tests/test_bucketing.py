@@ -75,7 +75,7 @@ def test_precondition_counts_buckets() -> None:
             "median",
             {"buckets": 2},
             r"'median': unknown parameter 'buckets'; "
-            r"valid: \['weighting', 'bucket', 'nnm', 'nnm_rank'\]",
+            r"valid: \['bucket', 'nnm', 'nnm_rank', 'weighting'\]",
         ),
     ],
 )

@@ -192,7 +192,7 @@ def test_make_policy_builds_each_policy() -> None:
         ("fastest", {}, "first_k.*wait_for_all|wait_for_all.*first_k"),
         ("deadline", {"deadline": 3.0}, "deadline_s"),
         ("deadline", {}, "missing.*deadline_s"),
-        ("wait_for_all", {"k": 2}, "unknown parameters \\['k'\\]"),
+        ("wait_for_all", {"k": 2}, "unknown parameter 'k'"),
         ("deadline", {"deadline_s": 0.0}, "deadline_s"),
         ("deadline_carryover", {"deadline_s": -1.0}, "deadline_s"),
         ("deadline_carryover", {"deadline_s": 1.0, "max_staleness": -1}, "max_staleness"),

@@ -118,7 +118,9 @@ def test_bad_settings_fail_in_one_line(make_config: MakeConfig) -> None:
         make_config(compression="mask", compression_params={"importance": "hessian"})
     with pytest.raises(ConfigError, match=r"direction must be one of \['up', 'down', 'both'\]"):
         make_config(compression="mask", compression_params={"direction": "sideways"})
-    with pytest.raises(ValueError, match=r"unknown parameter 'k'; valid parameters: \['dir"):
+    with pytest.raises(
+        ValueError, match=r"compression 'mask': unknown parameter 'k'; valid: \['dir"
+    ):
         make_compressor("mask", k=3)
 
 

@@ -139,7 +139,9 @@ def test_parameters_are_checked() -> None:
     assert ditto().p == {"lam": 1.0}
     with pytest.raises(ConfigError, match=r"ditto lam=-1.0 invalid; must be float >= 0"):
         ditto(lam=-1.0)
-    with pytest.raises(ConfigError, match=r"ditto has no parameter 'mu'; valid: \['lam'\]"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm 'ditto': unknown parameter 'mu'; valid: \['lam'\]"
+    ):
         ditto(mu=1.0)
     assert ditto().local_parameters(["body.1.weight", "head.bias"]) == []
 

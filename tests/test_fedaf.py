@@ -307,7 +307,9 @@ def test_wire_bytes_by_hand() -> None:
 def test_parameters_and_batch_norm_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"fedaf gamma=1.5 invalid; must be float in \[0, 1\]"):
         fedaf(gamma=1.5)
-    with pytest.raises(ConfigError, match=r"fedaf has no parameter 'ipcs'; valid: \['gamma',"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm 'fedaf': unknown parameter 'ipcs'; valid: \['gamma',"
+    ):
         fedaf(ipcs=3)
     with pytest.raises(ConfigError, match="^model.norm: fedaf embeds real batches"):
         ModelSpec("mlp", (1, 8, 8), 10, hidden=6, norm="batch", extension=fedaf()).build(0)

@@ -214,7 +214,9 @@ def test_layers_and_parameters() -> None:
         fedala(p=4).local_parameters(names + ["head.bias"])
     with pytest.raises(ConfigError, match=r"fedala s=0 invalid; must be int in \[1, 100\]"):
         fedala(s=0)
-    with pytest.raises(ConfigError, match=r"fedala has no parameter 'rate'; valid: \['cap', 'eta'"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm 'fedala': unknown parameter 'rate'; valid: \['cap', 'eta'"
+    ):
         fedala(rate=1)
 
 

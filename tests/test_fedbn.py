@@ -24,7 +24,9 @@ FEDBN = make_algorithm(AlgorithmConfig(algorithm="fedbn"))
 def test_registry() -> None:
     assert ALGORITHMS["fedbn"] is FedBN
     assert FEDBN.p == {} and FEDBN.client_state == {} and FEDBN.sends == ()
-    with pytest.raises(ConfigError, match=r"fedbn has no parameter 'mu'; valid: \[\]"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm 'fedbn': unknown parameter 'mu'; valid: \[\]"
+    ):
         make_algorithm(AlgorithmConfig(algorithm="fedbn", algorithm_params={"mu": 0.1}))
 
 

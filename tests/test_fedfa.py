@@ -202,7 +202,9 @@ def test_layers_after_each_stage_and_weights_unchanged() -> None:
         ModelSpec("logreg", (1, 8, 8), 10, extension=a).build(seed=0)
     with pytest.raises(ConfigError, match=r"fedfa variant='X' invalid; must be str one of"):
         fedfa(variant="X")
-    with pytest.raises(ConfigError, match=r"fedfa has no parameter 'mu'; valid: \['alpha', "):
+    with pytest.raises(
+        ConfigError, match=r"algorithm 'fedfa': unknown parameter 'mu'; valid: \['alpha', "
+    ):
         fedfa(mu=1.0)
 
 

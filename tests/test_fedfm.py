@@ -203,7 +203,7 @@ def test_parameters() -> None:
     assert fedfm().p == {"lam": 1.0, "alpha": 0.1, "start_round": 5}
     with pytest.raises(
         ConfigError,
-        match="fedfm has no parameter 'tau'; valid: "
+        match="algorithm 'fedfm': unknown parameter 'tau'; valid: "
         r"\['alpha', 'lam', 'start_round'\]",
     ):
         fedfm(tau=1.0)

@@ -52,7 +52,9 @@ def test_registry_and_parameters() -> None:
         "cgr_target": "softmax",
         "dynamic_sampling": False,
     }
-    with pytest.raises(ConfigError, match=r"fedufo has no parameter 'mu'; valid: \['cgr', "):
+    with pytest.raises(
+        ConfigError, match=r"algorithm 'fedufo': unknown parameter 'mu'; valid: \['cgr', "
+    ):
         ufo(mu=1)
     with pytest.raises(
         ConfigError,

@@ -90,11 +90,10 @@ def test_shorthand_fields_are_defaults_and_the_map_overrides_them() -> None:
         (
             "dirichlet",
             {"alfa": 0.1},
-            "unknown parameter 'alfa' for partition 'dirichlet'; "
-            "valid: alpha, min_size, max_retries, "
-            "balance",
+            "partition 'dirichlet': unknown parameter 'alfa'; "
+            "valid: ['alpha', 'balance', 'max_retries', 'min_size']",
         ),
-        ("iid", {"alpha": 1.0}, "unknown parameter 'alpha' for partition 'iid'; valid: none"),
+        ("iid", {"alpha": 1.0}, "partition 'iid': unknown parameter 'alpha'; valid: []"),
         (
             "shards",
             {"classes_per_client": 1.5},
@@ -118,7 +117,9 @@ def test_config_validates_the_map_and_the_help_lists_every_schemes_parameters() 
         flat={"partition": "quantity", "partition_params": {"method": "powerlaw", "exponent": 2}}
     )
     assert cfg.data.partition_kwargs() == {"alpha": 0.5, "method": "powerlaw", "exponent": 2.0}
-    with pytest.raises(ConfigError, match="^data.partition_params: unknown parameter 'size'"):
+    with pytest.raises(
+        ConfigError, match="^data.partition_params: partition 'virtual': unknown parameter 'size'"
+    ):
         build_config(flat={"partition": "virtual", "partition_params": {"size": 3}})
     help_ = DataConfig.__dataclass_fields__["partition_params"].metadata["help"]
     for part in parameters_help().split("; "):
@@ -129,8 +130,8 @@ def test_cli_bad_partition_parameter_is_one_line_exit_2(capsys: pytest.CaptureFi
     assert main(["--partition", "shards", "--partition-params", "classes=1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        "error: data.partition_params: unknown parameter 'classes' for partition "
-        "'shards'; valid: classes_per_client"
+        "error: data.partition_params: partition 'shards': unknown parameter 'classes'; "
+        "valid: ['classes_per_client']"
     )
 
 

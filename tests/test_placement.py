@@ -116,7 +116,7 @@ def test_registry_and_config_errors(tmp_path: Path) -> None:
         make_placement("nope")
     with pytest.raises(
         ValueError,
-        match=r"unknown parameters \['gens'\]; valid parameters: "
+        match=r"placement 'ga': unknown parameter 'gens'; valid: "
         r"\['chunking', 'etc_generations', 'generations', "
         r"'population'\]",
     ):

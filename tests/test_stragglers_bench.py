@@ -89,7 +89,7 @@ def test_study_writes_the_json_schema(tmp_path: Path, capsys: pytest.CaptureFixt
         (["--policies", "slowest"], "--policies: unknown round policy 'slowest'; valid: "),
         (
             ["--policies", "fedbuff", "--policy-param", "fedbuff:kk=1"],
-            "round policy 'fedbuff': unknown parameters \\['kk'\\]",
+            "round policy 'fedbuff': unknown parameter 'kk'",
         ),
         (
             ["--policies", "overcommit", "--policy-param", "overcommit:ratio=0.5"],

@@ -54,6 +54,7 @@ from simulator.algorithms.params import Param, coerce
 from simulator.algorithms.state_shapes import table_entries
 from simulator.config.fields import ConfigError
 from simulator.config.learning import AlgorithmConfig
+from simulator.registry import check_params
 
 
 class Algorithm:
@@ -116,12 +117,12 @@ class Algorithm:
 
     def __init__(self, cfg: AlgorithmConfig, **params: Any) -> None:
         self.cfg = cfg
-        unknown = sorted(set(params) - set(self.params))
-        if unknown:
-            raise ConfigError(
-                f"algorithm.algorithm_params: {self.name} has no parameter "
-                f"{unknown[0]!r}; valid: {sorted(self.params)}"
-            )
+        check_params(
+            f"algorithm.algorithm_params: algorithm {self.name!r}",
+            params,
+            self.params,
+            error=ConfigError,
+        )
         self.p: dict[str, Any] = {
             k: coerce(self.name, k, spec, params.get(k, spec.default))
             for k, spec in self.params.items()

@@ -16,7 +16,6 @@ both transfers for the virtual clock and the events. Adding one is one new file 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from simulator.compression.base import Compressor
@@ -37,7 +36,7 @@ register = COMPRESSORS.register
 def compression_parameters(name: str) -> dict[str, Any]:
     """Parameter name -> default of compressor ``name``; an unknown name raises
     :class:`~simulator.registry.UnknownName` listing the valid ones."""
-    return {f.name: f.default for f in dataclasses.fields(COMPRESSORS.get(name))}
+    return COMPRESSORS.parameters(name)
 
 
 def make_compressor(name: str, **params: Any) -> Compressor:
@@ -49,14 +48,7 @@ def make_compressor(name: str, **params: Any) -> Compressor:
         Unknown name (lists the valid ones), unknown parameter (lists the compressor's
         parameters) or an invalid value (names the parameter and the rule).
     """
-    valid = compression_parameters(name)
-    unknown = sorted(set(params) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"compression {name!r}: unknown parameter {unknown[0]!r}; valid parameters: "
-            f"{sorted(valid)}"
-        )
-    return COMPRESSORS.get(name)(**params)
+    return COMPRESSORS.build(name, **params)
 
 
 COMPRESSORS.discover(__name__)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from simulator.data.partitions import PARTITIONS, scheme_keywords
+from simulator.registry import check_params
 
 #: DataConfig shorthand field -> (the schemes it applies to, the parameter it sets)
 SHORTHAND: dict[str, tuple[tuple[str, ...], str]] = {
@@ -80,12 +81,7 @@ def resolve_partition_params(
         of the wrong type.
     """
     valid = scheme_parameters(scheme)
-    unknown = sorted(set(given) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"unknown parameter {unknown[0]!r} for partition {scheme!r}; valid: "
-            f"{', '.join(valid) or 'none'}"
-        )
+    check_params(f"partition {scheme!r}", given, valid)
     out = {
         param: shorthand[name]
         for name, (schemes, param) in SHORTHAND.items()

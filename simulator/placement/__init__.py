@@ -26,7 +26,6 @@ no engine, trainer or pool file changes.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from simulator.placement.base import PlaceContext, Placed, Placement, Problem
@@ -57,7 +56,7 @@ def placement_names() -> list[str]:
 def placement_parameters(name: str) -> dict[str, Any]:
     """Parameter name -> default of placement ``name``; an unknown name raises
     :class:`~simulator.registry.UnknownName` listing the valid ones."""
-    return {f.name: f.default for f in dataclasses.fields(PLACEMENTS.get(name))}
+    return PLACEMENTS.parameters(name)
 
 
 def predictor_of(name: str, params: dict[str, Any]) -> str:
@@ -71,13 +70,7 @@ def predictor_of(name: str, params: dict[str, Any]) -> str:
 def make_placement(name: str, **params: Any) -> Placement:
     """The placement registered as ``name`` with ``params`` (ValueError on an unknown name or
     parameter, listing the valid ones, or on a bad value)."""
-    valid = placement_parameters(name)
-    unknown = sorted(set(params) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"placement {name!r}: unknown parameters {unknown}; valid parameters: {sorted(valid)}"
-        )
-    return PLACEMENTS.get(name)(**params)
+    return PLACEMENTS.build(name, **params)
 
 
 PLACEMENTS.discover(__name__, skip=("base", "runtime"))

@@ -17,7 +17,6 @@ Adding a policy is one new file in this folder with a ``@register("name")`` froz
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from simulator.policies.base import Arrival, RoundOutcome, RoundPolicy, ordered
@@ -47,7 +46,7 @@ def policy_names() -> list[str]:
 def policy_parameters(name: str) -> dict[str, Any]:
     """Parameter name -> default of policy ``name`` (``dataclasses.MISSING`` when required);
     an unknown name raises :class:`~simulator.registry.UnknownName` listing the valid ones."""
-    return {f.name: f.default for f in dataclasses.fields(POLICIES.get(name))}
+    return POLICIES.parameters(name)
 
 
 def make_policy(name: str, clients_per_round: int | None = None, **params: object) -> RoundPolicy:
@@ -62,15 +61,7 @@ def make_policy(name: str, clients_per_round: int | None = None, **params: objec
         Unknown name (lists the valid ones), unknown or missing parameter (lists the policy's
         parameters), or an invalid value (names the policy and the parameter).
     """
-    valid = policy_parameters(name)
-    unknown = sorted(set(params) - set(valid))
-    missing = [p for p, d in valid.items() if d is dataclasses.MISSING and p not in params]
-    if unknown or missing:
-        raise ValueError(
-            f"round policy {name!r}: unknown parameters {unknown}, missing "
-            f"{missing}; valid parameters: {sorted(valid)}"
-        )
-    policy = POLICIES.get(name)(**params)
+    policy = POLICIES.build(name, **params)
     return policy if clients_per_round is None else policy.resolved(clients_per_round)
 
 

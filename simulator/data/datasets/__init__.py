@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from simulator.data.datasets.base import Dataset
 from simulator.data.formats import DataError
-from simulator.registry import Registry
+from simulator.registry import Registry, check_params
 
 __all__ = ["DATASETS", "DataError", "Dataset", "dataset_path", "load_dataset"]
 
@@ -81,11 +81,7 @@ def load_dataset(
         raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
     loader = DATASETS.get(name)
     valid = [p for p in inspect.signature(loader).parameters if p not in _COMMON]
-    unknown = sorted(set(params) - set(valid))
-    if unknown:
-        raise DataError(
-            f"unknown parameter(s) {unknown} for dataset {name!r}; valid: {valid or 'none'}"
-        )
+    check_params(f"dataset {name!r}", params, valid, error=DataError)
     if reads == "required" and path is None:
         raise DataError(f"dataset {name!r} needs path=<directory>, none given")
     where = {} if reads == "none" else {"path": path}

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.registry import Registry
+from simulator.registry import Registry, check_params
 
 __all__ = ["PARTITIONS", "Partitioner", "partition", "scheme_keywords"]
 
@@ -92,12 +92,7 @@ def partition(
             f"unknown partition scheme {scheme!r}; valid schemes: {', '.join(PARTITIONS.names())}"
         )
     fn = PARTITIONS.get(scheme)
-    valid = list(scheme_keywords(fn))
-    unknown = sorted(set(params) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"unknown parameter(s) {unknown} for scheme {scheme!r}; valid: {valid or 'none'}"
-        )
+    check_params(f"partition {scheme!r}", params, scheme_keywords(fn))
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be a 1-D integer array, got {labels.dtype} {labels.shape}")
