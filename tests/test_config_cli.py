@@ -281,6 +281,29 @@ def test_unknown_attack_fails_fast(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("flat", "message"),
+    [
+        ({"defense": "krum2"}, "defense.defense: unknown 'krum2'; valid: ['bulyan', "),
+        (
+            {"defense": "krum", "defense_params": {"m": 2}},
+            "defense.defense_params: defense 'krum': unknown parameter 'm'; "
+            "valid: ['bucket', 'exact', 'f', 'nnm', 'nnm_rank']",
+        ),
+        (
+            {"defense": "krum", "defense_params": {"f": -1}},
+            "defense.defense_params: defense 'krum': f -1 invalid; valid: integer >= 0",
+        ),
+    ],
+)
+def test_bad_defense_fails_when_the_config_is_built(flat: dict[str, Any], message: str) -> None:
+    """A defense's name and parameters are checked with the rest of the config, before any
+    data is loaded or Ray started, and the line names the config field."""
+    with pytest.raises(ConfigError) as e:
+        build_config(flat=flat)
+    assert str(e.value).startswith(message)
+
+
 # ------------------------------------------------------------------------------------- CLI
 
 

@@ -1,11 +1,12 @@
 """The plugins a configuration names, built from their sections, with one-line ConfigErrors.
 
 The algorithm (:func:`check_algorithm`), the round policy (:func:`policy_of`), the placement
-(:func:`placement_of`) and the attack (:func:`check_attack`): an unknown name lists the valid
-ones, an unknown parameter the plugin's parameters, and a parameter of the wrong type names the
-parameter, the type it takes and the value given. The plugin packages never import this module
-(an algorithm imports :class:`~simulator.config.learning.AlgorithmConfig`, which does not import
-it back); :func:`simulator.config.sections.validate` runs these checks when a config is built.
+(:func:`placement_of`), the attack (:func:`check_attack`) and the defense (:func:`check_defense`):
+an unknown name lists the valid ones, an unknown parameter the plugin's parameters, and a
+parameter of the wrong type names the parameter, the type it takes and the value given. The
+plugin packages never import this module (an algorithm imports
+:class:`~simulator.config.learning.AlgorithmConfig`, which does not import it back);
+:func:`simulator.config.sections.validate` runs these checks when a config is built.
 """
 
 from __future__ import annotations
@@ -15,9 +16,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from attacks import ATTACKS, make_attack
+from defenses import DEFENSES, make_defense
 from simulator.algorithms import ALGORITHMS, make_algorithm
 from simulator.config.fields import ConfigError
-from simulator.config.learning import AlgorithmConfig, AttackConfig, DataConfig, ModelConfig
+from simulator.config.learning import (
+    AlgorithmConfig,
+    AttackConfig,
+    DataConfig,
+    DefenseConfig,
+    ModelConfig,
+)
 from simulator.config.system import ClockConfig, ExecutionConfig
 from simulator.placement import PLACEMENTS, Placement, make_placement, predictor_of
 from simulator.policies import RoundPolicy, make_policy, policy_parameters
@@ -84,6 +92,21 @@ def check_attack(attack: AttackConfig) -> None:
         make_attack(attack.attack, **attack.attack_params)
     except ValueError as e:
         raise ConfigError(f"attack.attack_params: {e}") from None
+
+
+def check_defense(defense: DefenseConfig) -> None:
+    """ConfigError naming ``defense.defense`` (an unknown rule, listing the valid ones) or
+    ``defense.defense_params`` (a parameter the rule refuses, or a bad value), before anything
+    starts; a precondition on the cohort (Krum's n > 2f + 2) is checked where the rule meets
+    its rows."""
+    if defense.defense not in DEFENSES:
+        raise ConfigError(
+            f"defense.defense: unknown {defense.defense!r}; valid: {sorted(DEFENSES)}"
+        )
+    try:
+        make_defense(defense.defense, **defense.defense_params)
+    except ValueError as e:
+        raise ConfigError(f"defense.defense_params: {e}") from None
 
 
 def policy_of(clock: ClockConfig, clients_per_round: int | None = None) -> RoundPolicy:

@@ -32,6 +32,7 @@ from simulator.config.learning import (
 from simulator.config.plugins import (
     check_algorithm,
     check_attack,
+    check_defense,
     check_model_groups,
     check_public,
     placement_of,
@@ -147,8 +148,8 @@ def build_config(
 
 def validate(cfg: Config) -> None:
     """The checks no section can make alone: the plugins' names and parameters (round policy,
-    algorithm, attack, placement: :mod:`.plugins`; the compressor: :mod:`.wire`), and a cohort
-    no larger than the population.
+    algorithm, attack, defense, placement: :mod:`.plugins`; the compressor: :mod:`.wire`), and
+    a cohort no larger than the population.
 
     Raises
     ------
@@ -160,6 +161,7 @@ def validate(cfg: Config) -> None:
     check_model_groups(cfg.model, cfg.algorithm)
     check_public(cfg.data, cfg.algorithm)
     check_attack(cfg.attack)
+    check_defense(cfg.defense)
     placement_of(cfg.execution)
     if cfg.experiment.client_finetune_epochs and not cfg.data.client_test_fraction:
         raise ConfigError(
