@@ -43,6 +43,7 @@ from ledger.host_process import (
     freeze_heap,
     heap_stats,
     lowest_priority,
+    parse_cpus,
     warm_up,
 )
 from ledger.slots import Views
@@ -52,33 +53,6 @@ SLOTS = 3  # rounds the recorder may hold: the one it works on and two queued
 #: ``2-5``); unset: wherever the OS puts it, at the lowest priority (:func:`lowest_priority`).
 #: Pin it to a core training does not use (and the driver off it) when one is to spare.
 CPUS_ENV = "FEDSENTRY_RECORDER_CPUS"
-
-
-def parse_cpus(text: str) -> set[int]:
-    """``"1"``, ``"0,2"``, ``"2-5"`` (and mixes) -> a set of CPU numbers.
-
-    Raises
-    ------
-    ValueError
-        One line naming the bad part, or a CPU this machine does not have.
-    """
-    cpus: set[int] = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        lo, dash, hi = part.partition("-")
-        try:
-            a, b = int(lo), int(hi) if dash else int(lo)
-        except ValueError:
-            raise ValueError(f"CPU list {text!r}: {part!r} is not N or N-M") from None
-        if a < 0 or b < a:
-            raise ValueError(f"CPU list {text!r}: {part!r} is not a CPU range")
-        cpus.update(range(a, b + 1))
-    if not cpus:
-        raise ValueError(f"CPU list {text!r} names no CPU")
-    n = os.cpu_count() or 1
-    bad = sorted(c for c in cpus if c >= n)
-    if bad:
-        raise ValueError(f"CPU list {text!r}: CPU {bad[0]} does not exist (this machine has {n})")
-    return cpus
 
 
 class RecorderHost:

@@ -1,6 +1,7 @@
 """How the recorder process (:mod:`ledger.host`) sets itself up: it dies with its driver, runs
-at the lowest CPU priority, pays a session's first-use costs early, and freezes its start-up heap
-out of the garbage collector's full collections."""
+at the lowest CPU priority or on the CPUs named for it (:func:`parse_cpus`), pays a session's
+first-use costs early, and freezes its start-up heap out of the garbage collector's full
+collections."""
 
 from __future__ import annotations
 
@@ -110,3 +111,30 @@ def answer(conn: Connection, msg: tuple[Any, ...]) -> None:
         conn.send(msg)
     except (BrokenPipeError, ConnectionResetError) as exc:
         raise DriverGone from exc
+
+
+def parse_cpus(text: str) -> set[int]:
+    """``"1"``, ``"0,2"``, ``"2-5"`` (and mixes) -> a set of CPU numbers.
+
+    Raises
+    ------
+    ValueError
+        One line naming the bad part, or a CPU this machine does not have.
+    """
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, dash, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise ValueError(f"CPU list {text!r}: {part!r} is not N or N-M") from None
+        if a < 0 or b < a:
+            raise ValueError(f"CPU list {text!r}: {part!r} is not a CPU range")
+        cpus.update(range(a, b + 1))
+    if not cpus:
+        raise ValueError(f"CPU list {text!r} names no CPU")
+    n = os.cpu_count() or 1
+    bad = sorted(c for c in cpus if c >= n)
+    if bad:
+        raise ValueError(f"CPU list {text!r}: CPU {bad[0]} does not exist (this machine has {n})")
+    return cpus

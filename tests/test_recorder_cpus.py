@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from ledger.host import CPUS_ENV, RecorderHost, parse_cpus
+from ledger.host import CPUS_ENV, RecorderHost
+from ledger.host_process import parse_cpus
 
 
 @pytest.mark.parametrize(

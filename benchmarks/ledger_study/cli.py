@@ -146,7 +146,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     args = p.parse_args(argv)
-    from ledger.host import parse_cpus
+    from ledger.host_process import parse_cpus
 
     for flag in ("recorder_cpus", "driver_cpus"):
         text = getattr(args, flag)

@@ -19,7 +19,8 @@ from simulator.config.sections import Config, load_config
 from simulator.round.engine import Simulation
 from simulator.round.types import RoundCallback, RoundRecord
 from simulator.run.budget import check_budget
-from simulator.run.output import EventLog, RunSummary, plot, truncate_events, write_csv
+from simulator.run.output import EventLog, RunSummary, truncate_events, write_csv
+from simulator.run.plots import plot
 from simulator.run.runlock import lock_run_dir
 
 log = logging.getLogger("fedsentry")
