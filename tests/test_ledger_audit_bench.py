@@ -84,6 +84,9 @@ def test_tiny_study_writes_the_json_the_issue_asks_for(
     assert task["recorder_cpu_share"] == pytest.approx(sum(shares) / 2)
     printed = capsys.readouterr().out
     assert "median overhead" in printed
+    # the table gives the driver's waits for the recorder; no busy column where none is known
+    assert "lag  waited s  cpu s" in printed and "recorder busy s" not in printed
+    assert all(r["driver_waited_s"] >= 0 for r in runs)
     assert f"recorder CPU: {100 * task['recorder_cpu_share']:.1f}% of the machine's" in printed
     here = ["--out", str(tmp_path / "audit")]  # not the default runs/ledger-audit of the cwd
     assert main([str(tmp_path / "nothing-here"), *here]) == 2
@@ -137,6 +140,7 @@ def test_repeats_pair_the_arms_and_take_the_median_ratio(
     assert done == sorted(done)  # the arms' order alternates from one repetition to the next
     printed = capsys.readouterr().out
     assert "each seed: the median of 3 back-to-back pairs" in printed
+    assert "lag  waited s  recorder busy s  cpu s" in printed  # whole runs: busy is known
     assert 0 < run["recorder_cpu_s"] <= run["recorder_busy_s"] + 0.05  # CPU within its wall
     # one seed: the interval is that of the median of its three ratios, resampled
     lo, hi = task["overhead_ci90"]

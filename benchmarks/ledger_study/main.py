@@ -208,15 +208,20 @@ def report(result: dict[str, Any]) -> None:
             f"{t['rounds']} rounds" + _pairing(t.get("interleave", "runs"), reps)
         )
         split = t.get("row_path_overhead") is not None
+        busy = any(r.get("recorder_busy_s") is not None for r in t["runs"])
         print(
-            "seed  plain s  ledger s  overhead  lag  recorder busy s  cpu s  gas/round  same acc"
+            "seed  plain s  ledger s  overhead  lag  waited s"
+            + ("  recorder busy s" if busy else "")
+            + "  cpu s  gas/round  same acc"
             + ("  rows s  row path" if split else "")
         )
         for r in t["runs"]:
             print(
                 f"{r['seed']:>4}  {r['plain_seconds']:7.2f}  {r['ledger_seconds']:8.2f}  "
                 f"{100 * r['overhead']:+7.1f}%  {r['recorder_lag_max']:>3}  "
-                f"{_secs(r['recorder_busy_s'], 15)}  {r.get('recorder_cpu_s') or 0:5.2f}  "
+                f"{_secs(r.get('driver_waited_s'), 8)}  "
+                + (f"{_secs(r['recorder_busy_s'], 15)}  " if busy else "")
+                + f"{r.get('recorder_cpu_s') or 0:5.2f}  "
                 f"{r['gas_per_round'] or 0:9.0f}  "
                 f"{str(r['same_accuracy']):>8}"
                 + (
