@@ -12,6 +12,7 @@ from typing import Any, get_type_hints
 
 from actors.ray_setup import let_ray_go, ray_is_up
 from simulator.config.fields import ConfigError, type_name
+from simulator.config.plugins import NAMED
 from simulator.config.sections import SECTIONS, Config, field_index, load_config
 from simulator.run.stop import sigterm_raises, stopped
 
@@ -73,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (sec, f) in index.items():
         flag = "--" + name.replace("_", "-")
         help_ = f.metadata.get("help", "")
+        if name in NAMED:
+            help_ += f"; one of: {', '.join(NAMED[name].names())}"
         choices = f.metadata.get("choices")
+        word = f.metadata.get("metavar") or _metavar(name)
         t = type_name(get_type_hints(SECTIONS[sec])[name])
         default = f.default if f.default is not f.default_factory else None  # type: ignore
         if t.startswith("dict"):
@@ -91,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                 flag,
                 dest=name,
                 nargs="+",
-                metavar=name.split("_")[-1].upper()[:-1],
+                metavar=word[:-1] if word.endswith("S") else word,
                 help=f"{help_} (default: none)",
                 default=None,
             )
@@ -109,10 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
                 dest=name,
                 default=None,
                 choices=choices,
-                metavar=None if choices else name.split("_")[-1].upper(),
+                metavar=None if choices else word,
                 help=f"{help_} (default: {default})",
             )
     return p
+
+
+def _metavar(name: str) -> str:
+    """The word a flag's value is shown as: what the field counts (``clients_per_round`` ->
+    CLIENTS), N for a period (``eval_every``), else its last word (``lr`` -> LR)."""
+    if "_per_" in name:
+        return name.split("_per_")[0].split("_")[-1].upper()
+    if name.endswith("_every"):
+        return "N"
+    return name.split("_")[-1].upper()
 
 
 def config_markdown() -> str:
@@ -120,7 +134,7 @@ def config_markdown() -> str:
     lines = ["| section | key / flag | default | meaning |", "|---|---|---|---|"]
     for name, (sec, f) in field_index().items():
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        ch = f.metadata.get("choices")
+        ch = f.metadata.get("choices") or (NAMED[name].names() if name in NAMED else None)
         meaning = f.metadata.get("help", "").replace("%%", "%")
         if ch:
             meaning += f" ({', '.join(ch)})"
@@ -171,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg = cfg.replace(**shown) if shown else cfg  # until stop 50
         else:
             cfg = load_config(args.config, flat)
+            if cfg.output.resume is not None:  # only a config file can have set it here
+                raise ConfigError(
+                    f"output.resume: cannot be set in a config file ({args.config}); "
+                    "give --resume DIR (a resumed run keeps its saved config)"
+                )
         if args.print_config:
             import yaml
 

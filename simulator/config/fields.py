@@ -23,10 +23,13 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message names the field and the valid choices."""
 
 
-def field_of(default: Any, help: str, choices: Collection[str] | None = None) -> Any:
+def field_of(
+    default: Any, help: str, choices: Collection[str] | None = None, metavar: str | None = None
+) -> Any:
     """A dataclass field with its help text and, optionally, its valid values (a tuple, or a
-    plugin registry: checked against the names registered when the config is built)."""
-    meta = {"help": help, "choices": choices}
+    plugin registry: checked against the names registered when the config is built) and the
+    word its flag's value is shown as in ``--help`` (by default one taken from its name)."""
+    meta = {"help": help, "choices": choices, "metavar": metavar}
     if isinstance(default, dict):
         return field(default_factory=lambda: dict(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -129,7 +132,11 @@ def coerce(sec: str, name: str, typ: Any, value: Any) -> Any:
                 if low not in ("true", "false", "1", "0", "yes", "no"):
                     raise ValueError(value)
                 return low in ("true", "1", "yes")
-            return bool(value)
+            if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+                return bool(value)
+            raise ValueError(value)  # 2 or 0.5 is not a yes or a no
+        if isinstance(value, bool):  # YAML's true / yes / no is not a number or a name
+            raise ValueError(value)
         if t.startswith("int"):
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError(value)

@@ -167,7 +167,7 @@ class ModelConfig:
     model_groups: tuple[str, ...] = field_of(
         (),
         "clients with different architectures: one model per group, NAME[:KEY=VALUE,...] "
-        "with NAME in logreg, mlp, cnn and KEY in hidden, norm (unset keys: --hidden, "
+        f"with NAME in {', '.join(MODEL_NAMES)} and KEY in hidden, norm (unset keys: --hidden, "
         "--norm), e.g. --model-groups mlp:hidden=32 mlp:hidden=64; client k is in group "
         "k mod G; several groups need an algorithm for heterogeneous models (ktpfl). "
         "Empty: every client has --model",
@@ -183,9 +183,7 @@ class ModelConfig:
 class AlgorithmConfig:
     algorithm: str = field_of(
         "fedavg",
-        "federated algorithm (one file each in simulator/algorithms/: fedavg, fedprox, "
-        "feddyn, scaffold, fedbn, moon, fedfm, fedfm_lite, fedfa, fedufo, ditto, fedala, "
-        "fedvb, ktpfl, fedaf)",
+        "federated algorithm, one file each in simulator/algorithms/",
     )
     algorithm_params: dict[str, Any] = field_of(
         {},
@@ -222,13 +220,13 @@ class AlgorithmConfig:
 
 @dataclass(frozen=True)
 class DefenseConfig:
-    defense: str = field_of("fedavg", "aggregation rule / defense (see defenses/)")
+    defense: str = field_of("fedavg", "aggregation rule / defense, one file each in defenses/")
     defense_params: dict[str, Any] = field_of({}, "defense parameters, KEY=VALUE (repeatable)")
 
 
 @dataclass(frozen=True)
 class AttackConfig:
-    attack: str = field_of("none", "Byzantine attack (see attacks/)")
+    attack: str = field_of("none", "Byzantine attack, one file each in attacks/")
     attack_fraction: float = field_of(0.0, "fraction of clients that are malicious")
     malicious_mode: str = field_of(
         "fixed",

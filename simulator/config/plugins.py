@@ -31,6 +31,10 @@ from simulator.placement import PLACEMENTS, Placement, make_placement, predictor
 from simulator.policies import RoundPolicy, make_policy, policy_parameters
 from simulator.scheduler.chunking import COST_MODELS
 
+#: the fields that name a plugin of a registry the config module cannot import (the plugins
+#: import it): their names are listed in ``--help`` and the README's reference from here
+NAMED = {"algorithm": ALGORITHMS, "defense": DEFENSES, "attack": ATTACKS}
+
 #: the types a dataclass plugin's parameters are declared with, by annotation
 _TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
 
@@ -88,6 +92,11 @@ def check_attack(attack: AttackConfig) -> None:
     ``attack.attack_params`` (a parameter the attack refuses)."""
     if attack.attack not in ATTACKS:
         raise ConfigError(f"attack.attack: unknown {attack.attack!r}; valid: {sorted(ATTACKS)}")
+    if attack.attack == "none" and attack.attack_fraction > 0:
+        raise ConfigError(
+            f"attack.attack_fraction: {attack.attack_fraction:g} of the clients malicious, but "
+            "the attack is 'none'; give --attack NAME, or leave the fraction 0"
+        )
     try:
         make_attack(attack.attack, **attack.attack_params)
     except ValueError as e:

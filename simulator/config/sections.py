@@ -156,7 +156,7 @@ def validate(cfg: Config) -> None:
     ConfigError
         One line naming the field, what is wrong and the valid choices.
     """
-    policy_of(cfg.clock)
+    policy = policy_of(cfg.clock)
     check_algorithm(cfg.algorithm)
     check_model_groups(cfg.model, cfg.algorithm)
     check_public(cfg.data, cfg.algorithm)
@@ -175,6 +175,31 @@ def validate(cfg: Config) -> None:
             f"experiment.clients_per_round: {k} clients a round, but the "
             f"population has {n} devices (data.num_clients); give at most {n}"
         )
+    if cfg.clock.round_policy == "first_k" and getattr(policy, "k", 0) > k:
+        field = "policy_params" if "k" in cfg.clock.policy_params else "first_k"
+        raise ConfigError(  # every round would wait for all: first_k in name only
+            f"clock.{field}: a round closes at its first {policy.k} updates, but only {k} "
+            f"clients are selected (experiment.clients_per_round); give at most {k}"
+        )
+
+
+class DuplicateKey(yaml.YAMLError):
+    """A mapping of a config file gives one key twice."""
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the
+    last one silently, so a config edited by appending would change without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise DuplicateKey(f"key {key!r} given twice (again on line {line})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_config(path: str | Path | None, flat: dict[str, Any] | None = None) -> Config:
@@ -185,7 +210,9 @@ def load_config(path: str | Path | None, flat: dict[str, Any] | None = None) -> 
         if not p.is_file():
             raise ConfigError(f"config: file not found: {p}")
         try:
-            nested = yaml.safe_load(p.read_text()) or {}
+            nested = yaml.load(p.read_text(), Loader=_UniqueKeys) or {}  # noqa: S506 - safe
+        except DuplicateKey as e:
+            raise ConfigError(f"config: {p}: {e}") from None
         except (yaml.YAMLError, UnicodeDecodeError) as e:
             raise ConfigError(f"config: {p} is not valid YAML ({e.__class__.__name__})") from None
         if not isinstance(nested, dict):

@@ -182,6 +182,7 @@ class ExecutionConfig:
         "2GB",
         "memory budget of the client-state store (per-client tensors of FedDyn, SCAFFOLD, "
         "Siren, ...); beyond it rows spill to OUT/state/spill on disk, e.g. 64MB, 1.5GB",
+        metavar="SIZE",
     )
 
     def __post_init__(self) -> None:
@@ -230,18 +231,30 @@ class ExecutionConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    out: str = field_of("runs/latest", "output directory for events, summary, CSV, plots")
+    out: str = field_of(
+        "runs/latest", "output directory for events, summary, CSV, plots", metavar="DIR"
+    )
     checkpoint_every: int = field_of(0, "save a checkpoint every N rounds (0 = never)")
     resume: str | None = field_of(
         None,
         "resume the run saved in this directory (with its own config; only --progress, "
         "--plots, --ray-address and --num-actors may be given with it)",
+        metavar="DIR",
     )
     progress: bool = field_of(True, "show a progress bar")
     plots: bool = field_of(True, "write PNG plots at the end")
 
     def __post_init__(self) -> None:
         check_positive("output", self, ("checkpoint_every",), strict=False)
+        if not self.out.strip():
+            raise ConfigError("output.out: empty; give the directory the run writes into")
+        if self.resume is not None and not self.resume.strip():
+            raise ConfigError("output.resume: empty; give the directory of the run to resume")
+
+
+#: validators a committee may have: the FLChain contract's ``MAX_COMMITTEE``
+#: (``ledger/contracts/FLChain.vy``; a test holds the two equal)
+MAX_COMMITTEE = 32
 
 
 @dataclass(frozen=True)
@@ -266,6 +279,18 @@ class LedgerConfig:
 
     def __post_init__(self) -> None:
         check_positive("ledger", self, ("committee",), strict=False)
+        if self.committee > MAX_COMMITTEE:
+            raise ConfigError(
+                f"ledger.committee: at most {MAX_COMMITTEE} validators (the contract's "
+                f"MAX_COMMITTEE), got {self.committee}"
+            )
+        if self.ledger_chain_id is not None:
+            if self.ledger_url is None:
+                raise ConfigError(
+                    "ledger.ledger_chain_id: checks the chain of --ledger-url; give the URL too "
+                    "(the embedded devnet's chain id is fixed)"
+                )
+            check_positive("ledger", self, ("ledger_chain_id",))
         if self.ledger_url is not None:
             try:
                 url = urllib.parse.urlsplit(self.ledger_url)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 from actors.kinds import parse_actor_kinds
 from simulator.config.fields import ConfigError
 from simulator.config.sections import Config
@@ -95,10 +97,11 @@ def model_layout(cfg: Config) -> FlatLayout:
     m = cfg.model
     groups = parse_groups(m.model_groups, m.hidden, m.norm)
     archs = [(g.model, g.hidden, g.norm) for g in groups] or [(m.model, m.hidden, m.norm)]
-    layouts = [
-        FlatLayout(ModelSpec(a, shape, classes, h, nm, model_extension(cfg)).build(seed=0))
-        for a, h, nm in archs
-    ]
+    with torch.device("meta"):  # shapes only: a model too large to allocate is still sized
+        layouts = [
+            FlatLayout(ModelSpec(a, shape, classes, h, nm, model_extension(cfg)).build(seed=0))
+            for a, h, nm in archs
+        ]
     return max(layouts, key=lambda lay: lay.size)
 
 
@@ -157,6 +160,30 @@ def ledger_disk(cfg: Config, params: int, cohort: int) -> float:
     return initial + rounds * (cohort * (model + PACK_RECORD_BYTES) + model)
 
 
+def _largest(est: Estimate, cfg: Config) -> tuple[str, str]:
+    """The field behind the estimate's largest item, and what to lower."""
+    params = f"{model_layout(cfg).size:,} parameters"
+    one = cfg.experiment.clients_per_round <= 1
+    items = {
+        "devices": ("data.num_clients", "lower --num-clients"),
+        "dataset": ("data.dataset", "choose a smaller dataset"),
+        "state": (
+            "execution.state_memory",
+            "lower --state-memory (client state beyond it spills to disk)",
+        ),
+        "round": (
+            ("model.hidden", f"choose a smaller model (it has {params}: --model, --hidden)")
+            if one
+            else (
+                "experiment.clients_per_round",
+                f"lower --clients-per-round, or the model's size ({params}: --model, --hidden)",
+            )
+        ),
+        "processes": ("execution.num_actors", "lower --num-actors"),
+    }
+    return items[max(items, key=lambda k: getattr(est, k))]
+
+
 def available_memory() -> float:
     """Bytes of memory available to new allocations (``MemAvailable``)."""
     try:
@@ -176,10 +203,10 @@ def check_budget(
     est = estimate(cfg)
     avail = available_memory() if available is None else available
     if est.total > 0.9 * avail:
+        field, advice = _largest(est, cfg)
         raise ConfigError(
-            f"data.num_clients: this run needs {est.line()} but "
-            f"{avail / GB:.1f} GB of memory is available; lower --num-clients, "
-            "--clients-per-round or --state-memory"
+            f"{field}: this run needs {est.line()} but "
+            f"{avail / GB:.1f} GB of memory is available; {advice}"
         )
     if est.disk or est.ledger:
         out = Path(cfg.output.out)

@@ -78,7 +78,10 @@ def load_dataset(
     if path is not None and reads == "none":
         raise DataError(f"dataset {name!r} takes no path (got {path!r})")
     if not 0.0 < test_fraction < 1.0:
-        raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        raise DataError(
+            f"data.test_fraction: dataset {name!r} holds out a test split of this fraction: "
+            f"must be in (0, 1), got {test_fraction}"
+        )
     loader = DATASETS.get(name)
     valid = [p for p in inspect.signature(loader).parameters if p not in _COMMON]
     check_params(f"dataset {name!r}", params, valid, error=DataError)
