@@ -39,17 +39,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 POPULATIONS = (10_000, 100_000, 1_000_000)
-FIELDS = (
-    "population",
-    "algorithm",
-    "startup_s",
-    "round_s",
-    "overhead_share",
-    "driver_peak_rss_gb",
-    "total_peak_rss_gb",
-    "state_mem_mb",
-    "state_disk_mb",
-)
 
 
 # ------------------------------------------------------------------------------ child side
@@ -182,6 +171,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     finite number > 0, an unknown state algorithm, a ``--json`` that cannot be written."""
     from benchmarks.throughput_study.checks import outputs
     from simulator.algorithms import ALGORITHMS
+    from simulator.config.sections import build_config
 
     for flag in ("populations", "clients_per_round", "rounds", "local_epochs"):
         value = min(getattr(args, flag)) if flag == "populations" else getattr(args, flag)
@@ -191,7 +181,41 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--timeout: must be a finite number of seconds > 0, got {args.timeout}")
     if args.state_algorithm and args.state_algorithm not in ALGORITHMS:
         p.error(f"--state-algorithm: unknown {args.state_algorithm!r}; valid: {ALGORITHMS.names()}")
+    for n, algo, flat in plan(args):  # every run's config, before the first run's minutes
+        try:
+            build_config(flat={**flat, "out": "scale"})
+        except ValueError as e:  # a ConfigError
+            p.error(f"the run of population {n:,} ({algo}): {e}")
     outputs(p, {"--json": args.json})
+
+
+def plan(args: argparse.Namespace) -> list[tuple[int, str, dict[str, Any]]]:
+    """The runs: ``(population, algorithm, flat config less its out)``, each population with
+    FedAvg, then the largest with ``--state-algorithm`` (its state spilling beyond
+    ``--state-memory``)."""
+    base = settings(args)
+    runs = [(n, "fedavg", {}) for n in args.populations]
+    if args.state_algorithm:
+        runs.append(
+            (max(args.populations), args.state_algorithm, {"state_memory": args.state_memory})
+        )
+    return [(n, a, {**base, "num_clients": n, "algorithm": a, **x}) for n, a, x in runs]
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What every run shares."""
+    return {
+        "dataset": "digits",
+        "model": "mlp",
+        "partition": "virtual",
+        "clients_per_round": args.clients_per_round,
+        "rounds": args.rounds,
+        "local_epochs": args.local_epochs,
+        "seed": args.seed,
+        "num_actors": args.actors,
+        "progress": False,
+        "plots": False,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,35 +276,12 @@ def _runs(args: argparse.Namespace) -> int:
 
     from benchmarks.stops import write_text, written
 
-    base = {
-        "dataset": "digits",
-        "model": "mlp",
-        "partition": "virtual",
-        "clients_per_round": args.clients_per_round,
-        "rounds": args.rounds,
-        "local_epochs": args.local_epochs,
-        "seed": args.seed,
-        "num_actors": args.actors,
-        "progress": False,
-        "plots": False,
-    }
-    plan = [(n, "fedavg", {}) for n in args.populations]
-    if args.state_algorithm:
-        plan.append(
-            (max(args.populations), args.state_algorithm, {"state_memory": args.state_memory})
-        )
     runs = []
-    bar = tqdm(plan, desc="runs", unit="run")
+    bar = tqdm(plan(args), desc="runs", unit="run")
     try:
         with tempfile.TemporaryDirectory(prefix="fedsentry-scale-") as tmp:
-            for n, algo, extra in bar:
-                flat = {
-                    **base,
-                    "num_clients": n,
-                    "algorithm": algo,
-                    "out": str(Path(tmp) / f"{algo}-{n}"),
-                    **extra,
-                }
+            for n, algo, flat in bar:
+                flat = {**flat, "out": str(Path(tmp) / f"{algo}-{n}")}
                 res = run_one(flat, args.timeout)
                 runs.append({"population": n, "algorithm": algo, **res})
     except RunFailed as e:
@@ -301,7 +302,7 @@ def _runs(args: argparse.Namespace) -> int:
             f"{r['state_mem_mb']:>8.1f} {r['state_disk_mb']:>8.1f}"
         )
     if args.json:
-        write_text(args.json, json.dumps({"runs": runs, "settings": base}, indent=2))
+        write_text(args.json, json.dumps({"runs": runs, "settings": settings(args)}, indent=2))
     return 0
 
 

@@ -121,6 +121,24 @@ def test_algorithm_throughput_bad_numbers_refused(
         (["--timeout", "nan"], "error: --timeout: must be a finite number of seconds > 0, got nan"),
         (["--timeout", "0"], "error: --timeout: must be a finite number of seconds > 0, got 0.0"),
         (["--local-epochs", "0"], "error: --local-epochs: must be >= 1, got 0"),
+        # every run's config is built before the first run, the state run's included
+        (
+            ["--state-memory", "abc"],
+            "error: the run of population 1,000,000 (feddyn): execution.state_memory: 'abc' is "
+            "not a size; give a number of bytes with an optional unit B, KB, MB, GB, TB, KiB, "
+            "MiB, GiB or TiB, e.g. 64MB, 2GB, 512KiB",
+        ),
+        (
+            ["--actors", "-1"],
+            "error: the run of population 10,000 (fedavg): execution.num_actors: must be >= 0, "
+            "got -1",
+        ),
+        (
+            ["--populations", "100", "--clients-per-round", "500"],
+            "error: the run of population 100 (fedavg): experiment.clients_per_round: 500 "
+            "clients a round, but the population has 100 devices (data.num_clients); give at "
+            "most 100",
+        ),
     ],
 )
 def test_scale_bad_numbers_refused(

@@ -97,6 +97,7 @@ def test_study_writes_the_json_schema(tmp_path: Path, capsys: pytest.CaptureFixt
         ),
         (["--policy-param", "k=1"], "expected POLICY:KEY=VALUE"),
         (["--virtual-hours", "0"], "--virtual-hours: must be > 0"),
+        (["--json", "/dev/null/x.json"], "--json: cannot make the directory /dev/null"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(

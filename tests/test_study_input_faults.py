@@ -134,6 +134,8 @@ def test_the_largest_study_and_rounds_are_taken(capsys: pytest.CaptureFixture[st
         (["--rounds", "99999999999999999999"], "--rounds: must be <= 1000000000, got "
          "99999999999999999999"),
         (["--defenses", "fedavg", "median", "fedavg"], "--defenses: 'fedavg' given twice"),
+        (["--committee", "3"], "--committee: attests recorded rounds; give --ledger (or "
+         "--ledger-url) too"),
         (
             ["--fractions", "0.2", "0.2000001"],
             "--fractions: 0.2 and 0.2000001 both name the runs f0.2; give fractions that "

@@ -213,6 +213,8 @@ def check_ranges(p: OneLineParser, args: argparse.Namespace) -> None:
             p.error(f"--{name.replace('_', '-')}: must be >= 1, got {value}")
     if args.rounds is not None and args.rounds > MAX_ROUNDS:
         p.error(f"--rounds: must be <= {MAX_ROUNDS}, got {args.rounds}")
+    if args.committee is not None and not (args.ledger or args.ledger_url):
+        p.error("--committee: attests recorded rounds; give --ledger (or --ledger-url) too")
     twice = [d for i, d in enumerate(args.defenses) if d in args.defenses[:i]]
     if twice:
         p.error(f"--defenses: {twice[0]!r} given twice")

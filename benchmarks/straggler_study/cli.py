@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from simulator.cli import OneLineParser, parse_kv
+from simulator.run.runlock import writable_file
 
 POLICIES = (
     "wait_for_all",
@@ -207,6 +209,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not 0 < a.deadline_quantile < 1:
         p.error(f"--deadline-quantile: must be in (0, 1), got {a.deadline_quantile}")
     check_grid(p, a)
+    if a.json:  # before the study's minutes, not after them
+        try:
+            writable_file(Path(a.json), "--json")
+        except ValueError as e:
+            p.error(str(e))
     a.policy_params = policy_params(p, a.policy_param, a.clients_per_round)
     a.extra = dict(a.set)
     return a
