@@ -1,13 +1,16 @@
 """The checks of :mod:`ledger.audit`, one run directory at a time (ledger v2).
 
 Each failed check is yielded as ``(round, client, check, expected, found)``. Input that makes an
-audit impossible (no manifest, another ledger format, unreadable config, node unreachable, wrong
-chain id, no contract at the address, a ``--ledger-url`` for a run recorded on the embedded
-devnet) raises :class:`AuditInputError` instead: that is exit status 2, not a finding.
+audit impossible (no manifest, another ledger format, a manifest or index line of the wrong
+form (:mod:`ledger.audit_input`), unreadable config, node unreachable, wrong chain id, no
+contract at the address, a ``--ledger-url`` for a run recorded on the embedded devnet) raises
+:class:`AuditInputError` instead: that is exit status 2, not a finding.
 
-Order: the chain (re-imported with full block validation, or read from the node), the contract
-(code and setup), the committee's proofs of possession, the index against the chain's
-``Committed`` events; then every round's pack in one pass (:func:`ledger.audit_round.check_pack`,
+Order: the config against the channel id (:mod:`ledger.audit_channel`), the chain
+(re-imported with full block validation, or read from the node), the contract (code and
+setup), the committee's proofs of possession, the index against the chain's ``Committed``
+events (every field, the transaction and block too) and the rounds recorded against those
+planned; then every round's pack in one pass (:func:`ledger.audit_round.check_pack`,
 in parallel with ``jobs``), the cross-round checks (admission, client signatures, base models),
 the replay of the aggregation (:mod:`ledger.replay`) and the committee signatures, batched
 (:mod:`ledger.audit_committee`).
@@ -15,70 +18,65 @@ the replay of the aggregation (:mod:`ledger.replay`) and the committee signature
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ledger.attestation import verify_registration
+from ledger.audit_channel import channel_findings, round_count_findings
 from ledger.audit_committee import committee_findings
-from ledger.audit_round import Commitment, check_packs
-from ledger.chain_events import event_logs
+from ledger.audit_input import AuditInputError, read_index, read_manifest
+from ledger.audit_round import Commitment, PackFacts, check_packs
+from ledger.chain_events import event_records
 from ledger.commitment import g1_eip2537, g2_compress_eip2537
-from ledger.errors import FORMAT
 from ledger.records import DEV_KEY, hx
-from simulator.run.appendlog import CorruptLogError, read_jsonl
 
 Finding = tuple[int | None, int | None, str, Any, Any]
-
-
-class AuditInputError(ValueError):
-    """The run directory or the node cannot be audited at all (exit status 2)."""
+#: the fields of a ``Committed`` event (:class:`Commitment`'s), as an index line names them
+COMMITTED = (
+    "round",
+    "pack",
+    "global_hash",
+    "submissions_root",
+    "verdicts_hash",
+    "admitted_root",
+    "signers",
+    "signature",
+)
 
 
 class RunAudit:
     """Audit state of one run directory; :meth:`run` yields the findings."""
 
     def __init__(self, run_dir: Path, ledger_url: str | None = None) -> None:
-        self.dir = run_dir / "ledger"
+        self.run_dir, self.dir = run_dir, run_dir / "ledger"
         self.ledger_url = ledger_url
-        m = self.dir / "manifest.json"
-        if not m.is_file():
-            raise AuditInputError(f"{run_dir}: no ledger/manifest.json (not a --ledger run)")
-        try:
-            self.manifest = json.loads(m.read_text())
-        except (OSError, ValueError) as exc:
-            raise AuditInputError(f"{run_dir}: ledger/manifest.json unreadable: {exc}") from None
-        if self.manifest.get("format") != FORMAT:
-            raise AuditInputError(
-                f"{run_dir}: ledger format {self.manifest.get('format')!r}; "
-                f"this audit reads {FORMAT!r} (record the run again)"
-            )
-        if ledger_url is not None and self.manifest.get("backend") == "embedded":
+        self.manifest = read_manifest(run_dir)  # its form checked: AuditInputError
+        if ledger_url is not None and self.manifest["backend"] == "embedded":
             raise AuditInputError(
                 f"{run_dir} was recorded on the embedded devnet (its chain is in "
                 f"{self.dir / 'chain'}); --ledger-url applies to runs recorded on a node"
             )
         if not (self.dir / "rounds.jsonl").is_file():
             raise AuditInputError(f"{run_dir}: ledger/rounds.jsonl is missing")
-        try:
-            self.entries = read_jsonl(self.dir / "rounds.jsonl")
-        except (OSError, CorruptLogError) as exc:
-            raise AuditInputError(f"{run_dir}: ledger/rounds.jsonl unreadable: {exc}") from None
+        self.entries = read_index(self.dir / "rounds.jsonl")
         from simulator.config.fields import ConfigError
         from simulator.config.sections import build_config
 
         try:
             self.cfg = build_config(self.manifest["config"])
-        except (ConfigError, KeyError) as exc:
-            raise AuditInputError(f"{run_dir}: manifest config invalid: {exc}") from None
+        except ConfigError as exc:
+            raise AuditInputError(
+                f"{self.dir / 'manifest.json'}: its 'config' is invalid: {exc}"
+            ) from None
         self.channel = self.manifest["channel_id"]
         self.contract = self.manifest["contract"]
-        self.chain_id = int(self.manifest["chain_id"])
+        self.chain_id = self.manifest["chain_id"]
         self.rounds_checked = self.submissions = 0
         self.notes: list[str] = []
         self.gas_per_round: float | None = None
         self.events: dict[int, Commitment] = {}
+        self.landed: dict[int, tuple[str, int]] = {}  # round -> its commitment's tx and block
 
     # -- chain -----------------------------------------------------------------------------
     def open_chain(self) -> Iterator[Finding]:
@@ -115,8 +113,8 @@ class RunAudit:
 
     def _round_of_block(self, number: int) -> int | None:
         for e in sorted(self.entries, key=lambda x: x["round"]):
-            if int(e["block"]) >= number:
-                return int(e["round"])
+            if e["block"] >= number:
+                return e["round"]
         return None
 
     def read_contract(self) -> Iterator[Finding]:
@@ -170,8 +168,9 @@ class RunAudit:
                 "run's chain, and the findings say only that"
             )
         self._gas_used = []
-        for a, gas in event_logs(self.chain, k.events.Committed(), self.contract):
+        for a, gas, tx, block in event_records(self.chain, k.events.Committed(), self.contract):
             sig = bytes(a["signature"])
+            self.landed[int(a["round"])] = (tx, block)
             self.events[int(a["round"])] = Commitment(
                 int(a["round"]),
                 hx(a["pack_id"]),
@@ -186,48 +185,43 @@ class RunAudit:
                 self._gas_used.append(gas)
 
     def _commitment_of(self, e: dict[str, Any]) -> Commitment:
-        return Commitment(
-            int(e["round"]),
-            e["pack"],
-            e["global_hash"],
-            e["submissions_root"],
-            e["verdicts_hash"],
-            e["admitted_root"],
-            int(e["signers"]),
-            e["signature"],
-        )
+        return Commitment(*(e[k] for k in COMMITTED))
 
     def _compare(self, e: dict[str, Any]) -> Iterator[Finding]:
         """The index entry against the chain's event for the same round."""
-        rnd = int(e["round"])
+        rnd = e["round"]
         ev = self.events.get(rnd)
         if ev is None:
             if self.chain_ends is None or rnd < self.chain_ends:
                 yield rnd, None, "round-on-chain", "a Committed event", "missing"
             return
-        claimed = self._commitment_of(e)
-        for key in (
-            "pack",
-            "global_hash",
-            "submissions_root",
-            "verdicts_hash",
-            "admitted_root",
-            "signers",
-            "signature",
-        ):
-            if getattr(claimed, key) != getattr(ev, key):
+        tx, block = self.landed[rnd]
+        chain = {**{k: getattr(ev, k) for k in COMMITTED}, "tx": tx, "block": block}
+        for key, want in chain.items():
+            if e[key] != want:
+                yield rnd, None, "commitment", f"{key}={want}", f"{key}={e[key]}"
+
+    def _counts(self, e: dict[str, Any], fact: PackFacts) -> Iterator[Finding]:
+        """The index entry's counts of submissions and admissions against its pack's."""
+        pack = {
+            "submissions": fact.submissions if fact.readable else e["submissions"],
+            "admitted": len(fact.admitted) if fact.admitted_known else e["admitted"],
+        }
+        for key, want in pack.items():
+            if e[key] != want:
                 yield (
-                    rnd,
+                    e["round"],
                     None,
                     "commitment",
-                    f"{key}={getattr(ev, key)}",
-                    f"{key}={getattr(claimed, key)}",
+                    f"{key}={want} (the pack's)",
+                    f"{key}={e[key]}",
                 )
 
     # -- the whole run ---------------------------------------------------------------------
     def run(
         self, replay: bool = True, bls: bool = True, progress: bool = False, jobs: int = 1
     ) -> Iterator[Finding]:
+        yield from channel_findings(self.manifest, self.cfg.experiment.seed)
         yield from self.open_chain()
         if self.chain is None:
             return
@@ -236,7 +230,7 @@ class RunAudit:
         if bls and committee:
             for i in verify_registration(committee):
                 yield None, None, "committee-pop", "valid proof of possession", f"validator {i}"
-        order = [int(e["round"]) for e in self.entries]
+        order = [e["round"] for e in self.entries]
         for i, r in enumerate(order):
             if r != i:
                 yield i, None, "round-order", f"round {i} on line {i + 1}", f"round {r}"
@@ -245,12 +239,14 @@ class RunAudit:
         for r in sorted(set(self.events) - indexed):
             yield r, None, "round-off-chain", "an entry in rounds.jsonl", "missing"
         # every round the chain or the index knows, in order; the chain's word first
-        by_round = {int(e["round"]): e for e in self.entries}
+        by_round = {e["round"]: e for e in self.entries}
         coms = []
         for r in sorted(set(by_round) | set(self.events)):
             if r in by_round:
                 yield from self._compare(by_round[r])
             coms.append(self.events.get(r) or self._commitment_of(by_round[r]))
+        recorded = coms[-1].round + 1 if coms else 0
+        yield from round_count_findings(self.run_dir, self.cfg, recorded)
         seed = self.manifest["account_seed"]
         facts = check_packs(
             self.dir, coms, (self.channel, self.contract, self.chain_id, seed), jobs, progress
@@ -266,6 +262,8 @@ class RunAudit:
                 trusted[finding[0]] = False
                 yield finding
         for com, fact in zip(coms, facts, strict=True):
+            if com.round in by_round:
+                yield from self._counts(by_round[com.round], fact)
             yield from fact.findings
             yield from rep.round(com, fact, trusted[com.round])
             self.rounds_checked += 1
@@ -277,27 +275,3 @@ class RunAudit:
         """Mean gas of the rounds' commitments (from their receipts)."""
         gas = getattr(self, "_gas_used", [])
         return sum(gas) / len(gas) if gas else None
-
-
-def unfinished(run_dir: Path, rounds: int) -> list[str]:
-    """A note when the run stopped before its end (no ``summary.json``, which a run writes
-    last): the audit covers the rounds it recorded, and ``--resume`` records the rest where the
-    run saved a checkpoint."""
-    if (run_dir / "summary.json").exists():
-        return []
-    try:
-        import yaml
-
-        planned = int(yaml.safe_load((run_dir / "config.yaml").read_text())["experiment"]["rounds"])
-    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError):
-        planned = None
-    of = f" of the {planned} planned" if planned is not None else ""
-    rest = (
-        f"python -m simulator --resume {run_dir} records the rest"
-        if (run_dir / "checkpoint.pt").is_file()
-        else "it saved no checkpoint to resume from"
-    )
-    return [
-        f"the run did not finish (no summary.json): {rounds} rounds recorded{of}, all of them "
-        f"audited; {rest}"
-    ]

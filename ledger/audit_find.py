@@ -7,7 +7,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from ledger.audit_checks import AuditInputError
+from ledger.audit_input import AuditInputError
 from simulator.run.runlock import LOCK_FILE
 
 __all__ = ["find_runs"]

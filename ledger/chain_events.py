@@ -10,16 +10,32 @@ a 30-round run (a sixth of its audit), and web3's log decoder ~0.7 ms an event; 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import eth_abi
 from eth_utils import to_checksum_address
 from hexbytes import HexBytes
 
 
+class EventRecord(NamedTuple):
+    """One event as the chain holds it: its decoded args, the gas its transaction used
+    (``None`` where no receipt says it), that transaction's ``0x`` hash and its block."""
+
+    args: dict[str, Any]
+    gas: int | None
+    tx: str
+    block: int
+
+
 def event_logs(chain: Any, event: Any, address: str) -> list[tuple[dict[str, Any], int | None]]:
     """``(decoded args, gas used by its transaction)`` of every ``event`` emitted by the
-    contract at ``address``, in chain order (gas is ``None`` where no receipt says it).
+    contract at ``address``, in chain order (see :func:`event_records`)."""
+    return [(r.args, r.gas) for r in event_records(chain, event, address)]
+
+
+def event_records(chain: Any, event: Any, address: str) -> list[EventRecord]:
+    """Every ``event`` emitted by the contract at ``address``, in chain order, with its
+    transaction's gas and hash and its block number.
 
     Parameters
     ----------
@@ -29,6 +45,11 @@ def event_logs(chain: Any, event: Any, address: str) -> list[tuple[dict[str, Any
         E.g. ``contract.events.Committed()``; decodes the logs.
     address : str
         The contract's checksum address.
+
+    Returns
+    -------
+    list of EventRecord
+        One per event.
     """
     if chain.backend != "embedded":
         out = []
@@ -37,7 +58,8 @@ def event_logs(chain: Any, event: Any, address: str) -> list[tuple[dict[str, Any
                 gas = int(chain.w3.eth.get_transaction_receipt(lg["transactionHash"])["gasUsed"])
             except Exception:  # noqa: BLE001 - gas is informational
                 gas = None
-            out.append((lg["args"], gas))
+            tx = "0x" + bytes(lg["transactionHash"]).hex()
+            out.append(EventRecord(lg["args"], gas, tx, int(lg["blockNumber"])))
         return out
     decode = _decoder(event.abi)
     evm = chain.w3.provider.ethereum_tester.backend.chain
@@ -48,11 +70,12 @@ def event_logs(chain: Any, event: Any, address: str) -> list[tuple[dict[str, Any
         block = evm.get_canonical_block_by_number(n)
         receipts = block.get_receipts(evm.chaindb)
         before = 0
-        for rc in receipts:
+        for tx, rc in zip(block.transactions, receipts, strict=True):
             for lg in rc.logs:
                 if lg.address != want or not lg.topics or lg.topics[0] != topic:
                     continue
-                out.append((decode(lg.topics, lg.data), rc.gas_used - before))
+                args = decode(lg.topics, lg.data)
+                out.append(EventRecord(args, rc.gas_used - before, "0x" + tx.hash.hex(), n))
             before = rc.gas_used
     return out
 

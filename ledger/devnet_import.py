@@ -4,7 +4,7 @@
 ``blocks.rlp`` with py-evm's full validation (after checking that it extends its parent and
 keeps the devnet's rule for the header fields a block producer chooses), stopping at the first
 bad block and naming what was expected and what was found; blocks cut off at the end show
-against ``head.json``.
+against ``head.json``, which must be there.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _check_head(evm: Any, want: dict[str, Any]) -> ImportErrorInfo | None:
     """Compare the imported chain with ``head.json`` (catches blocks cut off at the end)."""
     head = evm.get_canonical_head()
     number, digest = want.get("number"), want.get("hash")
-    if not isinstance(number, int) or number < 0:
+    if type(number) is not int or number < 0:
         raise ChainExportError(f"malformed {HEAD_FILE}: number {number!r}")
     if number > head.block_number:
         return ImportErrorInfo(
@@ -186,7 +186,8 @@ def import_chain(directory: str | Path) -> ImportResult:
     Raises
     ------
     ChainExportError
-        ``genesis.json`` or ``blocks.rlp`` missing or unreadable.
+        ``genesis.json``, ``blocks.rlp`` or ``head.json`` missing or unreadable (an exporter
+        writes all three when it starts, so an export without its head is incomplete).
     """
     d = Path(directory)
     manifest = _read_json(d / GENESIS_FILE)
@@ -209,10 +210,12 @@ def import_chain(directory: str | Path) -> ImportResult:
             "genesis rebuilt from genesis.json does not match its recorded hash",
         )
         return ImportResult(None, 0, None, err)
+    # the head the exporter wrote last: without it blocks cut off at the end would not show
+    want_head = _read_json(d / HEAD_FILE)
     error = _import_blocks(evm, data)
     head = evm.get_canonical_head()
-    if error is None and (d / HEAD_FILE).exists():
-        error = _check_head(evm, _read_json(d / HEAD_FILE))
+    if error is None:
+        error = _check_head(evm, want_head)
     return ImportResult(
         Chain.on_devnet(backend, manifest), head.block_number, hex_of(head.hash), error
     )

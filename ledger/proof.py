@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ledger.audit_checks import AuditInputError, RunAudit
+from ledger.audit_checks import RunAudit
+from ledger.audit_input import AuditInputError
 from ledger.merkle import merkle_proof, submission_leaf, verify_proof
 from ledger.pack import Pack, PackError
 from ledger.records import hx, unhx

@@ -154,6 +154,10 @@ class Session:
 
         manifest = json.loads((self.dir / "manifest.json").read_text())
         check_format(manifest, self.dir)
+        # the run's own channel: a resume may train elsewhere (--num-actors, --ray-address)
+        self.channel = unhx(manifest["channel_id"])
+        self.seed = manifest["account_seed"]
+        self.keys = ClientKeys(self.seed)
         self.chain, self.exporter = open_resumed_chain(self.cfg, self.seed, manifest, self.dir)
         self.contract = self.chain.w3.eth.contract(
             address=manifest["contract"], abi=manifest["abi"]

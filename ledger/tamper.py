@@ -6,8 +6,8 @@ Each case edits a finished run directory in place the way one of the attackers o
 where the audit must report it: ``(round, client, check)`` (client ``None`` for whole-round
 evidence, round ``None`` for the whole run). A case that cannot apply to a run (no rejected
 client in any round, say) raises :class:`NotApplicable`. Together the cases trigger every check
-of the audit (:data:`ledger.audit.CHECKS`); ``RUN_CASES`` apply to the whole run, the others to
-a round.
+of the audit (:data:`ledger.audit_names.CHECKS`); ``RUN_CASES`` apply to the whole run, the
+others to a round.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import rlp
+from eth_utils import keccak
 
 from ledger.pack import pack_path
 from ledger.records import hx, sha256, unhx
@@ -105,6 +106,23 @@ def index_line_removed(run: Path, r: int) -> Expected:
     return r, None, "round-off-chain"
 
 
+def last_round_dropped(run: Path, r: int) -> Expected:
+    """Drop the last round everywhere a file holds it: its ``rounds.jsonl`` line, its block
+    and every later one from the export, and ``head.json`` pointed at the block before (the
+    run's ``summary.json`` still says it finished)."""
+    es = entries(run)
+    if r != len(es) - 1:
+        raise NotApplicable("only the last round can be dropped")
+    path, recs = _blocks(run)
+    keep = recs[: es[r]["block"] - 1]
+    path.write_bytes(b"".join(keep))
+    header = rlp.decode(keep[-1][4:])[0]
+    head = {"number": len(keep), "hash": hx(keccak(rlp.encode(header)))}
+    (ledger_of(run) / "chain/head.json").write_text(json.dumps(head))
+    write_entries(run, es[:r])
+    return r, None, "round-count"
+
+
 def pack_deleted(run: Path, r: int) -> Expected:
     """Delete round ``r``'s pack."""
     pack_path(ledger_of(run), unhx(entries(run)[r]["pack"])).unlink()
@@ -129,6 +147,33 @@ def index_entry_edited(run: Path, r: int) -> Expected:
     return r, None, "commitment"
 
 
+def index_landing_edited(run: Path, r: int) -> Expected:
+    """Claim another transaction and block for round ``r``'s commitment in ``rounds.jsonl``."""
+    es = entries(run)
+    es[r]["tx"] = hx(sha256(b"another transaction"))
+    es[r]["block"] += 1
+    write_entries(run, es)
+    return r, None, "commitment"
+
+
+def index_counts_edited(run: Path, r: int) -> Expected:
+    """Claim one submission and one admission more for round ``r`` in ``rounds.jsonl``."""
+    es = entries(run)
+    es[r]["submissions"] += 1
+    es[r]["admitted"] += 1
+    write_entries(run, es)
+    return r, None, "commitment"
+
+
+def config_edited(run: Path, r: int) -> Expected:
+    """Edit the manifest's config (the clients' learning rate, doubled): the config no longer
+    hashes to the channel id."""
+    m = manifest(run)
+    m["config"]["algorithm"]["lr"] *= 2
+    (ledger_of(run) / "manifest.json").write_text(json.dumps(m, indent=1))
+    return None, None, "channel-config"
+
+
 def pop_forged(run: Path, r: int) -> Expected:
     """Give a committee member another member's proof of possession in the manifest."""
     m = manifest(run)
@@ -145,6 +190,7 @@ CASES: dict[str, Case] = {
     "round's block cut from the export": round_cut_from_export,
     "index lines swapped": rounds_swapped,
     "index line removed": index_line_removed,
+    "last round dropped from index, export and head": last_round_dropped,
     "commitment left out of the chain": commitment_removed,
     "pack deleted": pack_deleted,
     "update entry edited": _entry_edited("update/{c}", "update-blob"),
@@ -153,6 +199,8 @@ CASES: dict[str, Case] = {
     "verdict document edited": _entry_edited("verdicts", "verdict-blob"),
     "admission list edited": _entry_edited("admitted", "admission-blob"),
     "index entry edited": index_entry_edited,
+    "index entry's transaction and block edited": index_landing_edited,
+    "index entry's counts edited": index_counts_edited,
     "submission replayed from another round": submission_replayed,
     "record from another channel": record_other_channel,
     "records swapped between clients": records_swapped,
@@ -174,6 +222,7 @@ RUN_CASES: dict[str, Case] = {
     "contract code replaced": contract_code_replaced,
     "contract deployed with another committee": contract_setup_changed,
     "proof of possession forged": pop_forged,
+    "config edited in the manifest": config_edited,
 }
 
 

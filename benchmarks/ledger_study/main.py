@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
 def _study(args: Any, result: dict[str, Any], t0: float) -> int:
     """Record the tasks (or take RUN_DIRs), audit them, run the tamper study; write
     ``results.json`` and print the tables. Returns the exit code."""
-    from ledger.audit_checks import AuditInputError
     from ledger.audit_find import find_runs
+    from ledger.audit_input import AuditInputError
 
     try:
         if args.run_dirs:
