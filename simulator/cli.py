@@ -129,6 +129,18 @@ def _metavar(name: str) -> str:
     return name.split("_")[-1].upper()
 
 
+def out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` is an allocation that failed: Python's MemoryError, or torch's
+    allocator (``DefaultCPUAllocator: can't allocate memory``, CUDA ``out of memory``)."""
+    text = str(e)
+    return isinstance(e, MemoryError) or "can't allocate memory" in text or "out of memory" in text
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else type(e).__name__
+
+
 def config_markdown() -> str:
     """The config reference: one row per field (section, YAML key, flag, default, meaning)."""
     lines = ["| section | key / flag | default | meaning |", "|---|---|---|---|"]
@@ -224,6 +236,16 @@ def main(argv: list[str] | None = None) -> int:
         let_ray_go(ray_was_up)  # its processes' last words (a killed GCS) before the line
         print(_stopped_line(e, cfg if "cfg" in locals() else None), file=sys.stderr)
         return stopped(e)[1]
+    except (MemoryError, RuntimeError) as e:
+        if not out_of_memory(e) or "cfg" not in locals():
+            raise
+        let_ray_go(ray_was_up)
+        print(
+            f"error: out of memory ({_first_line(e)}); the estimate made before the start "
+            f"missed it: lower --clients-per-round or the model's size{_resume_hint(cfg)}",
+            file=sys.stderr,
+        )
+        return 1
     except OSError as e:
         if not is_disk_full(e) or "cfg" not in locals():  # no cfg: its loading failed
             raise

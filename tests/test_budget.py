@@ -88,3 +88,45 @@ def test_cli_exits_2_with_one_line_before_starting(
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "GB of memory is available" in err
     assert not (tmp_path / "x").exists()  # nothing started, nothing written
+
+
+def test_a_container_limit_is_the_memory_available(tmp_path: Path) -> None:
+    """cgroup v2: room = memory.max - memory.current (1e9 - 4e8 = 6e8 bytes); 'max' is no
+    limit, and the machine's MemAvailable is the bound."""
+    from simulator.run.budget import available_memory
+
+    (tmp_path / "memory.max").write_text("1000000000\n")
+    (tmp_path / "memory.current").write_text("400000000\n")
+    assert available_memory(tmp_path) == 6e8
+    (tmp_path / "memory.max").write_text("max\n")
+    machine = available_memory(tmp_path / "none")
+    assert 6e8 < available_memory(tmp_path) and 0.5 < available_memory(tmp_path) / machine < 2
+
+
+def test_running_out_of_memory_mid_run_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's allocator failing mid-run (a limit the estimate could not see): one line, exit 1,
+    with how to resume; any other RuntimeError stays a traceback."""
+    import simulator.run.experiment as experiment
+    from simulator.cli import main
+
+    def fails(cfg: Any) -> None:
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+            "memory: you tried to allocate 1292160200 bytes. Error code 12"
+        )
+
+    monkeypatch.setattr(experiment, "run_experiment", fails)
+    argv = ["--backend", "local", "--out", str(tmp_path / "x")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: out of memory ([enforce fail at ")
+    assert "you tried to allocate 1292160200 bytes" in err and "--checkpoint-every N" in err
+
+    def breaks(cfg: Any) -> None:
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(experiment, "run_experiment", breaks)
+    with pytest.raises(RuntimeError, match="something else"):
+        main(argv)

@@ -196,3 +196,42 @@ def test_configuration_breaking_the_precondition_every_round_is_refused(tmp_path
         r"clients a round",
     ):
         Simulation(cfg)
+
+
+@pytest.mark.parametrize(
+    ("policy", "defense", "expected"),
+    [
+        (
+            {"round_policy": "first_k", "first_k": 6},
+            {"defense": "krum", "defense_params": {"f": 3}},
+            r"'krum': needs n > 2f \+ 2 \(n=6, f=3\) with the 6 updates round policy 'first_k' "
+            "aggregates a step",
+        ),
+        (
+            {"round_policy": "fedbuff", "policy_params": {"k": 5}},
+            {"defense": "krum", "defense_params": {"f": 3}},
+            r"\(n=5, f=3\) with the 5 updates round policy 'fedbuff' aggregates a step",
+        ),
+        (
+            {"round_policy": "fedasync"},
+            {"defense": "trimmedmean"},
+            r"'trimmedmean': needs n > 2f \(n=1, f=1\) with the 1 update round policy "
+            "'fedasync' aggregates a step",
+        ),
+    ],
+)
+def test_a_policy_whose_every_step_breaks_the_precondition_is_refused(
+    tmp_path, policy: dict, defense: dict, expected: str
+) -> None:
+    """A round of 10 clients would do for Krum with f=3 (10 > 8), but first_k and fedbuff
+    aggregate only their k updates a step and fedasync one: every step would be skipped."""
+    from simulator.config.sections import build_config
+    from simulator.round.engine import Simulation
+
+    flat = dict(num_clients=20, clients_per_round=10, rounds=1, backend="local")
+    cfg = build_config(flat={**flat, **policy, **defense, "out": str(tmp_path / "r")})
+    with pytest.raises(ValueError, match=expected):
+        Simulation(cfg)
+    ok = {**flat, **defense, "out": str(tmp_path / "r")}  # the same rule on whole rounds
+    if policy["round_policy"] != "fedasync":
+        Simulation(build_config(flat={**ok, **policy, "first_k": 9, "policy_params": {}}))

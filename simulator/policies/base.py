@@ -100,6 +100,11 @@ class RoundPolicy:
         """How many clients start training at the beginning of a step."""
         return clients_per_round
 
+    def step_rows(self, clients_per_round: int) -> int:
+        """The updates a full step aggregates (of the resolved policy): what a defense's
+        precondition is checked against before the run starts."""
+        return clients_per_round
+
     def close_round(
         self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
     ) -> RoundOutcome:

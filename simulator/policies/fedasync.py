@@ -62,6 +62,9 @@ class FedAsync(RoundPolicy):
     def resolved(self, clients_per_round: int) -> FedAsync:
         return self if self.concurrency else FedAsync(self.alpha, self.a, clients_per_round)
 
+    def step_rows(self, clients_per_round: int) -> int:
+        return 1  # one arrival a step
+
     def cohort(self, clients_per_round: int, in_flight: int) -> int:
         return max(0, (self.concurrency or clients_per_round) - in_flight)
 

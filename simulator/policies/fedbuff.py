@@ -67,6 +67,9 @@ class FedBuff(RoundPolicy):
     def cohort(self, clients_per_round: int, in_flight: int) -> int:
         return max(0, (self.concurrency or clients_per_round) - in_flight)
 
+    def step_rows(self, clients_per_round: int) -> int:
+        return self.k
+
     def close_round(
         self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
     ) -> RoundOutcome:

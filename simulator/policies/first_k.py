@@ -34,6 +34,9 @@ class FirstK(RoundPolicy):
     def resolved(self, clients_per_round: int) -> FirstK:
         return self if self.k else FirstK(max(1, int(0.8 * clients_per_round)))
 
+    def step_rows(self, clients_per_round: int) -> int:
+        return min(self.k, clients_per_round)
+
     def close_round(
         self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
     ) -> RoundOutcome:

@@ -11,17 +11,26 @@ from simulator.algorithms.base import Algorithm
 from simulator.config.plugins import placement_of
 from simulator.config.sections import Config
 from simulator.placement.runtime import Scheduler
+from simulator.policies.base import RoundPolicy
 from simulator.state.store import ClientStore
 from simulator.training.flat import FlatLayout
 from simulator.training.groups import table_name
 from simulator.training.space import ParamSpace
 
 
-def check_cohort(defense: Defense, cohort: int) -> None:
-    """Refuse a rule that every full round of ``cohort`` clients would break (the run would
-    skip every round): one line naming what the rule needs."""
-    if (why := defense.rule_precondition(cohort)) is not None:
-        raise ValueError(f"defense {defense.name!r}: needs {why} with {cohort} clients a round")
+def check_cohort(defense: Defense, cohort: int, policy: RoundPolicy | None = None) -> None:
+    """Refuse a rule that every full step would break (the run would skip every round): a
+    round of ``cohort`` clients, or the updates ``policy`` aggregates a step (first_k's k,
+    fedbuff's k, fedasync's one); one line naming what the rule needs."""
+    rows = cohort if policy is None else policy.step_rows(cohort)
+    if (why := defense.rule_precondition(rows)) is not None:
+        where = (
+            f"{cohort} clients a round"
+            if rows == cohort
+            else f"the {rows} update{'s' * (rows != 1)} round policy "
+            f"{getattr(policy, 'name', '?')!r} aggregates a step"
+        )
+        raise ValueError(f"defense {defense.name!r}: needs {why} with {where}")
 
 
 def check_accepted(algorithm: Algorithm, defense: Defense, policy: object) -> None:

@@ -184,15 +184,35 @@ def _largest(est: Estimate, cfg: Config) -> tuple[str, str]:
     return items[max(items, key=lambda k: getattr(est, k))]
 
 
-def available_memory() -> float:
-    """Bytes of memory available to new allocations (``MemAvailable``)."""
+def available_memory(cgroup: Path = Path("/sys/fs/cgroup")) -> float:
+    """Bytes of memory available to new allocations: the machine's ``MemAvailable``, or less
+    where this process's cgroup (v2: a container's limit) leaves less room under its
+    ``memory.max``."""
+    room = _cgroup_room(cgroup)
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return float(line.split()[1]) * 1024
+                return min(float(line.split()[1]) * 1024, room)
     except OSError:
         pass
-    return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    return min(float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), room)
+
+
+def _cgroup_room(root: Path) -> float:
+    """``memory.max - memory.current`` of this process's cgroup v2 (inf where unlimited or
+    unknown)."""
+    try:
+        rel = Path("/proc/self/cgroup").read_text().split("::", 1)[1].strip().lstrip("/")
+    except (OSError, IndexError):
+        rel = ""
+    for d in (root / rel, root):
+        try:
+            limit = (d / "memory.max").read_text().strip()
+            used = float((d / "memory.current").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        return float("inf") if limit == "max" else max(0.0, float(limit) - used)
+    return float("inf")
 
 
 def check_budget(

@@ -22,6 +22,7 @@ from simulator.run.budget import check_budget
 from simulator.run.output import EventLog, RunSummary, truncate_events, write_csv
 from simulator.run.plots import plot
 from simulator.run.runlock import lock_run_dir
+from simulator.run.watch import NonFiniteWatch
 
 log = logging.getLogger("fedsentry")
 
@@ -243,6 +244,7 @@ def _run_locked(
     """:func:`run_experiment` once it holds the run directory's lock."""
     for stale in (out / "state" / "spill").glob("clientstore-*"):  # a kill -9 skips their
         shutil.rmtree(stale, ignore_errors=True)  # cleanup; under the lock none is in use
+    callbacks = [*callbacks, NonFiniteWatch()]
     recorder = None
     if cfg.ledger.enabled:  # the recorder process starts while the simulation is built
         from ledger.recorder import LedgerRecorder
