@@ -98,6 +98,8 @@ def test_a_container_limit_is_the_memory_available(tmp_path: Path) -> None:
     (tmp_path / "memory.max").write_text("1000000000\n")
     (tmp_path / "memory.current").write_text("400000000\n")
     assert available_memory(tmp_path) == 6e8
+    (tmp_path / "memory.stat").write_text("active_file 5\ninactive_file 100000000\n")
+    assert available_memory(tmp_path) == 7e8  # reclaimable page cache is room
     (tmp_path / "memory.max").write_text("max\n")
     machine = available_memory(tmp_path / "none")
     assert 6e8 < available_memory(tmp_path) and 0.5 < available_memory(tmp_path) / machine < 2

@@ -47,6 +47,9 @@ def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path: Path) -> None:
     p.write_text("experiment:\n  rounds: 3\nexperiment:\n  seed: 1\n")
     with pytest.raises(ConfigError, match="key 'experiment' given twice"):
         load_config(p)
+    p.write_text("? [a, b]\n: 1\n")  # an unhashable key: YAML's own error, one line
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config(p)
     p.write_text("experiment:\n  rounds: 3\nalgorithm:\n  rounds: 4\n")  # other sections
     with pytest.raises(ConfigError, match="algorithm.rounds: unknown key"):
         load_config(p)

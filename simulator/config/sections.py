@@ -195,6 +195,10 @@ class _UniqueKeys(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:  # an unhashable key: the safe loader's own error says so
+                break
             if key in seen:
                 line = key_node.start_mark.line + 1
                 raise DuplicateKey(f"key {key!r} given twice (again on line {line})")

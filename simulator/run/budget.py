@@ -199,8 +199,8 @@ def available_memory(cgroup: Path = Path("/sys/fs/cgroup")) -> float:
 
 
 def _cgroup_room(root: Path) -> float:
-    """``memory.max - memory.current`` of this process's cgroup v2 (inf where unlimited or
-    unknown)."""
+    """``memory.max - memory.current`` of this process's cgroup v2, the reclaimable page cache
+    (``inactive_file`` of ``memory.stat``) counted as room; inf where unlimited or unknown."""
     try:
         rel = Path("/proc/self/cgroup").read_text().split("::", 1)[1].strip().lstrip("/")
     except (OSError, IndexError):
@@ -211,7 +211,16 @@ def _cgroup_room(root: Path) -> float:
             used = float((d / "memory.current").read_text().strip())
         except (OSError, ValueError):
             continue
-        return float("inf") if limit == "max" else max(0.0, float(limit) - used)
+        if limit == "max":
+            return float("inf")
+        cache = 0.0
+        try:
+            for line in (d / "memory.stat").read_text().splitlines():
+                if line.startswith("inactive_file "):
+                    cache = float(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return max(0.0, float(limit) - used + cache)
     return float("inf")
 
 
