@@ -204,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         for text in wanted:
             if text != "fedavg":
                 arms[text] = parse_arm(text)
-        base = task_config(next(t for t in TASKS if t.name == args.task), args.seed, 0)
+        base = with_public(
+            task_config(next(t for t in TASKS if t.name == args.task), args.seed, 0),
+            [a[0] for a in arms.values()],
+        )
         for spec in arms.values():
             arm_config(base, *spec)
     except (ValueError, ConfigError, TypeError) as e:

@@ -197,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg = cfg.replace(**shown) if shown else cfg  # until stop 50
         else:
             cfg = load_config(args.config, flat)
+            if flat.get("ledger") is False and cfg.ledger.ledger_url is not None:
+                raise ConfigError(
+                    "ledger.ledger: --no-ledger contradicts ledger_url "
+                    f"({cfg.ledger.ledger_url}), which records on that node; drop one"
+                )
             if cfg.output.resume is not None:  # only a config file can have set it here
                 raise ConfigError(
                     f"output.resume: cannot be set in a config file ({args.config}); "

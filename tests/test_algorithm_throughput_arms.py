@@ -70,3 +70,28 @@ def test_bar_ratio_is_against_the_same_model() -> None:
 def test_cli_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--algorithm", "fedbn@width=3"]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize(
+    ("arm", "message"),
+    [
+        ("fedprox:bogus=1", "algorithm 'fedprox': unknown parameter 'bogus'; valid: ['mu']"),
+        ("fedprox:mu=-1", "fedprox"),
+        ("moon:mu=x", "moon"),
+    ],
+)
+def test_an_arm_a_run_would_refuse_is_refused_before_any_timing(
+    arm: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--algorithm", arm, "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_an_arm_that_needs_a_public_set_gets_the_benchmarks_one() -> None:
+    from benchmarks.algorithm_throughput import PUBLIC_FRACTION, with_public
+    from benchmarks.throughput_study.tasks import TASKS, task_config
+
+    base = with_public(task_config(TASKS[0], 0, 0), ["fedavg", "ktpfl"])
+    assert base.data.public_fraction == PUBLIC_FRACTION
+    arm_config(base, "ktpfl", {})  # validated: no error

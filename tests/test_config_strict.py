@@ -112,6 +112,27 @@ def test_resume_cannot_come_from_an_empty_flag_or_a_config_file(
     assert err.count("\n") == 1 and not out.exists()  # nothing started
 
 
+def test_no_ledger_with_a_ledger_url_is_refused_but_a_saved_config_still_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulator.cli import main
+
+    out = tmp_path / "x"
+    assert main(["--no-ledger", "--ledger-url", "http://h:1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: ledger.ledger: --no-ledger contradicts ledger_url (http://h:1), which records "
+        "on that node; drop one\n"
+    )
+    assert not out.exists()
+    conf = tmp_path / "c.yaml"  # as a run with --ledger-url saves it: ledger false, a URL
+    conf.write_text("ledger:\n  ledger: false\n  ledger_url: http://h:1\n")
+    assert main(["--config", str(conf), "--no-ledger", "--out", str(out)]) == 2
+    assert "contradicts" in capsys.readouterr().err
+    assert main(["--config", str(conf), "--print-config"]) == 0
+    assert "ledger_url: http://h:1" in capsys.readouterr().out
+
+
 def test_a_model_too_large_to_allocate_is_sized_and_refused_by_its_field(tmp_path: Path) -> None:
     """The digits MLP with two hidden layers of H units has 64H + H + H*H + H + 10H + 10
     parameters: 10,007,600,010 for H = 100,000 (40 GB a copy, sized on torch's meta device)."""

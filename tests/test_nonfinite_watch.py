@@ -14,7 +14,8 @@ from simulator.run.watch import NonFiniteWatch
 
 def record(rnd: int, *reasons: str) -> SimpleNamespace:
     return SimpleNamespace(
-        round=rnd, verdicts=[{"client": i, "reason": r} for i, r in enumerate(reasons)]
+        round=rnd,
+        verdicts=[{"client": i, "kept": r == "", "reason": r} for i, r in enumerate(reasons)],
     )
 
 
@@ -43,3 +44,41 @@ def test_a_global_model_that_stops_being_finite_is_said_once(
         watch.on_round_end(sim, record(2, ""))
     assert len(caplog.records) == 1 and watch.model_broken == 1
     assert caplog.records[0].getMessage().startswith("round 1: the global model is no longer")
+
+
+def verdicts(rnd: int, *kept: bool, reason: str = "entropy>=threshold") -> SimpleNamespace:
+    return SimpleNamespace(
+        round=rnd,
+        verdicts=[
+            {"client": i, "kept": k, "reason": "" if k else reason} for i, k in enumerate(kept)
+        ],
+    )
+
+
+def test_a_defense_that_keeps_nothing_three_rounds_running_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    watch = NonFiniteWatch()
+    sim = SimpleNamespace(
+        global_flat=torch.zeros(3), cfg=SimpleNamespace(defense=SimpleNamespace(defense="sageflow"))
+    )
+    with caplog.at_level(logging.WARNING, "simulator"):
+        watch.on_round_end(sim, verdicts(0, False, False))
+        watch.on_round_end(sim, verdicts(1, False, False))
+        watch.on_round_end(sim, verdicts(2, True, False))  # one kept: the streak starts again
+        watch.on_round_end(sim, verdicts(3, False, False))
+        watch.on_round_end(sim, verdicts(4))  # an empty round neither breaks nor extends it
+        watch.on_round_end(sim, verdicts(5, False, False, reason="non-finite"))  # said apart
+        watch.on_round_end(sim, verdicts(6, False, False))
+        watch.on_round_end(sim, verdicts(7, False, False))
+        assert len(caplog.records) == 1 and watch.none_kept is None  # round 5's own line
+        watch.on_round_end(sim, verdicts(8, False, False, False))
+        watch.on_round_end(sim, verdicts(9, False))
+        watch.on_round_end(sim, verdicts(10, False))
+        watch.on_round_end(sim, verdicts(11, False))
+    assert [r.getMessage() for r in caplog.records[1:]] == [
+        "rounds 6-8: the defense 'sageflow' kept none of the updates (most often: "
+        "'entropy>=threshold'), so the model did not move in them; check its parameters "
+        "(--defense-params); later rounds are not reported again"
+    ]
+    assert watch.none_kept == 8 and watch.all_rejected == 5

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from simulator.algorithms import ALGORITHMS
-from simulator.config.sections import Config
+from simulator.config.sections import Config, validate
 
 #: algorithms that need another model than the task's, and the arms that time them on it
 #: (the second, FedAvg on the same model, is the first's reference)
@@ -74,4 +74,5 @@ def arm_config(
     if model:
         fields = {k: int(v) if k == "hidden" else v for k, v in model.items()}
         out = dataclasses.replace(out, model=dataclasses.replace(base.model, **fields))
+    validate(out)  # the algorithm's parameters, before the first timing
     return out
