@@ -4,9 +4,9 @@ it planned (``round-count``); a run that did not finish gets a note instead.
 
 The channel id is on chain (the contract holds it: ``contract-setup``) and every client's record
 names it (``record-channel``); it is the SHA-256 of the run's config less its output and ledger
-sections (:func:`ledger.session_start.channel_id`), so a config edited in the manifest (more
-rounds, another attack or learning rate) no longer hashes to it. Only with the config proven is
-its number of rounds the number planned.
+sections, its number of actors and Ray address (:func:`ledger.records.channel_of`), so a config
+edited in the manifest (more rounds, another attack or learning rate) no longer hashes to it.
+Only with the config proven is its number of rounds the number planned.
 """
 
 from __future__ import annotations
@@ -17,17 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from ledger.audit_input import AuditInputError
-from ledger.records import canonical_json, hx, sha256
+from ledger.records import channel_of, hx
 
 Finding = tuple[int | None, int | None, str, Any, Any]
-
-#: sections of the config that do not change what is learned (left out of the channel id)
-UNHASHED = ("output", "ledger")
 
 
 def config_channel(config: dict[str, Any]) -> str:
     """The channel id of a config as the manifest stores it (``0x``-hex)."""
-    return hx(sha256(canonical_json({k: v for k, v in config.items() if k not in UNHASHED})))
+    return hx(channel_of(config))
 
 
 def channel_findings(manifest: dict[str, Any], seed: int) -> Iterator[Finding]:

@@ -107,9 +107,10 @@ class RunAudit:
             try:
                 self.chain = Chain.rpc(url, [DEV_KEY], chain_id=self.chain_id)
             except (ConnectionError, ValueError) as exc:
-                raise AuditInputError(str(exc)) from None
+                where = "" if self.ledger_url else " (where it was recorded; --ledger-url if moved)"
+                raise AuditInputError(f"{self.run_dir}: {exc}{where}") from None
             if not bytes(self.chain.w3.eth.get_code(self.contract)):
-                raise AuditInputError(f"no contract at {self.contract} on {url}")
+                raise AuditInputError(f"{self.run_dir}: no contract at {self.contract} on {url}")
 
     def _round_of_block(self, number: int) -> int | None:
         for e in sorted(self.entries, key=lambda x: x["round"]):

@@ -81,8 +81,16 @@ def _entry_ok(pack: Pack, name: str, rnd: int, facts: PackFacts) -> bool:
         return True
     kind = name.split("/")[0]
     c = int(name.split("/")[1]) if "/" in name else None
+    got, (_, size) = len(pack.raw(name)), pack.span(name)
+    what = f"{got} of its {size} bytes (the pack file is cut short)" if got < size else None
     facts.findings.append(
-        (rnd, c, BLOB_CHECK.get(kind, "pack"), hx(pack.digest(name)), "bytes that hash differently")
+        (
+            rnd,
+            c,
+            BLOB_CHECK.get(kind, "pack"),
+            hx(pack.digest(name)),
+            what or "bytes that hash differently",
+        )
     )
     if kind in REPLAY_INPUTS:
         facts.inputs_ok = False

@@ -21,6 +21,7 @@ This module holds the connection and deployment; single transactions
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,14 @@ from ledger.chain_batch import EMBEDDED_CALL_GAS, BatchSender
 from ledger.chain_errors import LedgerRevert, revert_reason
 from ledger.compile import compile_flchain, runtime_code_sha256
 from ledger.pyevm import GENESIS_TIMESTAMP, DeterministicBackend, derive_accounts, genesis_spec
+
+
+def _reason(exc: BaseException) -> str:
+    """The short cause of a failed connection (``[Errno 111] Connection refused``) rather than
+    the HTTP stack's nested message; the message's first 160 characters when it has none."""
+    found = re.search(r"\[Errno -?\d+\] [^\"')(]+", str(exc))
+    return found.group(0).strip() if found else str(exc).splitlines()[0][:160]
+
 
 #: the embedded devnet's gas limit for a deployment (a 32-member committee's uses 3.55M; only
 #: the gas used is charged)
@@ -166,7 +175,7 @@ class Chain(BatchSender):
         try:
             got = w3.eth.chain_id
         except Exception as exc:
-            raise ConnectionError(f"cannot reach JSON-RPC node at {url}: {exc}") from exc
+            raise ConnectionError(f"cannot reach JSON-RPC node at {url}: {_reason(exc)}") from exc
         if chain_id is not None and got != chain_id:
             raise ValueError(f"node at {url} has chain id {got}, expected {chain_id}")
         accounts = [Account.from_key(k) for k in private_keys]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: the ledger format this FedSentry writes and reads (manifest["format"])
-FORMAT = "fedsentry-ledger/2"
+FORMAT = "fedsentry-ledger/3"
 
 
 class LedgerError(RuntimeError):

@@ -225,6 +225,29 @@ def verdict_document(
     }
 
 
+#: what the channel id leaves out of a run's config: where results go and are recorded (the
+#: ``output`` and ``ledger`` sections), and the execution fields a resume may change because
+#: they change no result (the number of actors, the Ray cluster's address)
+UNHASHED: dict[str, tuple[str, ...] | None] = {
+    "output": None,
+    "ledger": None,
+    "execution": ("num_actors", "ray_address"),
+}
+
+
+def channel_of(config: dict[str, Any]) -> bytes:
+    """The channel (experiment / global model) id of a config as :meth:`Config.to_dict` gives
+    it: the SHA-256 of its canonical JSON less :data:`UNHASHED`, so the same experiment is the
+    same channel wherever it is written and on however many actors it trains."""
+    kept: dict[str, Any] = {}
+    for section, fields in config.items():
+        if section not in UNHASHED:
+            kept[section] = fields
+        elif UNHASHED[section] is not None and isinstance(fields, dict):
+            kept[section] = {k: v for k, v in fields.items() if k not in UNHASHED[section]}
+    return sha256(canonical_json(kept))
+
+
 def hx(b: bytes) -> str:
     return "0x" + bytes(b).hex()
 

@@ -25,7 +25,7 @@ from ledger.chain import Chain
 from ledger.chain_errors import LedgerRevert
 from ledger.committee import Committee
 from ledger.errors import FORMAT, LedgerError
-from ledger.records import DEV_KEY, canonical_json, hx, sha256
+from ledger.records import DEV_KEY, channel_of, hx
 from simulator.run.appendlog import drop_torn_tail, read_jsonl
 
 __all__ = [
@@ -98,11 +98,8 @@ def check_format(manifest: dict[str, Any], where: Path) -> None:
 
 
 def channel_id(cfg: Any) -> bytes:
-    """The channel (experiment / global model) id: sha256 of the resolved config without its
-    output and ledger sections (where results go and where they are recorded do not change
-    what is learned), so the same experiment is the same channel wherever it is written."""
-    d = cfg.to_dict()
-    return sha256(canonical_json({k: v for k, v in d.items() if k not in ("output", "ledger")}))
+    """The channel id of run config ``cfg`` (:func:`ledger.records.channel_of`)."""
+    return channel_of(cfg.to_dict())
 
 
 @functools.lru_cache(maxsize=4)

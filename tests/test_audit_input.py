@@ -162,6 +162,30 @@ def test_the_config_must_be_the_channels(recorded: Path) -> None:
     assert [f[3] for f in channel_findings(other, seed)] == [f"account_seed={m['account_seed']}"]
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "value", "same"),
+    [
+        ("execution", "num_actors", 7, True),  # where a run trains is not what it learns
+        ("execution", "ray_address", "10.0.0.1:6379", True),
+        ("output", "out", "elsewhere", True),
+        ("execution", "vectorize", False, False),
+        ("execution", "placement", "ga", False),
+        ("experiment", "seed", 1, False),
+    ],
+)
+def test_the_channel_leaves_out_the_number_of_actors_only(
+    recorded: Path, section: str, key: str, value: Any, same: bool
+) -> None:
+    from ledger.session_start import channel_id
+    from simulator.run.experiment import resume_config
+
+    cfg = resume_config(recorded)
+    assert channel_id(cfg).hex() == manifest(recorded)["channel_id"].removeprefix("0x")
+    edited = cfg.replace(**{key: value})
+    assert getattr(getattr(edited, section), key) == value
+    assert (channel_id(edited) == channel_id(cfg)) is same
+
+
 def test_a_finished_run_recorded_every_round(run: Path) -> None:
     expected = CASES["last round dropped from index, export and head"](run, ROUNDS - 1)
     found = [(f.round, f.client, f.check) for f in audit_run(run, replay=False).findings]
@@ -198,3 +222,29 @@ def test_rounds_planned_under_a_virtual_time_limit(tmp_path: Path) -> None:
         with pytest.raises(AuditInputError, match="summary.json: ") as info:
             planned_rounds(tmp_path, _cfg(5, 2.0))
         assert "\n" not in str(info.value)
+
+
+def test_a_pack_cut_short_says_so(run: Path) -> None:
+    """A pack file that lost its tail (a disk filled, a copy interrupted) reads as entries cut
+    short, not as bytes that hash differently."""
+    last = entries(run)[-1]
+    path = run / "ledger/packs" / last["pack"].removeprefix("0x")
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])
+    found = [(f.round, f.found) for f in audit_run(run, replay=False, bls=False).findings]
+    assert found and {r for r, _ in found} == {last["round"]}
+    cut = [what for _, what in found if "cut short" in what]
+    assert len(cut) == 1, found
+    assert cut[0].endswith(" bytes (the pack file is cut short)")
+    got, size = (int(w) for w in cut[0].split()[:4:3])
+    assert size - got == 10
+
+
+def test_a_node_that_does_not_answer_is_one_line_naming_the_run(run: Path) -> None:
+    _edit_manifest(run, lambda m: m.update(backend="rpc", url="http://127.0.0.1:1"))
+    with pytest.raises(AuditInputError) as exc:
+        audit_run(run, replay=False, bls=False)
+    assert str(exc.value) == (
+        f"{run}: cannot reach JSON-RPC node at http://127.0.0.1:1: [Errno 111] Connection "
+        "refused (where it was recorded; --ledger-url if moved)"
+    )

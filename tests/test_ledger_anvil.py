@@ -57,7 +57,8 @@ def test_robustness_task_on_anvil_verifies_on_chain_and_audits_clean(
     capsys.readouterr()
     assert audit_main([str(out)]) == 2  # node gone: bad input, one line
     err = capsys.readouterr().err
-    assert err.startswith("error: cannot reach JSON-RPC node") and err.count("\n") == 1
+    assert err.startswith(f"error: {out}: cannot reach JSON-RPC node") and err.count("\n") == 1
+    assert err.endswith("Connection refused (where it was recorded; --ledger-url if moved)\n")
 
 
 @pytest.mark.integration

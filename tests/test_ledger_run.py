@@ -147,7 +147,7 @@ def test_an_older_ledger_format_is_refused_in_one_line(
     (out / "ledger/manifest.json").write_text(json.dumps({**m, "format": "fedsentry-ledger/1"}))
     with pytest.raises(
         LedgerError,
-        match="ledger format 'fedsentry-ledger/1'; this FedSentry reads 'fedsentry-ledger/2'",
+        match="ledger format 'fedsentry-ledger/1'; this FedSentry reads 'fedsentry-ledger/3'",
     ):
         run_experiment(resume_config(out))
     assert audit_main([str(out)]) == 2
