@@ -12,7 +12,7 @@ import pytest
 from conftest import small_config
 
 from simulator.config.fields import ConfigError, coerce
-from simulator.config.system import MAX_COMMITTEE
+from simulator.config.output import MAX_COMMITTEE
 
 
 @pytest.mark.parametrize(

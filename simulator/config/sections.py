@@ -29,6 +29,7 @@ from simulator.config.learning import (
     ExperimentConfig,
     ModelConfig,
 )
+from simulator.config.output import LedgerConfig, OutputConfig
 from simulator.config.plugins import (
     check_algorithm,
     check_attack,
@@ -38,13 +39,7 @@ from simulator.config.plugins import (
     placement_of,
     policy_of,
 )
-from simulator.config.system import (
-    ClockConfig,
-    DevicesConfig,
-    ExecutionConfig,
-    LedgerConfig,
-    OutputConfig,
-)
+from simulator.config.system import ClockConfig, DevicesConfig, ExecutionConfig
 from simulator.config.wire import CompressionConfig, compressor_of
 
 SECTIONS: dict[str, type] = {
