@@ -18,12 +18,13 @@ from simulator.run.stop import sigterm_raises, stopped
 
 
 def parse_kv(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` as ``(KEY, VALUE read as YAML)``: ``rate=1e-1`` gives 0.1, ``f=2`` 2."""
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     k, v = text.split("=", 1)
-    import yaml
+    from simulator.config.sections import yaml_value
 
-    return k, yaml.safe_load(v)
+    return k, yaml_value(v)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -177,3 +177,37 @@ def test_help_lists_every_registered_plugin_and_shows_what_a_flag_takes() -> Non
     ):
         assert shown in text, shown
     assert "NAME in logreg, mlp, mlp1, cnn" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("rate=1e-1", 0.1),
+        ("rate=5E3", 5000.0),
+        ("rate=-2.5e+3", -2500.0),
+        ("rate=1.5e-2", 0.015),
+        ("rate=5", 5),  # an integer stays one
+        ("rate=1e", "1e"),  # not a number
+        ("rate=e5", "e5"),
+    ],
+)
+def test_a_number_in_exponent_form_is_a_number(text: str, value: Any) -> None:
+    from simulator.cli import parse_kv
+
+    key, got = parse_kv(text)
+    assert key == "rate" and got == value and type(got) is type(value)
+
+
+def test_exponent_numbers_reach_every_parameter_map(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulator.cli import main
+
+    flags = ["--compression", "mask", "--compression-params", "rate=1e-1"]
+    assert main([*flags, "--partition-params", "alpha=5e-1", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert "    rate: 0.1\n" in out and "    alpha: 0.5\n" in out
+    conf = tmp_path / "c.yaml"  # the same in a config file
+    conf.write_text("compression:\n  compression: mask\n  compression_params:\n    rate: 2e-1\n")
+    assert main(["--config", str(conf), "--print-config"]) == 0
+    assert "    rate: 0.2\n" in capsys.readouterr().out

@@ -14,6 +14,7 @@ coercion, :class:`ConfigError`, :func:`~simulator.config.fields.parse_size`) liv
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -199,6 +200,21 @@ class _UniqueKeys(yaml.SafeLoader):
                 raise DuplicateKey(f"key {key!r} given twice (again on line {line})")
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 reads a number in exponent form without a dot (1e-1, 5E3) as a string, which a
+# float parameter then refuses with a misleading message; read it as the float it is (as YAML
+# 1.2 does). A plain integer stays an int: the pattern needs the exponent.
+_UniqueKeys.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def yaml_value(text: str) -> Any:
+    """A value as a config file would read it (the ``VALUE`` of a flag's ``KEY=VALUE``)."""
+    return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a safe loader
 
 
 def load_config(path: str | Path | None, flat: dict[str, Any] | None = None) -> Config:
