@@ -211,3 +211,42 @@ def test_exponent_numbers_reach_every_parameter_map(
     conf.write_text("compression:\n  compression: mask\n  compression_params:\n    rate: 2e-1\n")
     assert main(["--config", str(conf), "--print-config"]) == 0
     assert "    rate: 0.2\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (
+            ["--classes-per-client", "3"],
+            "data.classes_per_client: --classes-per-client applies to partition shards, not "
+            "'dirichlet'; drop it or give --partition",
+        ),
+        (
+            ["--partition", "shards", "--dirichlet-alpha", "0.1"],
+            "data.dirichlet_alpha: --dirichlet-alpha applies to partition dirichlet / quantity / "
+            "virtual, not 'shards'; drop it or give --partition",
+        ),
+        (
+            ["--partition", "iid", "--virtual-size-max", "64"],
+            "data.virtual_size_max: --virtual-size-max applies to partition virtual, not 'iid'; "
+            "drop it or give --partition",
+        ),
+        (["--missing-classes", "2"], "data.missing_classes: --missing-classes applies to"),
+    ],
+)
+def test_a_partition_flag_its_partition_does_not_take_is_refused(
+    flags: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulator.cli import main
+
+    assert main([*flags, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {says}") and err.count("\n") == 1
+
+
+def test_a_partition_flag_its_partition_takes_is_used(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulator.cli import main
+
+    assert main(["--partition", "shards", "--classes-per-client", "3", "--print-config"]) == 0
+    assert "  classes_per_client: 3\n" in capsys.readouterr().out
+    assert main(["--partition", "virtual", "--dirichlet-alpha", "0.2", "--print-config"]) == 0
