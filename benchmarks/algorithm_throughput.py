@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         description="Client-updates/s of algorithms vs FedAvg on a task of "
         "benchmarks/throughput.py, timed in turns in one process.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=checks.DefaultsHelp,
     )
     p.add_argument(
         "--algorithm",

@@ -219,13 +219,14 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.throughput_study import checks
     from simulator.cli import OneLineParser
 
     p = OneLineParser(
         description="Start-up, round time, engine overhead and memory of "
         "FedSentry runs of 10^4-10^6 virtual clients (digits, MLP), "
         "each in a fresh process.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=checks.DefaultsHelp,
     )
     p.add_argument(
         "--populations",

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from actors.ray_setup import let_ray_go, ray_is_up
+from simulator.config.fields import ConfigError
 from simulator.run.stop import report_stop, sigterm_raises, stopped
 
 #: seconds the processes of a stopped benchmark get to end on their own before SIGKILL
@@ -171,7 +172,9 @@ def run_stoppable(
 ) -> int:
     """``body()`` (a benchmark's work; returns its exit code), stopped the project's way.
 
-    On Ctrl-C (exit 130) or SIGTERM (143) it prints one line on stderr: ``"interrupted: NAME
+    A :class:`ConfigError` the work meets (one only the cluster can refuse: more actors than
+    its CPUs) is one line on stderr, ``"error: ...; nothing was written"``, exit 2. On Ctrl-C
+    (exit 130) or SIGTERM (143) it prints one line on stderr: ``"interrupted: NAME
     stopped before its end; nothing was written"`` (or the files it wrote whole); for a
     ``study`` ``(script, argv, kept)`` that goes on with ``--resume``, ``"interrupted: NAME
     stopped; KEPT; go on with: python SCRIPT ARGV --resume"``, ``kept()`` saying what is kept
@@ -216,6 +219,9 @@ def run_stoppable(
                     let_ray_go(ray_before)
                 finally:
                     end_started(mark)
+    except ConfigError as e:  # met once the cluster is known (more actors than its CPUs)
+        print(f"error: {str(e).splitlines()[0]}; {written()}", file=sys.stderr, flush=True)
+        return 2
     except (KeyboardInterrupt, OSError) as e:
         if study is not None:
             script, argv, kept = study

@@ -9,26 +9,19 @@ import contextlib
 import gc
 import os
 import signal
-import sys
 import time
 from multiprocessing.connection import Connection
 from typing import Any
+
+from simulator.run import stop
 
 _GC = {"seconds": 0.0, "full": 0, "started": 0.0}  # this process's collections since the freeze
 
 
 def die_with_parent(parent: int) -> None:
-    """Have the OS kill this process when ``parent`` (its driver) dies (``PR_SET_PDEATHSIG``
-    on Linux; elsewhere it exits when its socket closes)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-    if os.getppid() != parent:  # the driver died before the line above
-        os._exit(0)
+    """Have the OS kill this process when ``parent`` (its driver) dies (SIGKILL by
+    :func:`simulator.run.stop.die_with_parent`; elsewhere it exits when its socket closes)."""
+    stop.die_with_parent(parent, signal.SIGKILL)
 
 
 def warm_up() -> None:

@@ -134,6 +134,28 @@ def test_a_file_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
     assert path.read_text() == "{}" and list(tmp_path.iterdir()) == [path]
 
 
+def test_a_config_the_cluster_refuses_mid_benchmark_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulator.config.fields import ConfigError
+
+    def body() -> int:
+        stops.write_text(tmp_path / "a.json", "{}")
+        raise ConfigError("execution.num_actors: 5 actors need 5 CPUs; the Ray cluster has 2")
+
+    assert stops.run_stoppable("throughput", body) == 2
+    assert capsys.readouterr().err == (
+        "error: execution.num_actors: 5 actors need 5 CPUs; the Ray cluster has 2; only "
+        f"{tmp_path / 'a.json'} was written\n"
+    )
+
+    def bug() -> int:
+        raise ValueError("a bug stays a traceback")
+
+    with pytest.raises(ValueError, match="a bug"):
+        stops.run_stoppable("throughput", bug)
+
+
 def test_a_stopped_benchmark_ends_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -250,3 +250,24 @@ def test_a_partition_flag_its_partition_takes_is_used(capsys: pytest.CaptureFixt
     assert main(["--partition", "shards", "--classes-per-client", "3", "--print-config"]) == 0
     assert "  classes_per_client: 3\n" in capsys.readouterr().out
     assert main(["--partition", "virtual", "--dirichlet-alpha", "0.2", "--print-config"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--gpus-per-actor", "1"], "gpus_per_actor"),
+        (["--gpus-per-actor", "0.5"], "gpus_per_actor"),
+        (["--ray-address", "127.0.0.1:1"], "ray_address"),
+    ],
+)
+def test_ray_settings_are_refused_with_the_local_backend(
+    flags: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulator.cli import main
+
+    assert main(["--backend", "local", *flags, "--print-config"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: execution.{field}: applies to the Ray backend, not to --backend local (which "
+        "trains in this process, on its CPUs); drop one\n"
+    )
+    assert main(["--backend", "local", "--gpus-per-actor", "0", "--print-config"]) == 0

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks.robustness_study.worker import init_worker
-from simulator.run.stop import Terminated
+from simulator.run.stop import Terminated, die_with_parent
 
 #: seconds the workers of a stopped study get to end their runs before SIGKILL
 STOP_S = 10.0
@@ -40,13 +40,16 @@ def _stop(signum: int, frame: Any) -> None:
     os._exit(128 + signum)
 
 
-def init_stoppable() -> None:
-    """A worker's initializer: one torch thread, :func:`_stop` on SIGINT and SIGTERM, and a
+def init_stoppable(parent: int) -> None:
+    """A worker's initializer: SIGTERM when ``parent`` (the study) dies, even by ``kill -9``
+    (the worker ends its run and exits rather than run on for good), one torch thread,
+    :func:`_stop` on SIGINT and SIGTERM, and a
     thread lock for tqdm (its default, a multiprocessing lock made by a run's bar, is a named
     semaphore that a worker ended by ``os._exit`` cannot unregister: the resource tracker then
     warned of leaked semaphores)."""
     from tqdm import tqdm
 
+    die_with_parent(parent)
     init_worker()
     tqdm.set_lock(threading.RLock())
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -92,7 +95,10 @@ def run_pool(
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     pool = ProcessPoolExecutor(
-        workers, mp_context=mp.get_context("spawn"), initializer=init_stoppable
+        workers,
+        mp_context=mp.get_context("spawn"),
+        initializer=init_stoppable,
+        initargs=(os.getpid(),),
     )
     try:
         for fut in as_completed([pool.submit(run_one, fn, j) for j in jobs]):

@@ -11,6 +11,17 @@ from simulator.config.fields import ConfigError
 from simulator.run.runlock import writable_file
 
 
+class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with each flag's default, except where there is none to show (None) or its
+    help already says it (``"(default 30; quick: 10)"`` was followed by ``"(default: None)"``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def at_least_one(p: argparse.ArgumentParser, args: argparse.Namespace, names: list[str]) -> None:
     """``--NAME`` of each of ``names`` (attributes of ``args``) is unset (None) or >= 1: a 0
     is refused, not taken for the default."""

@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(the faster of one process x all threads and one process per core) on "
         "identical tasks (E=1, B=10, lr=0.05; 100 clients, or 100,000 virtual "
         "clients with 1,000 a round).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=checks.DefaultsHelp,
     )
     p.add_argument(
         "--quick",

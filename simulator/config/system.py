@@ -207,6 +207,16 @@ class ExecutionConfig:
             raise ConfigError(
                 "execution.ray_address: empty; leave it out to start a local Ray, or give HOST:PORT"
             )
+        if self.backend == "local":
+            for name, given in (
+                ("ray_address", self.ray_address not in (None, "local")),  # local: the default
+                ("gpus_per_actor", bool(self.gpus_per_actor)),
+            ):
+                if given:
+                    raise ConfigError(
+                        f"execution.{name}: applies to the Ray backend, not to --backend local "
+                        "(which trains in this process, on its CPUs); drop one"
+                    )
         if self.actor_kinds:
             try:
                 parse_actor_kinds(self.actor_kinds)

@@ -8,6 +8,7 @@ on (:func:`study_stopped`).
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -28,6 +29,22 @@ class DiskFull(Exception):
     def __init__(self, path: str) -> None:
         super().__init__(f"no space left on the disk of {path}")
         self.path = path
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
+    """Have the OS send this process ``sig`` when ``parent`` dies (``PR_SET_PDEATHSIG`` on
+    Linux), and exit now if it is already gone: a worker or helper process whose driver was
+    killed with ``kill -9`` must not run on (and write into a study's directory) for good.
+    Elsewhere only the check is made."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # 1: PR_SET_PDEATHSIG
+        except OSError:
+            pass
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(128 + sig)
 
 
 _SEEN: list[int] = []  # SIGTERMs the handler took: Ray's blocking calls turn what it raises
