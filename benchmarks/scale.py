@@ -168,10 +168,12 @@ def run_one(flat: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """One-line errors (exit 2) before the first run: counts below 1, a timeout that is not a
-    finite number > 0, an unknown state algorithm, a ``--json`` that cannot be written."""
+    finite number > 0, an unknown state algorithm, a run that will not fit in memory (its
+    estimate, :func:`simulator.run.budget.check_budget`), a ``--json`` that cannot be written."""
     from benchmarks.throughput_study.checks import outputs
     from simulator.algorithms import ALGORITHMS
     from simulator.config.sections import build_config
+    from simulator.run.budget import check_budget
 
     for flag in ("populations", "clients_per_round", "rounds", "local_epochs"):
         value = min(getattr(args, flag)) if flag == "populations" else getattr(args, flag)
@@ -181,11 +183,11 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--timeout: must be a finite number of seconds > 0, got {args.timeout}")
     if args.state_algorithm and args.state_algorithm not in ALGORITHMS:
         p.error(f"--state-algorithm: unknown {args.state_algorithm!r}; valid: {ALGORITHMS.names()}")
-    for n, algo, flat in plan(args):  # every run's config, before the first run's minutes
+    for n, algo, flat in plan(args):  # every run's config and memory, before the first run
         try:
-            build_config(flat={**flat, "out": "scale"})
+            check_budget(build_config(flat={**flat, "out": tempfile.gettempdir()}))
         except ValueError as e:  # a ConfigError
-            p.error(f"the run of population {n:,} ({algo}): {e}")
+            p.error(f"the run of population {n:,} ({algo}): {str(e).splitlines()[0]}")
     outputs(p, {"--json": args.json})
 
 

@@ -149,6 +149,17 @@ def test_scale_bad_numbers_refused(
     assert not out.exists()
 
 
+def test_scale_refuses_a_run_that_will_not_fit_before_the_first_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "s.json"
+    line = refused(capsys, scale.main, ["--populations", "1000", "10000000000", "--json", str(out)])
+    assert line.startswith(
+        "error: the run of population 10,000,000,000 (fedavg): data.num_clients: this run needs "
+    )
+    assert "GB of memory is available" in line and not out.exists()
+
+
 def test_scale_unknown_state_algorithm_refused(capsys: pytest.CaptureFixture[str]) -> None:
     from simulator.algorithms import ALGORITHMS
 
