@@ -12,6 +12,7 @@ from typing import Any, get_type_hints
 
 from actors.ray_setup import let_ray_go, ray_is_up
 from simulator.config.fields import ConfigError, type_name
+from simulator.config.inert import check_inert
 from simulator.config.plugins import NAMED
 from simulator.config.sections import SECTIONS, Config, field_index, load_config
 from simulator.run.stop import sigterm_raises, stopped
@@ -130,22 +131,6 @@ def _metavar(name: str) -> str:
     return name.split("_")[-1].upper()
 
 
-def _check_inert(flat: dict[str, Any], cfg: Config) -> None:
-    """ConfigError on a partition flag given for a partition that does not take it
-    (``--classes-per-client`` with ``dirichlet``): it would do nothing. A config file's values
-    are not checked (a saved config holds every field)."""
-    from simulator.data.scheme_params import SHORTHAND
-
-    part = cfg.data.partition
-    for name, (schemes, _) in SHORTHAND.items():
-        if name in flat and part not in schemes:
-            flag = "--" + name.replace("_", "-")
-            raise ConfigError(
-                f"data.{name}: {flag} applies to partition {' / '.join(schemes)}, "
-                f"not {part!r}; drop it or give --partition"
-            )
-
-
 def out_of_memory(e: BaseException) -> bool:
     """Whether ``e`` is an allocation that failed: Python's MemoryError, or torch's
     allocator (``DefaultCPUAllocator: can't allocate memory``, CUDA ``out of memory``)."""
@@ -214,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = cfg.replace(**shown) if shown else cfg  # until stop 50
         else:
             cfg = load_config(args.config, flat)
-            _check_inert(flat, cfg)
+            check_inert(flat, cfg)
             if flat.get("ledger") is False and cfg.ledger.ledger_url is not None:
                 raise ConfigError(
                     "ledger.ledger: --no-ledger contradicts ledger_url "

@@ -232,9 +232,39 @@ def test_exponent_numbers_reach_every_parameter_map(
             "drop it or give --partition",
         ),
         (["--missing-classes", "2"], "data.missing_classes: --missing-classes applies to"),
+        (
+            ["--deadline-s", "30"],
+            "clock.deadline_s: --deadline-s applies to round policies with a deadline_s, not "
+            "'wait_for_all'; drop it or give --round-policy",
+        ),
+        (
+            ["--round-policy", "deadline", "--max-staleness", "2"],
+            "clock.max_staleness: --max-staleness applies to round policies with a "
+            "max_staleness, not 'deadline'; drop it or give --round-policy",
+        ),
+        (
+            ["--round-policy", "fedbuff", "--first-k", "3"],
+            "clock.first_k: --first-k applies to round policy first_k, not 'fedbuff'; drop it "
+            "or give --round-policy",
+        ),
+        (
+            ["--availability-period-s", "100"],
+            "devices.availability_period_s: --availability-period-s applies to an availability "
+            "trace, none is given; drop it or give --availability-trace",
+        ),
+        (
+            ["--availability-trace", "t.csv", "--availability-low", "0.5"],
+            "devices.availability_low: --availability-low applies to the diurnal model, not a "
+            "trace; drop it or the trace",
+        ),
+        (
+            ["--gflops-sigma", "1"],
+            "devices.gflops_sigma: --gflops-sigma applies to devices that declare GFLOP/s; drop "
+            "it or give --gflops-median",
+        ),
     ],
 )
-def test_a_partition_flag_its_partition_does_not_take_is_refused(
+def test_a_flag_its_setting_does_not_use_is_refused(
     flags: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from simulator.cli import main
@@ -244,9 +274,17 @@ def test_a_partition_flag_its_partition_does_not_take_is_refused(
     assert err.startswith(f"error: {says}") and err.count("\n") == 1
 
 
-def test_a_partition_flag_its_partition_takes_is_used(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_flag_its_setting_uses_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
     from simulator.cli import main
 
+    for flags in (
+        ["--round-policy", "deadline_carryover", "--deadline-s", "5", "--max-staleness", "2"],
+        ["--round-policy", "first_k", "--first-k", "3"],
+        ["--gflops-median", "2", "--gflops-sigma", "1"],
+        ["--availability-low", "0.5"],
+    ):
+        assert main([*flags, "--print-config"]) == 0, capsys.readouterr().err
+        capsys.readouterr()
     assert main(["--partition", "shards", "--classes-per-client", "3", "--print-config"]) == 0
     assert "  classes_per_client: 3\n" in capsys.readouterr().out
     assert main(["--partition", "virtual", "--dirichlet-alpha", "0.2", "--print-config"]) == 0
