@@ -280,8 +280,9 @@ class Algorithm:
 
     def wire_bytes(self, w: WireInfo) -> tuple[np.ndarray, np.ndarray]:
         """``(upload, download)`` bytes of each selected client's transfers this round (float64
-        ``[K]`` each, aligned with ``w.client_ids``), before any compression option. Default: the
-        shared float32 parameters both ways, ``4 * w.shared_size``."""
+        ``[K]`` each, aligned with ``w.client_ids``), before any compression option: every
+        extra that travels counts (a mask compresses a transfer's first ``4 * w.shared_size``
+        bytes, the model's, and leaves the rest dense). Default: the shared float32 model."""
         n = np.full(len(w.client_ids), 4.0 * w.shared_size, dtype=np.float64)
         return n, n.copy()
 

@@ -87,6 +87,24 @@ class WireInfo:
     #: the algorithm's server state as the round starts (read only; FedMA's stage)
     server: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    def trainable_entries(self) -> int:
+        """Entries of the model's trainable parameters (a ``"params"`` client-state row, the
+        ``[P]`` vectors a client step sees): the flat model's :attr:`slices` less its float
+        buffers, which in the simulator's models are BatchNorm's ``running_mean`` and
+        ``running_var``; ValueError without slices."""
+        if not self.slices:
+            raise ValueError("WireInfo.slices (the flat model's layout) is needed for its bytes")
+        buffers = ("running_mean", "running_var")
+        return sum(
+            s.stop - s.start for n, s in self.slices.items() if n.rpartition(".")[2] not in buffers
+        )
+
+    def sent_entries(self, names: tuple[str, ...]) -> int:
+        """Entries of the server tensors ``names`` (an algorithm's ``sends``) as the round
+        starts, each at its size in :attr:`server` (absent: 0, e.g. where only an upload is
+        priced)."""
+        return sum(int(self.server[n].numel()) for n in names if n in self.server)
+
 
 @dataclass(frozen=True)
 class Optimizer:

@@ -42,6 +42,14 @@ Choices and departures (the seeds give no default for lambda or T_s):
   ``fedfm`` with ``--norm batch`` these are the client's trained running statistics, not the
   global ones); the optimizer is the shared client optimizer (the code: SGD, momentum 0.9,
   weight decay 1e-5).
+
+Bytes on the wire (:meth:`FedFM.wire_bytes`, float32; S shared entries, C classes, d the feature
+width, the head's input): both variants upload the update, the local anchors and the class
+counts, ``4 * (S + C * d + C)`` (``fedfm`` computes its anchors with ``w^t`` but sends them with
+the update, the one communication per round above), and download the model, the anchors and the
+weight, ``4 * (S + C * d + 1)`` (``4 * (S + 1)`` while the anchors are still empty). A mask
+compresses the model part only; anchors, counts and weight travel dense and count whole in both
+figures.
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ import torch.nn.functional as F
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm
-from simulator.algorithms.exchange import ServerRound
+from simulator.algorithms.exchange import ServerRound, WireInfo
 from simulator.algorithms.params import Param, non_negative, positive
 from simulator.training.step import Finish, Step
 
@@ -155,6 +163,19 @@ class FedFM(Algorithm):
             )
         r.server["fm_weight"] = self.weight(r.round + 1)
         return r.global_flat + self.cfg.server_lr * r.delta
+
+    def wire_bytes(self, w: WireInfo) -> tuple[np.ndarray, np.ndarray]:
+        """Up: the update, the ``[C, d]`` local anchors and ``[C]`` counts (C, d from the head
+        ``[C, d]``); down: the model and the server's ``anchors`` and ``fm_weight`` at their sizes
+        in ``w.server`` (dense under a mask)."""
+        if "head.weight" not in w.slices or "head.bias" not in w.slices:
+            raise ValueError(f"{self.name}: the model's linear head (WireInfo.slices) is needed")
+        head, bias = w.slices["head.weight"], w.slices["head.bias"]
+        anchors = head.stop - head.start  # C * d entries, one anchor per class
+        k = len(w.client_ids)
+        up = w.shared_size + anchors + (bias.stop - bias.start)
+        down = w.shared_size + w.sent_entries(self.sends)
+        return np.full(k, 4.0 * up), np.full(k, 4.0 * down)
 
 
 @register

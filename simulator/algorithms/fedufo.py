@@ -57,6 +57,13 @@ Choices where the paper is silent or does not fit one training pass per round:
    checkpoint with the other per-client state.
    Communication: each client also uploads its trained parameters and class counts (extras)
    and downloads up to ``peers`` models, as the paper's prior exchange does (K_c - 1 models).
+   Bytes on the wire (:meth:`FedUFO.wire_bytes`, float32; S shared entries, T trainable ones,
+   discriminator included, C classes, M <= ``peers`` the peers held as the round starts, 0 in
+   round 0): up ``4 * (S + T + C)`` (the update, the posterior, the counts; no extras when uad
+   and cgr are 0), ``+ 4`` with dynamic sampling (the accuracy); down ``4 * (S + M * (T +
+   disc_classes + 1 + C) + 1)`` (the model and every server tensor of ``sends`` as shipped:
+   peers, their one-hot labels and class shares, the stage). A mask compresses the model part
+   only; the extras travel dense and count whole in both figures.
 5. **Hyper-parameters**: lam = 3, unit weights for L_uniform and L_cgr (Eq. 12), D's loss at
    weight 1; the stage switch round is not given in the paper (default 60 of the notes' 100).
    The paper's optimizer (SGD lr 0.01, momentum 0.9, weight decay 2e-4, B = 10, E = 10) is the
@@ -76,7 +83,7 @@ from torch import nn
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm
-from simulator.algorithms.exchange import ServerRound
+from simulator.algorithms.exchange import ServerRound, WireInfo
 from simulator.algorithms.fedufo_losses import (
     DISC,
     cgr_target,
@@ -242,6 +249,16 @@ class FedUFO(Algorithm):
             )
         r.server["stage"] = torch.tensor(1.0 if r.round + 1 >= self.p["stage_two"] else 0.0)
         return super().server_update(r)
+
+    def wire_bytes(self, w: WireInfo) -> tuple[np.ndarray, np.ndarray]:
+        """Up: the update and the :meth:`client_finish` extras (the posterior's T entries and C
+        counts when peers are used, the accuracy with dynamic sampling); down: the model and the
+        server tensors of :attr:`sends` at their sizes in ``w.server`` (dense under a mask)."""
+        extras = w.trainable_entries() + w.num_classes if self._uses_peers() else 0
+        extras += 1 if self.p["dynamic_sampling"] else 0
+        k = len(w.client_ids)
+        down = w.shared_size + w.sent_entries(self.sends)
+        return np.full(k, 4.0 * (w.shared_size + extras)), np.full(k, 4.0 * down)
 
     def chooses(self) -> bool:
         """Only with dynamic sampling on (no population pass otherwise)."""

@@ -17,15 +17,22 @@ for FedAvg, the paper averages uniformly); Delta c of rows the defense rejected 
 rejected client must not move c); only trainable parameters carry control variates (buffers are
 averaged as in FedAvg); K counts the steps actually taken (partial work); with momentum or weight
 decay option II is the usual approximation.
+
+Bytes on the wire (:meth:`Scaffold.wire_bytes`, float32): with S the shared model's entries and T
+its trainable parameters (c's entries; T = S without BatchNorm), each client downloads the model
+and c, ``4 * (S + T)``, and uploads its update and Delta c, ``4 * (S + T)``. A ``--compression``
+mask compresses the model part only; c and Delta c travel dense (the mask never touches them), so
+they count whole in both the compressed and the uncompressed figures.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from simulator.algorithms import register
 from simulator.algorithms.base import Algorithm
-from simulator.algorithms.exchange import ServerRound
+from simulator.algorithms.exchange import ServerRound, WireInfo
 from simulator.training.step import Finish, Step
 
 
@@ -55,3 +62,9 @@ class Scaffold(Algorithm):
             dc = r.extras["delta_c"][kept].double().sum(0) / r.num_clients
             r.server["c"] = (r.server["c"].double() + dc).float()
         return r.global_flat + self.cfg.server_lr * r.delta
+
+    def wire_bytes(self, w: WireInfo) -> tuple[np.ndarray, np.ndarray]:
+        """Down: the model and c; up: the update and Delta c (c and Delta c: the trainable
+        parameters' entries, left dense by any mask)."""
+        n = np.full(len(w.client_ids), 4.0 * (w.shared_size + w.trainable_entries()))
+        return n, n.copy()
