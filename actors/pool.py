@@ -153,27 +153,32 @@ class RayPool:
         return [k.name for k in self._kinds]
 
     def _replace(self, i: int, settings: tuple[Any, ...]) -> None:
-        """Start a replacement for the dead actor ``i``; :class:`ClusterLost` (at once) when the
-        cluster's alive nodes can no longer hold the pool, or when the cluster fails."""
+        """Start a replacement for the dead actor ``i``; :class:`ClusterLost` when the cluster's
+        alive nodes can no longer hold the pool (looked at before, and every few seconds while
+        the replacement starts: Ray marks a lost node dead ~30 s after it went), or when the
+        cluster fails."""
         ray, kind = self._ray, self._kinds[i]
         try:
-            kinds = list({k.name: k for k in self._kinds}.values())
-            check_schedulable(kinds, ray.nodes())
-        except ConfigError:
-            raise self._lost(i) from None
-        except ray.exceptions.RayError as e:
-            raise ClusterLost(f"actor {i} died and the Ray cluster failed: {_first(e)}") from None
-        try:
+            self._fits(i)
             a = self.actors[i] = self._start(kind)
             # the replacement waits for its resources like the pool's first actors did: a node
             # lost with the dead actor must not leave the run hanging on an unplaceable actor
-            self._nodes[i] = started(ray, [a.node_id.remote()], [kind.name], self.shutdown, i)[0]
+            self._nodes[i] = started(
+                ray, [a.node_id.remote()], [kind.name], self.shutdown, i, lambda: self._fits(i)
+            )[0]
             ray.get(a.configure.remote(*settings))
         except ConfigError as e:
             raise ClusterLost(f"actor {i} died and no replacement started: {e}") from None
         except ray.exceptions.RayError as e:
             raise ClusterLost(f"actor {i} died and the Ray cluster failed: {_first(e)}") from None
         self.restarts += 1
+
+    def _fits(self, i: int) -> None:
+        """:class:`ClusterLost` (with the resume flags) unless the alive nodes hold the pool."""
+        try:
+            check_schedulable(list({k.name: k for k in self._kinds}.values()), self._ray.nodes())
+        except ConfigError:
+            raise self._lost(i) from None
 
     def _lost(self, i: int) -> ClusterLost:
         """Actor ``i`` died and the alive nodes cannot hold the pool: what to resume with."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import signal
@@ -53,10 +54,53 @@ def _own_sigterm() -> Iterator[None]:
             signal.signal(signal.SIGTERM, own)
 
 
+#: an HTTP/2 client's connection preface and an empty SETTINGS frame: a Ray GCS (or Ray client
+#: server), being gRPC, answers with a SETTINGS frame of its own (frame type 4 in byte 3)
+_H2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _split(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` of an address of the form ``HOST:PORT`` or ``ray://HOST:PORT``; a
+    one-line ConnectionError for any other form."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConnectionError(
+            f"execution.ray_address: {address!r} is not HOST:PORT, ray://HOST:PORT or auto"
+        )
+    return host.strip("[]"), int(port)
+
+
+def _not_grpc(sock: socket.socket) -> str | None:
+    """None when the peer answers an HTTP/2 preface with a SETTINGS frame, as gRPC does; else
+    what it did instead (its first bytes, or that it closed or kept silent)."""
+    got = b""
+    try:
+        sock.sendall(_H2_HELLO)
+        while len(got) < 9:
+            chunk = sock.recv(256)
+            if not chunk:
+                break
+            got += chunk
+    except TimeoutError:
+        if not got:
+            return "it said nothing"
+    except OSError as e:
+        return f"it dropped the connection: {e.strerror or type(e).__name__}"
+    if len(got) >= 9 and got[3] == 4:
+        return None
+    if not got:
+        return "it closed the connection"
+    line = got.splitlines()[0][:60] if got.strip() else got
+    text = line.decode() if line.isascii() and line.decode().isprintable() else got[:16].hex()
+    return f"it said {text!r}"
+
+
 def check_address(address: str, timeout: float = 5.0) -> None:
-    """A cluster address's form (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``), and that
-    something answers at ``HOST:PORT`` (``ray.init`` retries an address where nothing does for
-    ever, repeating a warning every ~36 s; one of another form ends in an ``AssertionError``).
+    """A cluster address's form (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``), that
+    something answers at ``HOST:PORT``, and that it speaks gRPC as a Ray GCS or Ray client
+    server does (``ray.init`` retries an address where nothing, or something else, answers for
+    ever; one of another form ends in an ``AssertionError``). With ``RAY_USE_TLS`` set only the
+    connection is tried (the peer then speaks TLS first).
 
     Raises
     ------
@@ -65,18 +109,54 @@ def check_address(address: str, timeout: float = 5.0) -> None:
     """
     if address in ("auto", "local"):
         return
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConnectionError(
-            f"execution.ray_address: {address!r} is not HOST:PORT, ray://HOST:PORT or auto"
-        )
+    host, port = _split(address)
+    where = f"execution.ray_address: cannot join Ray at {address!r}"
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return
+            said = _not_grpc(sock)
     except OSError as e:
         raise ConnectionError(
-            f"execution.ray_address: cannot join Ray at {address!r}: nothing answers at "
-            f"{host}:{port} ({e.strerror or type(e).__name__})"
+            f"{where}: nothing answers at {host}:{port} ({e.strerror or type(e).__name__})"
         ) from None
+    if said is not None:
+        raise ConnectionError(
+            f"{where}: {host}:{port} answers, but not as a Ray cluster ({said} to a gRPC "
+            "connection; a Ray head's port is the one `ray start --head` printed, 6379 by default)"
+        )
+
+
+def _local(ip: str, node_ip: str) -> bool:
+    """Whether ``ip`` is this machine's: a loopback address or its Ray node's IP."""
+    try:
+        return ip == node_ip or ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False
+
+
+def check_same_ray(address: str, current: str | None, node_ip: str) -> None:
+    """Refuse (one-line ConnectionError) to use this process's Ray, whose GCS is at ``current``
+    (None: unknown) on a node of IP ``node_ip``, for ``address`` unless both name the same GCS:
+    the same port, and hosts that resolve to a common IP or both to this machine."""
+    same = False
+    if address != "auto" and not address.startswith("ray://") and current:
+        host, port = _split(address)
+        now_host, now_port = _split(current)
+        if port == now_port:
+            try:
+                ips = {a[4][0] for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+                now = {a[4][0] for a in socket.getaddrinfo(now_host, port, type=socket.SOCK_STREAM)}
+            except OSError:
+                ips, now = set(), set()
+            local = all(_local(ip, node_ip) for ip in ips | now)
+            same = bool(ips & now) or (bool(ips and now) and local)
+    if not same:
+        raise ConnectionError(
+            f"execution.ray_address: this process already runs Ray at "
+            f"{current or 'an unknown address'}, not the one at {address!r} (one Ray per "
+            "process: give its address, or run in a new process)"
+        )
 
 
 def ensure_ray(
@@ -84,12 +164,19 @@ def ensure_ray(
 ) -> None:
     """Start a local Ray (bounded object store, no dashboard) or join ``address``.
 
-    Reuses a Ray already initialised in this process (one Ray per test session).
+    Reuses a Ray already initialised in this process (one Ray per test session), provided
+    ``address`` names it (:func:`check_same_ray`).
     """
     offline_env()
     import ray
 
     if ray.is_initialized():
+        if address and address != "local":
+            try:
+                current = ray.get_runtime_context().gcs_address
+            except Exception:  # noqa: BLE001 - a Ray client: no GCS address to compare
+                current = None
+            check_same_ray(address, current, ray.util.get_node_ip_address())
         return
     if address and address != "local":  # "local": this machine's own Ray, as with none
         check_address(address)

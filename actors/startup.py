@@ -25,6 +25,9 @@ FREE_WAIT_S = 20.0
 #: seconds the pool's actors may take to start (import torch, receive the data) before the pool
 #: gives up on the ones still unplaced
 START_WAIT_S = 300.0
+#: seconds between two looks at the cluster while a replacement actor starts (a node lost with
+#: the dead actor is marked dead by Ray some 30 s after it went)
+CHECK_EVERY_S = 2.0
 
 
 class ClusterLost(RuntimeError):
@@ -67,12 +70,34 @@ def wait_for_free(
 
 
 def started(
-    ray: Any, refs: list[Any], kinds: Sequence[str], abandon: Callable[[], None], first: int = 0
+    ray: Any,
+    refs: list[Any],
+    kinds: Sequence[str],
+    abandon: Callable[[], None],
+    first: int = 0,
+    check: Callable[[], None] | None = None,
 ) -> list[Any]:
     """The answers of the starting actors' first calls ``refs`` (actor ``first + i`` of kind
     ``kinds[i]``); after :data:`START_WAIT_S` s with some unanswered, ``abandon()`` (kill the
-    pool) and raise ConfigError naming those actors."""
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=START_WAIT_S)
+    pool) and raise ConfigError naming those actors. ``check()``, when given, is called every
+    :data:`CHECK_EVERY_S` s of the wait (and before the ConfigError); what it raises (e.g.
+    :class:`ClusterLost`: the cluster can no longer hold the pool) ends the wait, after
+    ``abandon()``."""
+    deadline = time.monotonic() + START_WAIT_S
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        step = min(left, CHECK_EVERY_S) if check is not None else left
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=step)
+        if len(ready) == len(refs):
+            break
+        if check is not None:
+            try:
+                check()
+            except BaseException:
+                abandon()
+                raise
+        if step >= left:
+            break
     if len(ready) < len(refs):
         done = set(ready)
         late = [i for i, r in enumerate(refs) if r not in done]

@@ -1,5 +1,6 @@
 """A Ray cluster address where no cluster is, or of a form Ray cannot use, is one line; without
-one a run starts its own Ray, whatever cluster runs on the machine.
+one a run starts its own Ray, whatever cluster runs on the machine; an address where something
+other than Ray answers is one line, and so is one that is not the Ray this process already has.
 
 Until stop 50 ``--ray-address 127.0.0.1:1`` hung for ever (Ray retries, printing a warning every
 ~36 s) and ``--ray-address http://127.0.0.1:6379`` ended in a 35-line ``AssertionError``.
@@ -9,15 +10,58 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from cli_helper import run_cli
 from cluster_helper import helper_run
 
-from actors.ray_setup import check_address
+from actors.ray_setup import check_address, check_same_ray, ensure_ray
 
 FORM = "is not HOST:PORT, ray://HOST:PORT or auto"
+SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # an empty HTTP/2 SETTINGS frame
+
+
+@contextmanager
+def _server(answer: bytes | None) -> Iterator[int]:
+    """A TCP server on a free port that answers each connection with ``answer`` once it reads
+    something (None: reads and says nothing until the client leaves); yields the port."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+    lsock.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = lsock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(1024)
+                    if answer is not None:
+                        conn.sendall(answer)
+                    else:
+                        conn.recv(1024)  # silent until the client hangs up
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield lsock.getsockname()[1]
+    finally:
+        done.set()
+        thread.join(5)
+        lsock.close()
 
 
 @pytest.mark.parametrize(
@@ -30,10 +74,7 @@ def test_an_address_of_another_form(address: str) -> None:
 
 
 def test_an_address_where_nothing_answers_and_one_where_something_does() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(1)
-        port = s.getsockname()[1]
+    with _server(SETTINGS) as port:  # answers an HTTP/2 preface as gRPC (a Ray GCS) does
         check_address(f"127.0.0.1:{port}")
         check_address(f"ray://127.0.0.1:{port}")
     check_address("auto")  # Ray's own search: left to ray.init
@@ -71,3 +112,82 @@ def test_without_an_address_a_run_starts_its_own_ray_beside_a_running_cluster(
     assert note not in runs[0]["stderr"] and note in runs[1]["stderr"]
     for name in ("plain", "env"):
         assert json.loads((tmp_path / name / "summary.json").read_text())["rounds"] == 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (b"HTTP/1.0 400 Bad request\r\n\r\n", "it said 'HTTP/1.0 400 Bad request'"),
+        (b"\x17\x03\x01garbage", "it said '17030167617262616765'"),
+        (b"", "it closed the connection"),
+        (None, "it said nothing"),
+    ],
+)
+def test_a_port_where_something_other_than_ray_answers(answer: bytes | None, said: str) -> None:
+    # found at stop 52: an HTTP server's port passed the TCP check and ray.init retried
+    # "Failed to connect to GCS ... TimedOut" for ever
+    with _server(answer) as port:
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionError) as err:
+            check_address(f"127.0.0.1:{port}", timeout=1.0)
+        assert time.monotonic() - t0 < 3
+    assert str(err.value) == (
+        f"execution.ray_address: cannot join Ray at '127.0.0.1:{port}': 127.0.0.1:{port} "
+        f"answers, but not as a Ray cluster ({said} to a gRPC connection; a Ray head's port is "
+        "the one `ray start --head` printed, 6379 by default)"
+    )
+
+
+def test_a_real_ray_head_passes_the_probe(ray_session: None) -> None:
+    """The test session's Ray GCS answers the HTTP/2 preface with its SETTINGS frame."""
+    import ray
+
+    gcs = ray.get_runtime_context().gcs_address
+    check_address(gcs)
+    check_address("127.0.0.1:" + gcs.rpartition(":")[2])
+
+
+def test_the_cli_refuses_an_http_server_in_one_line(tmp_path: Path) -> None:
+    with ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler) as http:
+        threading.Thread(target=http.serve_forever, daemon=True).start()
+        port = http.server_address[1]
+        argv = ["--rounds", "1", "--no-progress", "--out", str(tmp_path / "r")]
+        proc = run_cli(*argv, "--ray-address", f"127.0.0.1:{port}", timeout=120)
+        http.shutdown()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: execution.ray_address: cannot join Ray at '127.0.0.1:{port}': 127.0.0.1:{port} "
+        "answers, but not as a Ray cluster (it said '"
+    ), proc.stderr
+
+
+def test_a_ray_already_up_is_used_only_for_its_own_address(ray_session: None) -> None:
+    # found at stop 52: with Ray initialised in the process, --ray-address was silently ignored
+    import ray
+
+    gcs = ray.get_runtime_context().gcs_address
+    port = gcs.rpartition(":")[2]
+    for same in (gcs, f"127.0.0.1:{port}", f"localhost:{port}", "local"):
+        ensure_ray(same)
+    other = f"127.0.0.1:{int(port) % 65535 + 1}"
+    for address in (other, "auto", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(ConnectionError) as err:
+            ensure_ray(address)
+        assert str(err.value) == (
+            f"execution.ray_address: this process already runs Ray at {gcs}, not the one at "
+            f"{address!r} (one Ray per process: give its address, or run in a new process)"
+        )
+    assert ray.is_initialized()
+
+
+def test_same_ray_compares_hosts_by_address() -> None:
+    check_same_ray("127.0.0.1:6379", "10.1.2.3:6379", "10.1.2.3")  # both this machine
+    check_same_ray("10.1.2.3:6379", "10.1.2.3:6379", "127.0.0.1")
+    for address, current in (
+        ("10.9.9.9:6379", "10.1.2.3:6379"),  # another machine
+        ("127.0.0.1:6380", "127.0.0.1:6379"),  # another port
+        ("127.0.0.1:6379", None),  # unknown (a Ray client)
+    ):
+        with pytest.raises(ConnectionError, match="this process already runs Ray at "):
+            check_same_ray(address, current, "10.1.2.3")
