@@ -171,6 +171,10 @@ def validate(cfg: Config) -> None:
             f"experiment.clients_per_round: {k} clients a round, but the "
             f"population has {n} devices (data.num_clients); give at most {n}"
         )
+    try:  # the policy's own cohort: fedbuff's concurrency, overcommit's ceil(ratio x k), ...
+        policy.check_sizes(k, n)
+    except ValueError as e:
+        raise ConfigError(f"clock.policy_params: {e}") from None
     if cfg.clock.round_policy == "first_k" and getattr(policy, "k", 0) > k:
         field = "policy_params" if "k" in cfg.clock.policy_params else "first_k"
         raise ConfigError(  # every round would wait for all: first_k in name only

@@ -12,6 +12,19 @@ A policy answers three questions on the virtual clock (nothing sleeps):
 
 An asynchronous policy (FedBuff, FedAsync) is one whose step ends on arrival events; a "round" of
 the engine is then one server step.
+
+**The clock always moves.** With ``--dropout``, a selected device that goes offline before its
+update lands loses it; the server learns of the loss at the instant the device goes offline
+(its drop-out instant, between the step's start and when the update would have landed). A step
+that nothing else ends (every selected device dropped out and no update is in flight) ends at
+the last of its drop-out instants, when the server has heard from its whole cohort; a deadline
+policy ends it no later than its deadline (:meth:`RoundPolicy.close_step`,
+:meth:`RoundPolicy.lost_end`). The next step starts there, so the devices that dropped out are
+offline when it selects, and the run reaches its ``--max-virtual-hours``.
+
+A policy's cohort comes from its parameters; :meth:`RoundPolicy.check_sizes` refuses,
+before the run, one larger than the whole population (fewer devices *online* than wanted is
+not an error: selection takes those there are).
 """
 
 from __future__ import annotations
@@ -105,6 +118,11 @@ class RoundPolicy:
         precondition is checked against before the run starts."""
         return clients_per_round
 
+    def check_sizes(self, clients_per_round: int, num_clients: int) -> None:
+        """ValueError naming the parameter when this (unresolved) policy's parameters do not fit
+        a cohort of ``clients_per_round`` or ask for more clients at once than the population
+        has (``num_clients`` devices); the config's validation calls it."""
+
     def close_round(
         self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]
     ) -> RoundOutcome:
@@ -114,6 +132,27 @@ class RoundPolicy:
         flight from earlier steps.
         """
         raise NotImplementedError
+
+    def close_step(
+        self,
+        round_idx: int,
+        round_start: float,
+        new: Sequence[Arrival],
+        pending: Sequence[Arrival],
+        lost: Sequence[float] = (),
+    ) -> RoundOutcome:
+        """:meth:`close_round`, and a step that it ends at its start while some of the step's
+        devices dropped out (``lost``: their drop-out instants) ends at :meth:`lost_end`."""
+        out = self.close_round(round_idx, round_start, new, pending)
+        if not lost or out.round_end > round_start:
+            return out
+        return dataclasses.replace(out, round_end=self.lost_end(round_start, lost))
+
+    def lost_end(self, round_start: float, lost: Sequence[float]) -> float:
+        """When a step that only drop-outs end ends: the last drop-out instant, when the server
+        has heard from every device it started (deadline policies: no later than the
+        deadline)."""
+        return last_drop(round_start, lost)
 
     def adjust_rows(
         self, rows: torch.Tensor, staleness: np.ndarray, drift: Callable[[], torch.Tensor]
@@ -143,6 +182,14 @@ def last_finish(round_start: float, arrivals: Sequence[Arrival]) -> float:
     return max([round_start, *(a.finish_time for a in arrivals)])
 
 
+def last_drop(round_start: float, lost: Sequence[float]) -> float:
+    """The last of the drop-out instants ``lost`` (never before ``round_start``)."""
+    end = max([round_start, *lost])
+    if not math.isfinite(end):
+        raise ValueError(f"drop-out instants must be finite, got {list(lost)!r}")
+    return end
+
+
 def first_k(
     round_start: float, every: tuple[Arrival, ...], k: int
 ) -> tuple[float, tuple[Arrival, ...], tuple[Arrival, ...]]:
@@ -169,6 +216,16 @@ def close_first_k(
     every = in_flight(round_idx, round_start, new, pending)
     end, first, rest = first_k(round_start, every, k)
     return RoundOutcome(end, first, (), rest) if keep_rest else RoundOutcome(end, first, rest)
+
+
+def check_population(policy: str, what: str, cohort: int, num_clients: int) -> None:
+    """ValueError when ``policy`` would start ``cohort`` clients at once (``what`` says which
+    parameter asks for them) out of a population of ``num_clients`` devices."""
+    if cohort > num_clients:
+        raise ValueError(
+            f"round policy {policy!r}: {what} exceeds the population "
+            f"(data.num_clients={num_clients}); give at most {num_clients}"
+        )
 
 
 def check_positive(

@@ -13,6 +13,7 @@ from simulator.policies.base import (
     RoundPolicy,
     check_positive,
     in_flight,
+    last_drop,
     last_finish,
 )
 
@@ -31,6 +32,10 @@ class Deadline(RoundPolicy):
 
     def __post_init__(self) -> None:
         check_positive("deadline", "deadline_s", self.deadline_s)
+
+    def lost_end(self, round_start: float, lost: Sequence[float]) -> float:
+        """The last drop-out instant, or the deadline if that comes first."""
+        return min(round_start + self.deadline_s, last_drop(round_start, lost))
 
     def close_round(
         self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]

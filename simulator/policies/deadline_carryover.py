@@ -14,6 +14,7 @@ from simulator.policies.base import (
     RoundPolicy,
     check_positive,
     in_flight,
+    last_drop,
     last_finish,
 )
 
@@ -40,6 +41,10 @@ class DeadlineCarryover(RoundPolicy):
         check_positive(
             "deadline_carryover", "max_staleness", self.max_staleness, integer=True, strict=False
         )
+
+    def lost_end(self, round_start: float, lost: Sequence[float]) -> float:
+        """The last drop-out instant, or the deadline if that comes first."""
+        return min(round_start + self.deadline_s, last_drop(round_start, lost))
 
     def close_round(
         self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]

@@ -34,6 +34,7 @@ from simulator.policies.base import (
     Arrival,
     RoundOutcome,
     RoundPolicy,
+    check_population,
     check_positive,
     close_first_k,
 )
@@ -61,6 +62,10 @@ class FedAsync(RoundPolicy):
 
     def resolved(self, clients_per_round: int) -> FedAsync:
         return self if self.concurrency else FedAsync(self.alpha, self.a, clients_per_round)
+
+    def check_sizes(self, clients_per_round: int, num_clients: int) -> None:
+        what = f"concurrency ({self.concurrency})"
+        check_population("fedasync", what, self.concurrency, num_clients)
 
     def step_rows(self, clients_per_round: int) -> int:
         return 1  # one arrival a step

@@ -29,6 +29,7 @@ from simulator.policies.base import (
     Arrival,
     RoundOutcome,
     RoundPolicy,
+    check_population,
     check_positive,
     close_first_k,
 )
@@ -62,7 +63,20 @@ class FedBuff(RoundPolicy):
             )
 
     def resolved(self, clients_per_round: int) -> FedBuff:
-        return self if self.concurrency else FedBuff(self.k, clients_per_round)
+        if self.concurrency:
+            return self
+        if self.k > clients_per_round:
+            raise ValueError(
+                f"round policy 'fedbuff': k ({self.k}) must be <= concurrency "
+                f"({clients_per_round}): concurrency defaults to --clients-per-round; give "
+                f"--policy-param concurrency=N with N >= {self.k}, or a smaller k"
+            )
+        return FedBuff(self.k, clients_per_round)
+
+    def check_sizes(self, clients_per_round: int, num_clients: int) -> None:
+        self.resolved(clients_per_round)
+        what = f"concurrency ({self.concurrency})"
+        check_population("fedbuff", what, self.concurrency, num_clients)
 
     def cohort(self, clients_per_round: int, in_flight: int) -> int:
         return max(0, (self.concurrency or clients_per_round) - in_flight)

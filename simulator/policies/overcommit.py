@@ -16,6 +16,7 @@ from simulator.policies.base import (
     Arrival,
     RoundOutcome,
     RoundPolicy,
+    check_population,
     check_positive,
     close_first_k,
 )
@@ -42,6 +43,13 @@ class Overcommit(RoundPolicy):
     def cohort(self, clients_per_round: int, in_flight: int) -> int:
         # the tolerance keeps 1.3 * 10 at 13, not 14 from 13.000000000000002
         return math.ceil(self.ratio * (self.k or clients_per_round) - 1e-9)
+
+    def check_sizes(self, clients_per_round: int, num_clients: int) -> None:
+        k = self.k or clients_per_round
+        what = f"ceil(ratio x k) = ceil({self.ratio:g} x {k}) = {self.cohort(k, 0)} clients a round"
+        if not self.k:
+            what += " (k defaults to --clients-per-round)"
+        check_population("overcommit", what, self.cohort(k, 0), num_clients)
 
     def close_round(
         self, round_idx: int, round_start: float, new: Sequence[Arrival], pending: Sequence[Arrival]

@@ -199,7 +199,7 @@ def make_plan(
     sizes = ctx.train_clients.sizes(selected)
     wire, writes = plan_wire(ctx, rnd, selected, server_state)
     new = arrivals(ctx, rnd, selected, epochs, sizes, start, wire)
-    dropout, lost_s = dropouts(ctx, start, new) if cfg.clock.dropout else ([], 0.0)
+    dropout, lost_s, lost_at = dropouts(ctx, start, new) if cfg.clock.dropout else ([], 0.0, [])
     if dropout:
         gone = set(dropout)
         new = [a for a in new if a.client_id not in gone]
@@ -219,7 +219,8 @@ def make_plan(
         partial_s = sum(a.compute_s for a in new if a.client_id in partial)
         new = [a for a in new if a.client_id not in partial]
     verdicts += [Verdict(c, False, 0.0, float("nan"), BANNED) for c in sorted(refused)]
-    outcome = ctx.policy.close_round(rnd, start, new, [f.arrival for f in in_flight])
+    # a step that only drop-outs end ends when the server learns of the last one
+    outcome = ctx.policy.close_step(rnd, start, new, [f.arrival for f in in_flight], lost_at)
     now = {a.client_id for a in outcome.arrived if a.base_round == rnd}
     hold = {a.client_id for a in outcome.pending if a.base_round == rnd}
     plan = RoundPlan(
@@ -268,14 +269,17 @@ def plan_tasks(plan: RoundPlan, poison: bool) -> list[TrainTask]:
     ]
 
 
-def dropouts(ctx: RoundContext, start: float, new: list[Arrival]) -> tuple[list[int], float]:
-    """The clients whose device goes offline before their update lands, and the compute
-    device-seconds they spent until then."""
+def dropouts(
+    ctx: RoundContext, start: float, new: list[Arrival]
+) -> tuple[list[int], float, list[float]]:
+    """The clients whose device goes offline before their update lands, the compute
+    device-seconds they spent until then, and when each went offline (its drop-out instant,
+    when the server learns the update is lost)."""
     if not new:
-        return [], 0.0
+        return [], 0.0, []
     ids = np.array([a.client_id for a in new], dtype=np.int64)
     finish = np.array([a.finish_time for a in new], dtype=np.float64)
     until = ctx.fed.availability.online_until(start, ids)
     lost = finish > until
     spent = np.minimum(np.array([a.compute_s for a in new], np.float64), until - start)
-    return ids[lost].tolist(), float(spent[lost].sum())
+    return ids[lost].tolist(), float(spent[lost].sum()), until[lost].tolist()
