@@ -1,4 +1,6 @@
-"""Parsers for on-disk dataset formats: MNIST idx, CIFAR-10 python batches, LEAF json, CSV.
+"""Parsers for on-disk dataset formats: MNIST idx and CSV, and the checks the others share
+(CIFAR-10 python batches: :mod:`simulator.data.cifar_batch`; LEAF json:
+:mod:`simulator.data.leaf_json`).
 
 Every parser validates what it reads and raises :class:`DataError` with a message that names
 the offending file and what is wrong with it, so a bad path or a corrupt download fails loudly
@@ -15,9 +17,7 @@ References
 from __future__ import annotations
 
 import gzip
-import importlib
-import json
-import pickle
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,10 @@ import numpy as np
 __all__ = [
     "DataError",
     "find_file",
+    "idx_dims",
     "read_idx",
-    "read_cifar_batch",
-    "read_leaf_dir",
     "read_label_last_csv",
+    "whole_labels",
 ]
 
 
@@ -123,110 +123,67 @@ def read_idx(path: Path, *, ndim: int | None = None) -> np.ndarray:
     return data.astype(dtype.newbyteorder("="))
 
 
-# (module, name) pairs a CIFAR batch pickle may reference; numpy.core was renamed numpy._core.
-_PICKLE_ALLOWED: set[tuple[str, str]] = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("_codecs", "encode"),
-}
+def idx_dims(path: Path) -> tuple[int, ...]:
+    """The dimension sizes in an idx file's header (``.gz`` opened with gzip), reading only the
+    header: ``(60000, 28, 28)`` for MNIST's training images. For size estimates made before
+    loading; the file's data section is not checked.
 
-
-class _ArrayOnlyUnpickler(pickle.Unpickler):
-    """Unpickler that only rebuilds numpy arrays and builtin containers (no arbitrary code)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _PICKLE_ALLOWED:
-            raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
-        if module.startswith("numpy.core"):
-            try:
-                return getattr(importlib.import_module("numpy._core" + module[10:]), name)
-            except ImportError:  # numpy < 2
-                pass
-        return getattr(importlib.import_module(module), name)
-
-
-def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Read one CIFAR-10 python batch: a pickled dict with ``b'data'`` and ``b'labels'``.
-
-    Only numpy arrays and plain containers are unpickled, so a malicious file cannot run code.
-
-    Returns
-    -------
-    (x, y) : tuple of ndarray
-        ``x`` uint8 ``[N, 3, 32, 32]`` and ``y`` int64 ``[N]``.
+    Raises
+    ------
+    DataError
+        When the file cannot be read or its header is not an idx header.
     """
-    if not path.is_file():
-        raise DataError(f"{path}: CIFAR-10 batch file not found")
     try:
-        with path.open("rb") as fh:
-            obj = _ArrayOnlyUnpickler(fh, encoding="bytes").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
-        raise DataError(f"{path}: not a valid CIFAR-10 python batch ({exc})") from exc
-    if not isinstance(obj, dict):
-        raise DataError(f"{path}: expected a pickled dict, got {type(obj).__name__}")
-    data = obj.get(b"data", obj.get("data"))
-    labels = obj.get(b"labels", obj.get("labels"))
-    if data is None or labels is None:
-        raise DataError(f"{path}: batch lacks b'data' or b'labels' (keys: {list(obj)})")
-    x = np.asarray(data)
-    y = np.asarray(labels, dtype=np.int64)
-    if x.ndim != 2 or x.shape[1] != 3 * 32 * 32 or x.shape[0] != y.shape[0]:
-        raise DataError(
-            f"{path}: data has shape {x.shape} with {y.shape[0]} labels, expected "
-            "[N, 3072] and N labels"
-        )
-    return x.astype(np.uint8).reshape(-1, 3, 32, 32), y
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as fh:
+            head = fh.read(4)
+            if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_DTYPES:
+                raise DataError(f"{path}: not an idx header ({head!r})")
+            raw = fh.read(4 * head[3])
+    except (OSError, EOFError) as exc:
+        raise DataError(f"{path}: cannot read file ({exc})") from exc
+    if len(raw) < 4 * head[3]:
+        raise DataError(f"{path}: truncated idx header")
+    return tuple(int(d) for d in np.frombuffer(raw, dtype=">u4"))
 
 
-def read_leaf_dir(directory: Path) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
-    """Read all LEAF ``*.json`` shards of one split directory, merging users across files.
+def _is_whole(v: object) -> bool:
+    """Whether ``v`` is an int, or a float with a whole value (not a bool, text or None)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return isinstance(v, int) or (math.isfinite(v) and v.is_integer())
 
-    Each file is ``{"users": [...], "num_samples": [...], "user_data": {u: {"x": .., "y": ..}}}``
-    as written by LEAF's preprocessing scripts [3]_.
 
-    Returns
-    -------
-    users, xs, ys : list
-        User ids sorted lexicographically, and each user's ``float32`` features and ``int64``
-        labels (features keep their flat per-sample length).
+def whole_labels(values: Any, where: str, num_classes: int) -> np.ndarray:
+    """``values`` (a list or an array) as flat int64 labels in ``0..num_classes-1``.
+
+    Nothing is converted that would change a value: whole numbers stored as floats (``3.0``)
+    are taken, but ``1.7``, ``None``, text, booleans, NaN, nested or ragged labels and labels
+    outside the classes raise :class:`DataError`, its message starting with ``where`` (the file,
+    and the user where there are several).
     """
-    files = sorted(directory.glob("*.json")) if directory.is_dir() else []
-    if not files:
-        raise DataError(f"{directory}: no LEAF *.json files found")
-    per_user: dict[str, tuple[list[Any], list[Any]]] = {}
-    for f in files:
-        try:
-            doc = json.loads(f.read_text())
-            user_data = doc["user_data"]
-            for user in doc["users"]:
-                entry = user_data[user]
-                xs, ys = per_user.setdefault(str(user), ([], []))
-                if len(entry["x"]) != len(entry["y"]):
-                    raise DataError(
-                        f"{f}: user {user!r} has {len(entry['x'])} x but {len(entry['y'])} y"
-                    )
-                xs.extend(entry["x"])
-                ys.extend(entry["y"])
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DataError(f"{f}: invalid JSON ({exc})") from exc
-        except (KeyError, TypeError) as exc:
-            raise DataError(f"{f}: not a LEAF file, missing or bad field {exc}") from exc
-    users = sorted(u for u, (_, ys) in per_user.items() if ys)
-    out_x, out_y = [], []
-    for u in users:
-        xs, ys = per_user[u]
-        try:
-            out_x.append(np.asarray(xs, dtype=np.float32))
-            out_y.append(np.asarray(ys, dtype=np.int64))
-        except ValueError as exc:
-            raise DataError(f"{directory}: user {u!r} has ragged or non-numeric samples") from exc
-        if out_x[-1].ndim != 2:
-            raise DataError(f"{directory}: user {u!r} samples are not flat vectors")
-    return users, out_x, out_y
+    try:
+        arr = np.asarray(values)
+    except ValueError as exc:  # ragged nesting
+        raise DataError(f"{where}: labels are ragged lists, expected one number a sample") from exc
+    if arr.ndim != 1:
+        raise DataError(f"{where}: labels have shape {arr.shape}, expected a flat list")
+    if arr.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
+        if bad.size:
+            i = int(bad[0])
+            raise DataError(f"{where}: label {arr[i].item()!r} (item {i}) is not a whole number")
+    elif arr.dtype.kind not in "iu":  # None, text, booleans, complex: look at each
+        for i, v in enumerate(arr.tolist()):
+            if not _is_whole(v):
+                raise DataError(f"{where}: label {v!r} (item {i}) is not a whole number")
+        arr = np.asarray(arr.tolist(), dtype=np.float64 if arr.size else np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() >= num_classes):
+        i = int(np.flatnonzero((arr < 0) | (arr >= num_classes))[0])
+        raise DataError(
+            f"{where}: labels outside 0..{num_classes - 1} (item {i} is {arr[i].item()!r})"
+        )
+    return arr.astype(np.int64)
 
 
 def read_label_last_csv(path: Path, *, num_features: int) -> tuple[np.ndarray, np.ndarray]:

@@ -3,6 +3,9 @@
 A run that cannot fit must say so up front with one line (exit code 2 on the command line), never
 die to the kernel's OOM killer mid-way. The estimate adds up what grows with the run's size:
 
+* the training data, counted from the files on disk for a dataset read with ``--data-path``
+  (:mod:`simulator.data.disk_size`: idx headers, CIFAR batch sizes, LEAF ``num_samples``),
+  else from the table below;
 * the device arrays (six float64 values per device: five profile fields and the availability
   phase; a seventh, the declared GFLOP/s, with ``--gflops-median``) and, for a real partition,
   its index;
@@ -35,6 +38,7 @@ import torch
 from actors.kinds import parse_actor_kinds
 from simulator.config.fields import ConfigError
 from simulator.config.sections import Config
+from simulator.data.disk_size import rows_on_disk
 
 if TYPE_CHECKING:
     from simulator.training.flat import FlatLayout
@@ -49,7 +53,8 @@ PACK_RECORD_BYTES = 2048
 #: copies of a round's update rows a ``--ledger`` run holds in memory beside the run's own: the
 #: three slots they travel to the recorder through, and the recorder's pack buffer
 LEDGER_ROW_COPIES = 4
-#: (input shape, classes, training rows) of the registered datasets, for estimates only
+#: (input shape, classes, training rows) of the registered datasets, for estimates only; a
+#: dataset read from ``--data-path`` takes its rows (and shape) from the files instead
 DATASETS: dict[str, tuple[tuple[int, ...], int, int]] = {
     "digits": ((1, 8, 8), 10, 1438),
     "mnist5k": ((1, 28, 28), 10, 4000),
@@ -85,6 +90,16 @@ class Estimate:
         )
 
 
+def dataset_size(cfg: Config) -> tuple[tuple[int, ...], int, int]:
+    """(input shape, classes, training rows) of the configured dataset: from the table, with
+    the rows (and shape) the files hold for a dataset read from ``--data-path``."""
+    shape, classes, rows = DATASETS.get(cfg.data.dataset, ((1, 28, 28), 10, 60_000))
+    disk = rows_on_disk(cfg.data.dataset, cfg.data.data_path)
+    if disk is not None:
+        shape, rows = disk.shape or shape, disk.rows
+    return shape, classes, rows
+
+
 def model_layout(cfg: Config) -> FlatLayout:
     """The flat layout of the configured model; with ``--model-groups`` the largest group's
     (an upper bound: every per-client figure below is taken at that size)."""
@@ -93,7 +108,7 @@ def model_layout(cfg: Config) -> FlatLayout:
     from simulator.training.flat import FlatLayout
     from simulator.training.models import ModelSpec
 
-    shape, classes, _ = DATASETS.get(cfg.data.dataset, ((1, 28, 28), 10, 60_000))
+    shape, classes, _ = dataset_size(cfg)
     m = cfg.model
     groups = parse_groups(m.model_groups, m.hidden, m.norm)
     archs = [(g.model, g.hidden, g.norm) for g in groups] or [(m.model, m.hidden, m.norm)]
@@ -111,7 +126,7 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
 
     d, ex = cfg.data, cfg.execution
     n, k = d.num_clients, min(cfg.experiment.clients_per_round, d.num_clients)
-    shape, classes, rows = DATASETS.get(d.dataset, ((1, 28, 28), 10, 60_000))
+    shape, classes, rows = dataset_size(cfg)
     feat = math.prod(shape)
     public = math.ceil(d.public_fraction * rows) * classes  # a 'public' table's entries
     layout = model_layout(cfg)

@@ -6,7 +6,7 @@ import numpy as np
 
 from simulator.data.datasets import DATASETS
 from simulator.data.datasets.base import Dataset, require_dir
-from simulator.data.formats import DataError, read_leaf_dir
+from simulator.data.leaf_json import read_leaf_dir
 
 
 @DATASETS.register("femnist_leaf")
@@ -20,17 +20,13 @@ def load_femnist_leaf(
     still included in the test set.
     """
     root = require_dir(path, "femnist_leaf")
-    users, xs, ys = read_leaf_dir(root / "train")
-    _, txs, tys = read_leaf_dir(root / "test")
+    # each shard is checked as it is read (784 values a sample, labels 0..num_classes-1)
+    users, xs, ys = read_leaf_dir(root / "train", width=784, num_classes=num_classes)
+    _, txs, tys = read_leaf_dir(root / "test", width=784, num_classes=num_classes)
     parts = {
         "train": (np.concatenate(xs), np.concatenate(ys)),
         "test": (np.concatenate(txs), np.concatenate(tys)),
     }
-    for split, (x, y) in parts.items():
-        if x.shape[1] != 784:
-            raise DataError(f"{root / split}: samples have {x.shape[1]} values, expected 784")
-        if y.min() < 0 or y.max() >= num_classes:
-            raise DataError(f"{root / split}: labels outside 0..{num_classes - 1}")
     groups = np.concatenate([np.full(len(y), i, dtype=np.int64) for i, y in enumerate(ys)])
     (x_tr, y_tr), (x_te, y_te) = parts["train"], parts["test"]
     return Dataset(
