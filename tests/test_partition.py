@@ -59,6 +59,12 @@ def test_iid_and_shards_sizes(mnist5k: Dataset) -> None:
     assert all(len(np.unique(y[p])) == 1 for p in one)
     with pytest.raises(ValueError, match="classes_per_client"):
         partition(y, 3, "shards", seed=0, classes_per_client=2)
+    with pytest.raises(ValueError, match=r"^shards classes_per_client \(11\) exceeds the 10 "):
+        partition(y, 20, "shards", seed=0, classes_per_client=11)  # was 6-9 classes a client
+    assert all(
+        len(np.unique(y[p])) <= 10
+        for p in partition(y, 20, "shards", seed=0, classes_per_client=10)
+    )
 
 
 def test_dirichlet_alpha_controls_skew(mnist5k: Dataset) -> None:

@@ -90,7 +90,11 @@ class DataConfig:
         "drawn from the test set with the client's label mix); the summary reports mean, "
         "std and worst-10%% client accuracy. 0 disables",
     )
-    classes_per_client: int = field_of(2, "classes per client for the pathological 'shards' split")
+    classes_per_client: int = field_of(
+        2,
+        "single-class shards per client for the pathological 'shards' split (drawn at random: "
+        "a client sees at most this many classes)",
+    )
     missing_classes: int = field_of(
         1,
         "classes each client lacks for the 'missing' split (FedFM's 'Missing k'; each "

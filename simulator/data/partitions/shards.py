@@ -25,13 +25,18 @@ def shards(
     """Pathological non-IID [1]_: label-sorted shards, ``classes_per_client`` per client.
 
     Every shard holds a single class (each class is cut into a number of shards proportional
-    to its size), so a client sees at most ``classes_per_client`` classes.
+    to its size) and a client's shards are drawn at random, so a client sees *at most*
+    ``classes_per_client`` classes (two of its shards can be of one class), as in [1]_.
     """
     rng = np.random.default_rng(seed)
     k = classes_per_client
     if k < 1:
         raise ValueError(f"shards classes_per_client must be >= 1, got {k}")
     classes, inverse = np.unique(labels, return_inverse=True)
+    if k > len(classes):
+        raise ValueError(
+            f"shards classes_per_client ({k}) exceeds the {len(classes)} classes of the data"
+        )
     per_class = np.bincount(inverse, minlength=len(classes))
     num_shards = num_clients * k
     if num_shards < len(classes):
