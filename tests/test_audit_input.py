@@ -181,9 +181,10 @@ def test_the_channel_leaves_out_the_number_of_actors_only(
 
     cfg = resume_config(recorded)
     assert channel_id(cfg).hex() == manifest(recorded)["channel_id"].removeprefix("0x")
-    edited = cfg.replace(**{key: value})
+    base = cfg.replace(backend="ray")  # where an address means something
+    edited = base.replace(**{key: value})
     assert getattr(getattr(edited, section), key) == value
-    assert (channel_id(edited) == channel_id(cfg)) is same
+    assert (channel_id(edited) == channel_id(base)) is same
 
 
 def test_a_finished_run_recorded_every_round(run: Path) -> None:
