@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,10 @@ POLICIES = (
     "fedbuff",
     "fedasync",
 )
+#: ``--quick``: 37 CPU-s on one torch thread (two threads, loaded: 340 CPU-s, 13 min)
 QUICK = {"population": 20_000, "virtual_hours": 0.25, "seeds": 1, "clients_per_round": 50}
+#: the defaults of the flags ``--quick`` presets (None in argparse: given in any spelling, they win)
+DEFAULTS = {"population": 100_000, "virtual_hours": 0.5, "seeds": 2, "clients_per_round": 100}
 #: the most rounds / server steps a run may ask for: far beyond any study (the virtual-time
 #: budget ends runs long before), and well inside what the engine's counters and progress bar
 #: hold (``--rounds 10**20`` ended in an OverflowError traceback)
@@ -54,22 +56,22 @@ def build_parser() -> OneLineParser:
     p.add_argument(
         "--population",
         type=int,
-        default=100_000,
+        default=None,
         help="devices in the population (virtual clients; default 100000)",
     )
     p.add_argument(
         "--clients-per-round",
         type=int,
-        default=100,
+        default=None,
         help="cohort K of synchronous rounds (overcommit starts ceil(1.3 K)); "
         "fedbuff keeps K clients in flight and steps every K/10 arrivals, "
         "fedasync keeps K/5 in flight (default 100)",
     )
-    p.add_argument("--seeds", type=int, default=2, help="seeds 0..N-1 per policy (default 2)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per policy (default 2)")
     p.add_argument(
         "--virtual-hours",
         type=float,
-        default=0.5,
+        default=None,
         help="virtual-time budget of every run, hours (default 0.5)",
     )
     p.add_argument(
@@ -144,7 +146,10 @@ def build_parser() -> OneLineParser:
         help="study (default), or a fidelity case of a seed paper",
     )
     p.add_argument(
-        "--quick", action="store_true", help=f"a small study in under 2 minutes: {QUICK}"
+        "--quick",
+        action="store_true",
+        help="a small study on one torch thread, well under a minute (about 40 CPU-s; 80 s "
+        f"on 2 cores loaded by other jobs); the flags not given: {QUICK}",
     )
     _output_flags(p)
     return p
@@ -179,7 +184,8 @@ def _output_flags(p: OneLineParser) -> None:
         "--resume",
         action="store_true",
         help="keep the runs an earlier study into the same --out finished (a run directory "
-        "whose cell.json, written last, names the same config) and run only the others; a "
+        "whose cell.json, written last, names the same config, --speed-label-skew and trace "
+        "files' contents) and run only the others; a "
         "study stopped part-way (a time limit, Ctrl-C, kill -9) goes on where it was",
     )
 
@@ -192,10 +198,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     p = build_parser()
     a = p.parse_args(argv)
-    if a.quick:
-        for k, v in QUICK.items():
-            if f"--{k.replace('_', '-')}" not in (argv or sys.argv):
-                setattr(a, k, v)
+    for k, v in (QUICK if a.quick else DEFAULTS).items():
+        if getattr(a, k) is None:  # not given, in whatever spelling
+            setattr(a, k, v)
     unknown = sorted(set(a.policies) - set(policy_names()))
     if unknown:
         p.error(f"--policies: unknown round policy {unknown[0]!r}; valid: {policy_names()}")
@@ -214,8 +219,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             writable_file(Path(a.json), "--json")
         except ValueError as e:
             p.error(str(e))
-    a.policy_params = policy_params(p, a.policy_param, a.clients_per_round)
+    a.policy_params = policy_params(p, a.policy_param, a.clients_per_round, policies_run(a))
     a.extra = dict(a.set)
+    if "seed" in a.extra:
+        p.error(f"--set seed={a.extra['seed']}: the study runs seeds 0..N-1; give --seeds N")
     return a
 
 
@@ -264,16 +271,26 @@ def check_grid(p: OneLineParser, a: argparse.Namespace) -> None:
         p.error(f"{grid} = {n} runs; a study may have at most {MAX_RUNS}")
 
 
+def policies_run(a: argparse.Namespace) -> list[str]:
+    """The policies taking ``--policy-param`` (none in the sageflow and fedprox cases)."""
+    if a.scenario == "fedbuff":
+        return ["wait_for_all", "fedbuff"]
+    return list(a.policies) if a.scenario == "study" else []
+
+
 def policy_params(
-    p: OneLineParser, pairs: list[tuple[str, Any]], k: int
+    p: OneLineParser, pairs: list[tuple[str, Any]], k: int, run: list[str]
 ) -> dict[str, dict[str, Any]]:
     """``--policy-param POLICY:KEY=VALUE`` pairs as {policy: {key: value}}, each policy built
-    once with them (with cohort ``k``) so that a bad one fails before anything starts."""
+    once with them (with cohort ``k``) so that a bad one fails before anything starts; one for
+    a policy not in ``run`` (the policies the study runs) is refused."""
     params: dict[str, dict[str, Any]] = {}
     for key, value in pairs:
         if ":" not in key:
             p.error(f"--policy-param: expected POLICY:KEY=VALUE, got {key}={value}")
         pol, name = key.split(":", 1)
+        if pol not in run:
+            p.error(f"--policy-param: {pol!r} is not among the policies run: {run}")
         params.setdefault(pol, {})[name] = value
     from simulator.policies import make_policy, policy_parameters
 

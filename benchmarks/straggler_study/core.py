@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.straggler_study.final import global_train_loss, quartile_accuracy
-from benchmarks.straggler_study.saved import CELL_FILE, finished_cell, save_cell
+from benchmarks.straggler_study.mixes import dominant_classes
+from benchmarks.straggler_study.saved import CELL_FILE, finished_cell, run_inputs, save_cell
 
 #: the study's device and training settings (FedScale-like phones: tens of ms per sample)
 BASE = {
@@ -69,17 +70,15 @@ def skew_speeds(fed: Any, skew: float) -> Any:
     """The population with devices whose data is mostly the lower half of the classes made
     ``exp(skew)`` times slower per sample: device speed correlated with the data, as when cheap
     phones are common where some classes are (virtual clients only; one label-mix draw per
-    device)."""
+    device, all devices at once: :func:`~benchmarks.straggler_study.mixes.dominant_classes`)."""
     import dataclasses
 
     from simulator.data.virtual import VirtualData
 
     if not isinstance(fed.clients, VirtualData):
         raise ValueError("--speed-label-skew needs virtual clients (partition=virtual)")
-    n, half = fed.num_clients, len(fed.clients.classes) / 2
-    dominant = np.fromiter(
-        (int(np.argmax(fed.clients.label_mix(i)[1])) for i in range(n)), np.int64, n
-    )
+    dominant = dominant_classes(fed.clients)
+    half = len(fed.clients.classes) / 2
     slow = np.where(dominant < half, np.exp(skew), 1.0)
     pop = fed.population
     return dataclasses.replace(pop, compute_ms_per_sample=pop.compute_ms_per_sample * slow)
@@ -149,17 +148,20 @@ def run_cell(
     global_loss: bool = False,
     executor: Any = None,
     resume: bool = False,
+    speed_label_skew: float = 0.0,
 ) -> dict[str, Any]:
     """One run: its events, quartile accuracies and wall time; writes its events.jsonl and,
     once it has finished, ``cell.json``. ``resume``: a run of this very cell that finished in
-    ``out`` before is read back instead (:func:`finished_cell`).
+    ``out`` before is read back instead (:func:`finished_cell`). ``speed_label_skew``: the skew
+    ``fed``'s population was built with (:func:`skew_speeds`), part of what a kept run matches.
 
     ``global_loss``: also the final global model's training loss over every client's data (the
     FedProx paper's "training loss"; small populations only)."""
     from simulator.config.sections import build_config
     from simulator.round.engine import Simulation
 
-    kept = finished_cell(flat, out) if resume else None
+    inputs = run_inputs(flat, speed_label_skew)
+    kept = finished_cell(flat, out, inputs) if resume else None
     if kept is not None:
         return kept
     out.mkdir(parents=True, exist_ok=True)
@@ -190,7 +192,7 @@ def run_cell(
         "global_train_loss": loss,
         "actor_node_ids": [n[:12] for n in nodes],
     }
-    save_cell(flat, out, cell)
+    save_cell(flat, out, dict(cell, inputs=inputs))
     return cell
 
 
@@ -269,7 +271,14 @@ def _cell(
     }
     name = f"{policy}-s{seed}" + (f"-f{frac:g}" if len(a.attack_fractions) > 1 else "")
     bar.set_postfix_str(name)
-    cell = run_cell(flat, out / "runs" / name, fed, executor=executor, resume=a.resume)
+    cell = run_cell(
+        flat,
+        out / "runs" / name,
+        fed,
+        executor=executor,
+        resume=a.resume,
+        speed_label_skew=a.speed_label_skew,
+    )
     bar.update(1)
     label = policy if len(a.attack_fractions) == 1 else f"{policy}@{frac:g}"
     return {"policy": label, "seed": seed, **cell}
