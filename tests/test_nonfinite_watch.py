@@ -9,7 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from simulator.run.watch import NonFiniteWatch
+from simulator.algorithms import make_algorithm
+from simulator.config.sections import build_config
+from simulator.run.watch import NonFiniteWatch, warn_untrained_global
 
 
 def record(rnd: int, *reasons: str) -> SimpleNamespace:
@@ -82,3 +84,26 @@ def test_a_defense_that_keeps_nothing_three_rounds_running_is_said_once(
         "(--defense-params); later rounds are not reported again"
     ]
     assert watch.none_kept == 8 and watch.all_rejected == 5
+
+
+@pytest.mark.parametrize(
+    ("name", "fraction", "warned"),
+    [("ktpfl", 0.0, True), ("ktpfl", 0.2, False), ("fedavg", 0.0, False), ("ditto", 0.0, False)],
+)
+def test_an_algorithm_without_a_learning_global_model_is_said_at_the_start(
+    name: str, fraction: float, warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # found at stop 57: ktpfl on the defaults ended "final test accuracy: 0.1" with exit 0
+    flat = {"algorithm": name, "client_test_fraction": fraction, "public_fraction": 0.05}
+    cfg = build_config(flat=flat)
+    with caplog.at_level(logging.WARNING, "simulator"):
+        assert warn_untrained_global(cfg, make_algorithm(cfg.algorithm)) is warned
+    said = [r.getMessage() for r in caplog.records]
+    assert said == (
+        [
+            "ktpfl keeps no global model that learns: final_accuracy will be an untrained "
+            "model's; give --client-test-fraction > 0 to score each client with its own model"
+        ]
+        if warned
+        else []
+    )

@@ -114,6 +114,10 @@ class Algorithm:
     #: :data:`~simulator.training.step.PUBLIC_INPUTS` (``Step.shared``, ``Finish.shared``), over
     #: which :meth:`public_passes` passes run
     uses_public: ClassVar[bool] = False
+    #: the server keeps no global model that learns (KT-pFL: only the clients' models do), so
+    #: a run's ``final_accuracy`` is an untrained model's; a run without per-client evaluation
+    #: (``--client-test-fraction``) is warned at its start
+    learns_global: ClassVar[bool] = True
 
     def __init__(self, cfg: AlgorithmConfig, **params: Any) -> None:
         self.cfg = cfg

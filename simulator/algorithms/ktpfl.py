@@ -106,6 +106,7 @@ class KTpFL(Algorithm):
     upload = PREDS
     reads_rows = True
     heterogeneous = True
+    learns_global = False  # choice 5
     uses_public = True
 
     # -- where parameters live -------------------------------------------------------------

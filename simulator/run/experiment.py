@@ -22,7 +22,7 @@ from simulator.run.budget import check_budget
 from simulator.run.output import EventLog, RunSummary, truncate_events, write_csv
 from simulator.run.plots import plot
 from simulator.run.runlock import lock_run_dir
-from simulator.run.watch import NonFiniteWatch
+from simulator.run.watch import NonFiniteWatch, warn_untrained_global
 
 log = logging.getLogger("fedsentry")
 
@@ -257,6 +257,7 @@ def _run_locked(
         if recorder is not None:
             recorder.close(flush=False)
         raise
+    warn_untrained_global(cfg, sim.algorithm)
     summary = RunSummary()
     try:
         # the ledger deploys while round 0 trains (a resume waits for it)

@@ -81,3 +81,17 @@ class NonFiniteWatch:
             f" {name!r}" if name else "",
             common,
         )
+
+
+def warn_untrained_global(cfg: Any, algorithm: Any) -> bool:
+    """Warn (and return True) when ``algorithm`` keeps no global model that learns and the run
+    scores no client with its own model: its accuracy figures would all be an untrained
+    model's (found at stop 57: KT-pFL on the defaults reported ~0.1 with exit 0)."""
+    if algorithm.learns_global or cfg.data.client_test_fraction > 0:
+        return False
+    log.warning(
+        "%s keeps no global model that learns: final_accuracy will be an untrained model's; "
+        "give --client-test-fraction > 0 to score each client with its own model",
+        algorithm.name,
+    )
+    return True
