@@ -95,6 +95,32 @@ def _not_grpc(sock: socket.socket) -> str | None:
     return f"it said {text!r}"
 
 
+def resolve_auto(address: str) -> str:
+    """The cluster ``auto`` names: ``RAY_ADDRESS`` when set, else the one ``ray start`` last
+    started on this machine (Ray's ``ray_current_cluster`` file); any other address as it is.
+    Ray's own ``auto`` falls back to any Ray process it finds on the machine, another run's
+    private Ray included (which then ends under this run).
+
+    Raises
+    ------
+    ConnectionError
+        One line when ``auto`` names no cluster.
+    """
+    if address != "auto":
+        return address
+    found = os.environ.get("RAY_ADDRESS") or None
+    if found is None:
+        from ray._private.utils import read_ray_address
+
+        found = read_ray_address()
+    if not found or found in ("auto", "local"):
+        raise ConnectionError(
+            "execution.ray_address: 'auto' finds no cluster: RAY_ADDRESS is unset and no "
+            "`ray start` ran on this machine (give the head's HOST:PORT)"
+        )
+    return found
+
+
 def check_address(address: str, timeout: float = 5.0) -> None:
     """A cluster address's form (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``), that
     something answers at ``HOST:PORT``, and that it speaks gRPC as a Ray GCS or Ray client
@@ -107,10 +133,14 @@ def check_address(address: str, timeout: float = 5.0) -> None:
     ConnectionError
         One line naming the address and what is wrong with it.
     """
-    if address in ("auto", "local"):
+    if address == "local":
         return
+    label = address
+    address = resolve_auto(address)
+    if label != address:
+        label = f"{label} ({address})"
     host, port = _split(address)
-    where = f"execution.ray_address: cannot join Ray at {address!r}"
+    where = f"execution.ray_address: cannot join Ray at {label!r}"
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
@@ -140,6 +170,10 @@ def check_same_ray(address: str, current: str | None, node_ip: str) -> None:
     (None: unknown) on a node of IP ``node_ip``, for ``address`` unless both name the same GCS:
     the same port, and hosts that resolve to a common IP or both to this machine."""
     same = False
+    try:
+        address = resolve_auto(address)
+    except ConnectionError:
+        pass  # refused below as not this Ray
     if address != "auto" and not address.startswith("ray://") and current:
         host, port = _split(address)
         now_host, now_port = _split(current)
@@ -180,13 +214,15 @@ def ensure_ray(
         return
     if address and address != "local":  # "local": this machine's own Ray, as with none
         check_address(address)
+        given, address = address, resolve_auto(address)
         try:
             with _own_sigterm(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # Ray client's UserWarning before its error
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError, AssertionError) as e:
+            where = given if given == address else f"{given} ({address})"
             raise ConnectionError(
-                f"execution.ray_address: cannot join Ray at {address!r}: {str(e).splitlines()[0]}"
+                f"execution.ray_address: cannot join Ray at {where!r}: {str(e).splitlines()[0]}"
             ) from None
         return
     if os.environ.get("RAY_ADDRESS"):

@@ -1,14 +1,15 @@
 """Start a one-node Ray cluster as ``ray start`` would (its ``ray_current_cluster`` file in
-``RAY_TMPDIR``), then run a small simulation with no ``--ray-address``, twice: as is, and with
-``RAY_ADDRESS`` naming that cluster (used by tests/test_ray_address.py, in a subprocess: one Ray
-per process).
+``RAY_TMPDIR``), then run a small simulation four times: with no ``--ray-address``, as is and
+with ``RAY_ADDRESS`` naming that cluster; and with ``--ray-address auto``, where ``ray start`` left
+the cluster's address and where nothing did (used by tests/test_ray_address.py, in a
+subprocess: one Ray per process).
 
 Usage::
 
     RAY_TMPDIR=/tmp/rtXXXX python tests/foreign_ray.py OUT_DIR
 
-``OUT_DIR/runs.json``: ``[{"rc", "stderr"}, ...]`` for the two runs, whose outputs are
-``OUT_DIR/plain`` and ``OUT_DIR/env``.
+``OUT_DIR/runs.json``: ``[{"rc", "stderr"}, ...]`` for the four runs, whose outputs are
+``OUT_DIR/plain``, ``env``, ``auto`` and ``auto-none``.
 """
 
 from __future__ import annotations
@@ -33,18 +34,29 @@ def main(out: Path) -> int:
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    empty = out / "no-ray-tmp"  # a Ray temp dir where no `ray start` left its address
+    empty.mkdir()
+    cases = [
+        ("plain", {}, []),
+        ("env", {"RAY_ADDRESS": cluster.address}, []),
+        ("auto", {}, ["--ray-address", "auto"]),  # the address `ray start` left
+        ("auto-none", {"RAY_TMPDIR": str(empty)}, ["--ray-address", "auto"]),
+    ]
     runs = []
     try:
-        for name, extra in (("plain", {}), ("env", {"RAY_ADDRESS": cluster.address})):
-            proc = subprocess.run(
-                [sys.executable, "-m", "simulator", *RUN, "--out", str(out / name)],
-                cwd=ROOT,
-                env={**os.environ, **extra},
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            runs.append({"rc": proc.returncode, "stderr": proc.stderr})
+        for name, extra, flags in cases:
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "simulator", *RUN, *flags, "--out", str(out / name)],
+                    cwd=ROOT,
+                    env={**os.environ, **extra},
+                    capture_output=True,
+                    text=True,
+                    timeout=150,
+                )
+                runs.append({"rc": proc.returncode, "stderr": proc.stderr})
+            except subprocess.TimeoutExpired:
+                runs.append({"rc": "timeout", "stderr": ""})
     finally:
         cluster.shutdown()
     (out / "runs.json").write_text(json.dumps(runs))

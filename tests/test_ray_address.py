@@ -21,9 +21,13 @@ import pytest
 from cli_helper import run_cli
 from cluster_helper import helper_run
 
-from actors.ray_setup import check_address, check_same_ray, ensure_ray
+from actors.ray_setup import check_address, check_same_ray, ensure_ray, resolve_auto
 
 FORM = "is not HOST:PORT, ray://HOST:PORT or auto"
+NO_AUTO = (
+    "execution.ray_address: 'auto' finds no cluster: RAY_ADDRESS is unset and no `ray start` ran "
+    "on this machine (give the head's HOST:PORT)"
+)
 SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # an empty HTTP/2 SETTINGS frame
 
 
@@ -77,12 +81,39 @@ def test_an_address_where_nothing_answers_and_one_where_something_does() -> None
     with _server(SETTINGS) as port:  # answers an HTTP/2 preface as gRPC (a Ray GCS) does
         check_address(f"127.0.0.1:{port}")
         check_address(f"ray://127.0.0.1:{port}")
-    check_address("auto")  # Ray's own search: left to ray.init
     with pytest.raises(ConnectionError) as err:
         check_address(f"127.0.0.1:{port}")  # closed now
     assert str(err.value) == (
         f"execution.ray_address: cannot join Ray at '127.0.0.1:{port}': nothing answers at "
         f"127.0.0.1:{port} (Connection refused)"
+    )
+
+
+def test_auto_names_ray_address_or_the_cluster_ray_start_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray._private.utils as ray_utils
+
+    left: list[str | None] = [None]
+    monkeypatch.setattr(ray_utils, "read_ray_address", lambda temp_dir=None: left[0])
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert resolve_auto("10.0.0.7:6379") == "10.0.0.7:6379"  # any other address as it is
+    with pytest.raises(ConnectionError) as err:
+        resolve_auto("auto")
+    assert str(err.value) == NO_AUTO
+    left[0] = "10.0.0.5:6379"
+    assert resolve_auto("auto") == "10.0.0.5:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.6:6379")  # the environment first, as Ray's own
+    assert resolve_auto("auto") == "10.0.0.6:6379"
+    monkeypatch.delenv("RAY_ADDRESS")
+    with _server(SETTINGS) as port:
+        left[0] = f"127.0.0.1:{port}"
+        check_address("auto")
+    with pytest.raises(ConnectionError) as err:
+        check_address("auto")  # the cluster `ray start` left has stopped
+    assert str(err.value) == (
+        f"execution.ray_address: cannot join Ray at 'auto (127.0.0.1:{port})': nothing answers "
+        f"at 127.0.0.1:{port} (Connection refused)"
     )
 
 
@@ -105,13 +136,16 @@ def test_without_an_address_a_run_starts_its_own_ray_beside_a_running_cluster(
     # ray.init() joined it and every run without --ray-address failed: "error: When connecting
     # to an existing cluster, object_store_memory must not be provided."
     helper = Path(__file__).resolve().parent / "foreign_ray.py"
-    with helper_run(helper, [str(tmp_path)], "a run beside a cluster", 400):
+    with helper_run(helper, [str(tmp_path)], "a run beside a cluster", 900):
         runs = json.loads((tmp_path / "runs.json").read_text())
-    assert [r["rc"] for r in runs] == [0, 0], [r["stderr"][-300:] for r in runs]
+    assert [r["rc"] for r in runs] == [0, 0, 0, 2], [r["stderr"][-300:] for r in runs]
     note = "is not used: this run starts its own Ray (join a cluster with --ray-address)"
     assert note not in runs[0]["stderr"] and note in runs[1]["stderr"]
-    for name in ("plain", "env"):
+    for name in ("plain", "env", "auto"):
         assert json.loads((tmp_path / name / "summary.json").read_text())["rounds"] == 2
+    # found at stop 57: Ray's own `auto`, finding no `ray start` address, joined any Ray process
+    # on the machine (another run's private Ray, which then ends under this run)
+    assert runs[3]["stderr"] == f"error: {NO_AUTO}\n"
 
 
 @pytest.mark.parametrize(
