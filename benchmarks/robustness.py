@@ -12,8 +12,13 @@ local``) in a pool of worker processes, and writes into ``--out`` (default
 * ``grid.yaml``: the resolved settings (scenario overrides, fractions, seeds, defense params).
 
 A cell whose defense precondition cannot hold (Krum needs n > 2f+2, Bulyan n >= 4f+3, trimmed
-mean n > 2f, with f = ceil(fraction x clients per round), at least 1) is recorded as
-``n/a (precondition)`` without running; a run that fails mid-way is recorded with its error.
+mean n > 2f, with f = ceil(fraction x clients per round), at least 1), judged on the parameters
+the run would use (the preset's with ``--defense-param`` over them), is recorded as
+``n/a (precondition)`` without running. A ``--defense-param`` that chooses one of two
+alternatives (``bucket`` or the preset's ``nnm``, trimmed mean's ``beta`` or the preset's ``f``)
+replaces the preset's other one; parameters that build no rule stop the grid before it starts
+(one line, exit 2). A run that fails is recorded with its error (traceback in its run
+directory's ``error.txt``); the table and files are still written, then the grid exits 1.
 
 ``--resume`` keeps the runs an earlier grid into the same ``--out`` finished and runs only the
 others (a grid stopped by a time limit, Ctrl-C or kill -9 goes on where it was).

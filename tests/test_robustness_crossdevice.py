@@ -55,7 +55,7 @@ def test_crossdevice_f_is_the_expected_share_plus_two_binomial_std() -> None:
     )
     assert grid.defense_preset("multikrum", 0.1, 10, 30, reg, "siren") == ({"f": 1}, None)
     params, na = grid.defense_preset("bulyan", 0.2, 100, 30, reg, "crossdevice")
-    assert params == {"f": 28} and na == (
+    assert params == {"f": 28, "nnm": 28, **mix} and na == (
         "n/a (precondition): bulyan needs n >= 4f + 3 (n=100, f=28)"
     )
 

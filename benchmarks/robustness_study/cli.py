@@ -186,7 +186,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         make_attack(args.attack, **dict(args.attack_param))
     except ValueError as e:
         p.error(f"--attack-param: {e}")
-    args.defense_params = defense_params(p, args.defense_param)
+    args.defense_params = defense_params(p, args.defense_param, args.defenses)
     args.rounds = QUICK["rounds"] if args.rounds is None and args.quick else args.rounds
     args.seeds = (QUICK["seeds"] if args.quick else 3) if args.seeds is None else args.seeds
     full, quick = FRACTIONS.get(args.scenario, DEFAULT_FRACTIONS)
@@ -240,10 +240,13 @@ def check_grid(p: OneLineParser, args: argparse.Namespace) -> None:
 
 
 def defense_params(
-    p: OneLineParser, pairs: list[tuple[str, object]]
+    p: OneLineParser, pairs: list[tuple[str, object]], defenses: list[str]
 ) -> dict[str, dict[str, object]]:
     """``--defense-param DEFENSE.KEY=VALUE`` pairs as {defense: {key: value}}, each defense
-    built once with them so that a bad one fails before anything starts."""
+    built once with them so that a bad one fails before anything starts; a DEFENSE not among
+    ``defenses`` (the grid's) or a DEFENSE.KEY given twice is refused too (one line, exit 2).
+    Whether they go with the scenario's preset is checked per cell by
+    :func:`~benchmarks.robustness_study.core.make_jobs`."""
     from defenses import DEFENSES, make_defense
 
     params: dict[str, dict[str, object]] = {}
@@ -254,6 +257,10 @@ def defense_params(
                 f"--defense-param {key}={value}: expected DEFENSE.KEY=VALUE with DEFENSE "
                 f"in {sorted(DEFENSES)}"
             )
+        if name not in defenses:
+            p.error(f"--defense-param {key}={value}: {name!r} is not in --defenses {defenses}")
+        if param in params.get(name, {}):
+            p.error(f"--defense-param {key}: given twice ({params[name][param]} and {value})")
         params.setdefault(name, {})[param] = value
     for name, given in params.items():
         try:

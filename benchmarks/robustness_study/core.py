@@ -23,8 +23,10 @@ def _kept(rec: dict[str, Any]) -> dict[str, Any]:
 
 def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, Any]]:
     """One job per defense x malicious fraction x seed (fraction 0: the clean baseline, attack
-    none), each with its flat config and, when its defense's precondition cannot hold, the
-    ``n/a (precondition)`` error it is recorded with instead of running."""
+    none), each with its flat config and, when its defense's precondition cannot hold with the
+    parameters the run would use (the preset's with ``--defense-param`` over them), the
+    ``n/a (precondition)`` error it is recorded with instead of running. Raises ValueError
+    (one line) when a defense's parameters build no rule, before any run starts."""
     from defenses import DEFENSES
 
     n, rounds = int(base["clients_per_round"]), int(base["rounds"])
@@ -32,8 +34,15 @@ def make_jobs(args: argparse.Namespace, base: dict[str, Any]) -> list[dict[str, 
     for d in args.defenses:
         for frac in args.fractions:
             attack = args.attack if frac > 0 else "none"
-            params, na = grid.defense_preset(d, frac, n, rounds, set(DEFENSES), args.scenario)
-            params = grid.over_preset(params, args.defense_params.get(d, {}))
+            given = args.defense_params.get(d, {})
+            try:
+                params, na = grid.defense_preset(
+                    d, frac, n, rounds, set(DEFENSES), args.scenario, given
+                )
+            except ValueError as e:  # a user's parameter the preset's cannot take
+                mine = " ".join(f"{d}.{k}={v}" for k, v in given.items())
+                where = f"--defense-param {mine}" if given else f"the preset of {d}"
+                raise ValueError(f"{where} at fraction {frac:g}: {e}") from None
             for s in range(args.seeds):
                 out = args.out / "runs" / f"{attack}-{d}-f{frac:g}-s{s}"
                 flat = {

@@ -124,14 +124,18 @@ BINOMIAL_PARAMS: dict[str, dict[str, Any]] = {
     "fltrust": {"trust": "median"},
 }
 
-#: defenses whose parameter ``f`` (Byzantine clients tolerated) the grid sets, with the
-#: precondition on the n rows of a round
-F_DEFENSES: dict[str, tuple[str, Any]] = {
-    "krum": ("n > 2f + 2", lambda n, f: n > 2 * f + 2),
-    "multikrum": ("n > 2f + 2", lambda n, f: n > 2 * f + 2),
-    "bulyan": ("n >= 4f + 3", lambda n, f: n >= 4 * f + 3),
-    "trimmedmean": ("n > 2f", lambda n, f: n > 2 * f),
-}
+#: defenses whose parameter ``f`` (Byzantine clients tolerated) the grid sets; whether a cell
+#: can run is judged by the rule itself, built with the parameters the run will use
+#: (:func:`precondition`: Krum n > 2f + 2, Bulyan n >= 4f + 3, trimmed mean n > 2f, ...)
+F_DEFENSES = frozenset({"krum", "multikrum", "bulyan", "trimmedmean"})
+
+#: pairs of parameter alternatives a rule takes one of: a user's parameter that chooses one
+#: alternative (the first key of its tuple) replaces the preset's keys of the other, unless the
+#: user gives a key of that one too (then the rule refuses the pair, before the grid starts)
+ALTERNATIVES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("bucket",), ("nnm", "nnm_rank")),  # bucketing or nearest-neighbour mixing
+    (("beta",), ("f",)),  # trimmed mean: the share trimmed on each side, or the count
+)
 
 
 def train_size(dataset: str, data_path: str | None = None, test_fraction: float = 0.2) -> int:
@@ -204,14 +208,15 @@ def defense_preset(
     rounds: int,
     registered: set[str],
     scenario: str = "sageflow",
+    given: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], str | None]:
-    """(defense_params, None), or ({}, "n/a (precondition): ...") when no f can hold."""
+    """(defense_params, None), or (defense_params, "n/a (precondition): ...") when a round of
+    ``n`` rows breaks the rule built with them: the scenario's preset with the user's
+    ``given`` parameters (``--defense-param``) over it (:func:`over_preset`). Raises
+    ValueError when they build no rule."""
     params: dict[str, Any] = {}
     f = byzantine_f(fraction, n, F_MARGIN_SD if scenario in BINOMIAL_F else 0.0)
     if defense in F_DEFENSES:
-        text, ok = F_DEFENSES[defense]
-        if not ok(n, f):
-            return {"f": f}, f"n/a (precondition): {defense} needs {text} (n={n}, f={f})"
         params["f"] = f
     if defense in SAMPLE_WEIGHTED and scenario in BINOMIAL_F:
         params["weighting"] = "samples"
@@ -223,15 +228,30 @@ def defense_preset(
         params["entropy_threshold"] = SAGEFLOW_THRESHOLDS.get(scenario, SAGEFLOW_ENTROPY_THRESHOLD)
     if defense == "siren" and "siren" in registered:
         params["rounds_total"] = rounds
-    return params, None
+    params = over_preset(params, given or {})
+    return params, precondition(defense, params, n)
+
+
+def precondition(defense: str, params: dict[str, Any], n: int) -> str | None:
+    """``"n/a (precondition): DEFENSE needs ..."`` when a round of ``n`` rows breaks the rule
+    built with ``params`` (its own check, as the engine's before a run: f, m, beta, buckets,
+    mixing), else None. Raises ValueError when ``params`` build no rule."""
+    from defenses import make_defense
+
+    why = make_defense(defense, **params).rule_precondition(n)
+    return None if why is None else f"n/a (precondition): {defense} needs {why}"
 
 
 def over_preset(preset: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """The preset's parameters with the user's (``--defense-param``) over them; a user's
-    ``bucket`` replaces the preset's nearest-neighbour mixing (a rule takes one of the two)."""
-    if "bucket" in given and "nnm" not in given:
-        preset = {k: v for k, v in preset.items() if k not in ("nnm", "nnm_rank")}
-    return {**preset, **given}
+    parameter that chooses one of two :data:`ALTERNATIVES` replaces the preset's other one
+    (``bucket`` the preset's nearest-neighbour mixing, trimmed mean's ``beta`` its ``f``)."""
+    drop: set[str] = set()
+    for pair in ALTERNATIVES:
+        for mine, other in (pair, pair[::-1]):
+            if mine[0] in given and not any(k in given for k in other):
+                drop.update(other)
+    return {**{k: v for k, v in preset.items() if k not in drop}, **given}
 
 
 def mean_curve(run_dirs: list[str]) -> tuple[list[int], list[float]]:

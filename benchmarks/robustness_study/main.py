@@ -46,8 +46,10 @@ OUTPUTS = ("results.json", "results.csv", "accuracy_vs_round.png", "accuracy_vs_
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the grid; write ``--out`` and print the table. Returns the exit code (2 on a bad
-    scenario or override, with a one-line error)."""
+    """Run the grid; write ``--out`` and print the table. Returns the exit code: 2 on a bad
+    scenario, override or defense parameter (a one-line error, before any run), 1 when runs
+    failed (:func:`failed_runs`; the table and files are written first), else 0 (cells whose
+    precondition cannot hold are ``n/a (precondition)``, not failures)."""
     args = parse_args(argv)
     ledger: dict[str, Any] = {"ledger": args.ledger, "ledger_url": args.ledger_url}
     if args.clients_per_round is not None:
@@ -61,11 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         from simulator.config.sections import build_config
 
         build_config(flat={**base, "backend": "local"})  # fail fast on a bad override
+        jobs = make_jobs(args, base)  # fail fast on defense parameters that build no rule
         lock = lock_run_dir(args.out, "--out")  # one grid at a time in a directory
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    jobs = make_jobs(args, base)
     try:
         with sigterm_raises():
             return _run(args, base, jobs)
@@ -92,7 +94,27 @@ def _run(args: argparse.Namespace, base: dict[str, Any], jobs: list[dict[str, An
         w.writerows(results)
     plots(results, args.defenses, args.fractions, args.out)
     summarize(args, base, results)
+    failed = failed_runs(results)
+    if failed:
+        ran = sum(1 for r in results if not is_na(r))
+        print(
+            f"error: {len(failed)} of {ran} runs failed (listed above, and in "
+            f"{args.out}/results.json); tracebacks: error.txt in each one's run directory",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def is_na(rec: dict[str, Any]) -> bool:
+    """Whether ``rec`` is a cell the grid did not run: its precondition cannot hold."""
+    return bool(rec["error"]) and rec["error"].startswith("n/a (precondition)")
+
+
+def failed_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the runs that ended in an error (every one but the ``n/a
+    (precondition)`` cells the grid did not run; a run that stopped on a "needs ..." included)."""
+    return [r for r in results if r["error"] and not is_na(r)]
 
 
 def finished(jobs: list[dict[str, Any]]) -> str:
@@ -148,8 +170,7 @@ def summarize(
             f"{base['clients_per_round']} + {grid.F_MARGIN_SD:g} binomial std"
         )
     print(table(results, args.defenses, args.fractions))
-    failed = [r for r in results if r["error"] and not r["error"].startswith("n/a")]
-    for r in failed:
+    for r in failed_runs(results):
         print(
             f"error: {r['defense']} f={r['malicious_fraction']:g} s{r['seed']}: {r['error']}",
             file=sys.stderr,

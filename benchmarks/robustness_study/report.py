@@ -27,10 +27,10 @@ def _mean(vals: list[Any]) -> float | None:
 def cell_text(rs: list[dict[str, Any]]) -> str:
     ok = [r for r in rs if r["error"] is None and r["final_accuracy"] is not None]
     if not ok:
+        # the grid judged the rule's precondition before the run (on the parameters the run
+        # would use): a run that failed anyway, on a "needs ..." of its own too, is an error
         err = rs[0]["error"] if rs else ""
-        if err.startswith("n/a"):
-            return "n/a (precond)"
-        return "n/a (mid-run)" if err.startswith("ValueError") and "needs" in err else "error"
+        return "n/a (precond)" if err.startswith("n/a") else "error"
     acc = [r["final_accuracy"] for r in ok]
     txt = f"{np.mean(acc):.3f}±{np.std(acc):.3f}"
     if all(r["malicious_fraction"] == 0 for r in ok):  # clean: benign false rejection only

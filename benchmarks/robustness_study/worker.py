@@ -71,8 +71,9 @@ def finished_run(flat: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, A
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one grid cell (a dict made by the script) and return its result record; a failure
-    (precondition ValueError mid-run, anything else) is recorded in ``error``, never raised,
-    except a full disk: the record then names the file in ``disk_full`` (the grid stops).
+    (precondition ValueError mid-run, anything else) is recorded in ``error`` and its traceback
+    in the run directory's ``error.txt``, never raised, except a full disk: the record then
+    names the file in ``disk_full`` (the grid stops)
     With ``job["resume"]`` a run of the cell an earlier grid finished is read back instead
     (:func:`finished_run`)."""
     rec = {k: job[k] for k in ("attack", "defense", "malicious_fraction", "seed")}
@@ -96,6 +97,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     if rec["error"]:
         return rec
     try:
+        (Path(job["flat"]["out"]) / "error.txt").unlink(missing_ok=True)  # an earlier grid's
         from simulator.config.sections import build_config
         from simulator.run.experiment import run_experiment
         from simulator.run.output import read_events
@@ -126,15 +128,13 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         rec["run_seconds"] = s.get("run_seconds")
         rec["ledger_seconds"] = (s.get("ledger") or {}).get("ledger_seconds")
         rec["server_seconds_per_round"] = _server_seconds(events)
-    except ValueError as e:  # ConfigError and defense preconditions are ValueErrors
-        rec["error"] = f"{type(e).__name__}: {e}"
     except Exception as e:  # noqa: BLE001 - one bad cell must not end the grid
         from simulator.run.appendlog import is_disk_full
 
         if is_disk_full(e):  # not the cell's fault, and every cell after it would fail too
             rec["disk_full"] = getattr(e, "filename", None) or job["flat"]["out"]
             return rec
-        rec["error"] = f"{type(e).__name__}: {e}"
+        rec["error"] = f"{type(e).__name__}: {e}"  # ConfigError, preconditions: ValueErrors
         Path(job["flat"]["out"]).mkdir(parents=True, exist_ok=True)
         (Path(job["flat"]["out"]) / "error.txt").write_text(traceback.format_exc())
     return rec
