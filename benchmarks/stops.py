@@ -173,7 +173,8 @@ def run_stoppable(
     """``body()`` (a benchmark's work; returns its exit code), stopped the project's way.
 
     A :class:`ConfigError` the work meets (one only the cluster can refuse: more actors than
-    its CPUs) is one line on stderr, ``"error: ...; nothing was written"``, exit 2. On Ctrl-C
+    its CPUs), or a ConnectionError (a ``--ray-address`` where no Ray answers) is one line on
+    stderr, ``"error: ...; nothing was written"``, exit 2. On Ctrl-C
     (exit 130) or SIGTERM (143) it prints one line on stderr: ``"interrupted: NAME
     stopped before its end; nothing was written"`` (or the files it wrote whole); for a
     ``study`` ``(script, argv, kept)`` that goes on with ``--resume``, ``"interrupted: NAME
@@ -219,7 +220,8 @@ def run_stoppable(
                     let_ray_go(ray_before)
                 finally:
                     end_started(mark)
-    except ConfigError as e:  # met once the cluster is known (more actors than its CPUs)
+    except (ConfigError, ConnectionError) as e:  # met once the cluster is known (more actors
+        # than its CPUs), or a --ray-address that names no Ray (one line, as the simulator's)
         print(f"error: {str(e).splitlines()[0]}; {written()}", file=sys.stderr, flush=True)
         return 2
     except (KeyboardInterrupt, OSError) as e:

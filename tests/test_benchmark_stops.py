@@ -149,6 +149,15 @@ def test_a_config_the_cluster_refuses_mid_benchmark_is_one_line_exit_2(
         f"{tmp_path / 'a.json'} was written\n"
     )
 
+    def no_ray() -> int:  # found at stop 57: stragglers.py --ray-address HOST:PORT, no Ray there
+        raise ConnectionError("execution.ray_address: cannot join Ray at '127.0.0.1:1': nothing")
+
+    assert stops.run_stoppable("stragglers", no_ray, ("s.py", [], lambda: "x")) == 2
+    assert capsys.readouterr().err == (
+        "error: execution.ray_address: cannot join Ray at '127.0.0.1:1': nothing; nothing was "
+        "written\n"
+    )
+
     def bug() -> int:
         raise ValueError("a bug stays a traceback")
 

@@ -197,3 +197,15 @@ def test_quick_runs_on_one_torch_thread_and_gives_the_threads_back(
     assert main([*quick, "--no-progress", "--out", str(tmp_path)]) == 2
     assert seen == [before if threads is None else threads]
     assert torch.get_num_threads() == before
+
+
+def test_a_ray_address_where_no_ray_answers_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # found at stop 57: a 30-line traceback, exit 1 (a ConnectionError is an OSError, which the
+    # study reported as a stop and raised again)
+    argv = [*TINY, "--backend", "ray", "--inline", "never", "--ray-address", "127.0.0.1:1"]
+    assert main([*argv, "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: execution.ray_address: ") and "127.0.0.1:1" in err[-1]
+    assert "Traceback" not in "".join(err)

@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with sigterm_raises():
             return _run(a, t0, runs)
-    except (ConfigError, TraceError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (ConfigError, TraceError, ValueError, ConnectionError) as e:  # ConnectionError: a
+        print(f"error: {e}", file=sys.stderr)  # --ray-address where no Ray answers (an OSError,
+        return 2  # which the next clause would report as a stop)
     except (KeyboardInterrupt, OSError) as e:  # Ctrl-C, SIGTERM, a full disk: finished runs kept
         kept = f"{len(runs)} of {planned_runs(a)[0]} runs finished under {a.out}"
         return report_stop(e, "benchmarks/stragglers.py", argv, kept)
