@@ -132,3 +132,19 @@ def test_running_out_of_memory_mid_run_is_one_line(
     monkeypatch.setattr(experiment, "run_experiment", breaks)
     with pytest.raises(RuntimeError, match="something else"):
         main(argv)
+
+
+def test_a_cluster_joined_by_address_holds_its_actors(tmp_path: Path) -> None:
+    # found at stop 57: the README's `--ray-address HEAD:6379 --num-actors 64` was refused at
+    # "processes 29.85" GB, 64 actors counted against this machine's memory. With a Ray of its
+    # own: the driver, 64 actors (0.45 GB each) and Ray (0.6 GB): 65 * 0.45 + 0.6 = 29.85 GB;
+    # joining a cluster, only the driver's 0.45 GB is this machine's
+    own = config(tmp_path, backend="ray", num_actors=64)
+    joined = config(tmp_path, backend="ray", num_actors=64, ray_address="10.0.0.1:6379")
+    assert estimate(own).processes == pytest.approx(29.85e9)
+    assert estimate(joined).processes == pytest.approx(0.45e9)
+    local = config(tmp_path, backend="ray", num_actors=64, ray_address="local")
+    assert estimate(local).processes == pytest.approx(29.85e9)
+    check_budget(joined, available=24e9)
+    with pytest.raises(ConfigError, match="^execution.num_actors: this run needs"):
+        check_budget(own, available=24e9)

@@ -12,8 +12,9 @@ die to the kernel's OOM killer mid-way. The estimate adds up what grows with the
 * the client-state store: its memory budget, or less when fewer clients can ever train;
 * one round's buffers: the cohort's gathered batches on the workers, its update rows and
   client-state rows in flight (driver and workers);
-* the processes: the driver and, with Ray, each actor and Ray's own services (measured
-  here: ~0.45 GB per torch process, ~0.6 GB for Ray);
+* the processes: the driver and, with a Ray of its own, each actor and Ray's own services
+  (measured here: ~0.45 GB per torch process, ~0.6 GB for Ray; a cluster joined by address
+  holds its actors on its nodes);
 * with ``--ledger``: the recorder process, and a round's update rows four times over (the
   three slots they travel to it through, :mod:`ledger.slots`, and its pack buffer).
 
@@ -152,7 +153,10 @@ def estimate(cfg: Config, workers: int | None = None) -> Estimate:
     gathered = k * steps * cfg.algorithm.batch_size * (feat + 2) * 4
     per_client = 4 * p_full * 3 + 3 * state_row  # rows, start models, optimizer; state in/out
     rnd = gathered + 2.0 * k * per_client
-    procs = PROCESS_BYTES + (workers * PROCESS_BYTES + RAY_BYTES if ex.backend == "ray" else 0)
+    # joining a cluster (--ray-address): its actors and services live on its nodes, which Ray
+    # places them on and refuses an actor that does not fit; this machine holds the driver
+    here = ex.backend == "ray" and ex.ray_address in (None, "local")
+    procs = PROCESS_BYTES + (workers * PROCESS_BYTES + RAY_BYTES if here else 0)
     if cfg.ledger.enabled:  # the recorder; three row slots and its pack buffer
         procs += PROCESS_BYTES
         rnd += LEDGER_ROW_COPIES * k * 4.0 * p_full
