@@ -61,3 +61,31 @@ def test_event_log_writes_the_lines(tmp_path: Path) -> None:
     log.close()
     want = "".join(text + "\n" for _, text in VECTORS[:3])
     assert (tmp_path / "events.jsonl").read_text() == want
+
+
+def test_a_diverged_runs_summary_is_json(tmp_path: Path) -> None:
+    # found at stop 57: a 1e30 gaussian attack under fedavg ends in a NaN loss, which
+    # summary.json held as a bare NaN (not JSON; events.jsonl wrote null)
+    from conftest import small_config
+
+    from simulator.run.experiment import run_experiment
+
+    cfg = small_config(
+        tmp_path / "r",
+        rounds=2,
+        attack="gaussian",
+        attack_params={"sigma": 1e30},
+        attack_fraction=0.5,
+    )
+    run_experiment(cfg)
+    text = (tmp_path / "r" / "summary.json").read_text()
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    summary = json.loads(text, parse_constant=refuse)
+    assert summary["final_loss"] is None and text.startswith('{\n  "')
+    assert (
+        event_json({"a": math.nan, "b": [1]}, indent=2)
+        == '{\n  "a": null,\n  "b": [\n    1\n  ]\n}'
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -19,7 +18,7 @@ from simulator.config.sections import Config, load_config
 from simulator.round.engine import Simulation
 from simulator.round.types import RoundCallback, RoundRecord
 from simulator.run.budget import check_budget
-from simulator.run.output import EventLog, RunSummary, truncate_events, write_csv
+from simulator.run.output import EventLog, RunSummary, event_json, truncate_events, write_csv
 from simulator.run.plots import plot
 from simulator.run.runlock import lock_run_dir
 from simulator.run.watch import NonFiniteWatch, warn_untrained_global
@@ -196,7 +195,8 @@ def write_results(
     if nodes:  # how many Ray nodes the actors ran on, and each actor's (short) node id
         result["actor_nodes"] = len(set(nodes))
         result["actor_node_ids"] = [n[:12] for n in nodes]
-    (out / "summary.json").write_text(json.dumps(result, indent=2))
+    # NaN as null, as in events.jsonl: a diverged run's final_loss was a bare NaN, not JSON
+    (out / "summary.json").write_text(event_json(result, indent=2))
     write_csv(out / "metrics.csv", summary.series)
     if cfg.output.plots:
         plot(

@@ -49,8 +49,9 @@ def _numpy_scalar(v: Any) -> Any:
     raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
 
 
-def event_json(event: dict[str, Any]) -> str:
-    """One event as a JSON line's text: non-finite floats as ``null``, numpy scalars as numbers.
+def event_json(event: dict[str, Any], indent: int | None = None) -> str:
+    """One event as a JSON line's text (or, with ``indent``, a document's: ``summary.json``):
+    non-finite floats as ``null``, numpy scalars as numbers.
 
     The common case (every float finite) goes through ``json.dumps`` in one pass; an event
     with a NaN or an infinity (``allow_nan=False`` raises) is cleaned by :func:`_clean` first,
@@ -58,9 +59,9 @@ def event_json(event: dict[str, Any]) -> str:
     ``json`` writes floats with ``float.__repr__``, as it writes ``.item()``'s).
     """
     try:
-        return json.dumps(event, allow_nan=False, default=_numpy_scalar)
+        return json.dumps(event, allow_nan=False, default=_numpy_scalar, indent=indent)
     except (ValueError, TypeError):
-        return json.dumps(_clean(event))
+        return json.dumps(_clean(event), indent=indent)
 
 
 def _clean(v: Any) -> Any:
