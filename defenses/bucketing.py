@@ -34,6 +34,10 @@ from defenses.base import (
 )
 from defenses.nnm import mixed, nnm_precondition
 
+#: buckets a bucketed round needs: a rule (median, trimmed mean, Krum, ...) of one or two
+#: bucket means is their mean, no defense at all
+MIN_BUCKETS = 3
+
 
 class BucketableDefense(Defense):
     """Base class of the rules that read only their rows (no public set, signals or stale
@@ -54,7 +58,13 @@ class BucketableDefense(Defense):
         keeps ``n`` rows and needs ``n > 2F`` itself)."""
         if self.nnm > 0 and (why := nnm_precondition(n, self.nnm)) is not None:
             return why
-        why = self.precondition(rows_for_rule(n, self.bucket))
+        b = rows_for_rule(n, self.bucket)
+        if self.bucket > 1 and 0 < b < MIN_BUCKETS:  # found at stop 57: bucket=11 of 10 rows
+            return (  # made one bucket, and the median a plain mean, without a word
+                f"at least {MIN_BUCKETS} buckets (n={n} in buckets of {self.bucket} make {b}; "
+                f"any rule of {b} bucket means is their mean)"
+            )
+        why = self.precondition(b)
         return why if why is None or self.bucket == 1 else f"{why} in buckets of {self.bucket}"
 
     def __call__(self, batch: UpdateBatch, ctx: DefenseContext) -> AggregateResult:

@@ -78,6 +78,11 @@ class TrimmedMeanDefense(BucketableDefense):
 
     def precondition(self, n: int) -> str | None:
         k = self._k(n)
+        if self.beta is not None and k == 0 and n > 0:  # found at stop 57: beta=0.05 of 10
+            return (  # rows trimmed nothing: a plain mean under the rule's name
+                f"floor(beta*n) >= 1 (n={n}, beta={self.beta}: it trims nothing; give beta >= "
+                f"{1 / n:.4g}, or f=0 for a plain mean)"
+            )
         if 2 * k < n:
             return None
         if self.beta is not None:

@@ -63,6 +63,15 @@ def test_precondition_counts_buckets() -> None:
     assert d.rule_precondition(10) is None
     with pytest.raises(PreconditionError, match=r"n > 2f \+ 2 \(n=4, f=1\) in buckets of 2"):
         d(batch([0.0] * 8, [1] * 8), ctx())
+    # found at stop 57: bucket=11 of 10 rows made one bucket, the median a plain mean; ceil(n/s)
+    # buckets: 10/11 -> 1, 10/5 -> 2 (refused), 10/4 -> 3 (runs)
+    med = make_defense("median", bucket=11)
+    assert med.rule_precondition(10) == (
+        "at least 3 buckets (n=10 in buckets of 11 make 1; any rule of 1 bucket means is their "
+        "mean)"
+    )
+    assert make_defense("median", bucket=5).rule_precondition(10).startswith("at least 3 buckets")
+    assert make_defense("median", bucket=4).rule_precondition(10) is None
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from defenses import DEFENSES, DefenseContext, UpdateBatch, make_defense
+from defenses.base import PreconditionError
 
 CTX = DefenseContext(round=0, global_flat=torch.zeros(1))
 
@@ -92,7 +93,10 @@ def test_trimmed_mean() -> None:
     five = [[1.0], [2.0], [3.0], [4.0], [100.0]]
     assert run("trimmedmean", five, f=1)[0] == [3.0]  # mean(2, 3, 4)
     assert run("trimmedmean", five, beta=0.2)[0] == [3.0]  # floor(0.2 * 5) = 1 per side
-    assert run("trimmedmean", five, beta=0.1)[0] == [22.0]  # floor(0.5) = 0: plain mean
+    assert run("trimmedmean", five, f=0)[0] == [22.0]  # asked for: the plain mean
+    # floor(0.1 * 5) = 0 trims nothing: refused (until stop 57 a plain mean, 22, without a word)
+    with pytest.raises(PreconditionError, match=r"needs floor\(beta\*n\) >= 1 \(n=5, beta=0.1"):
+        run("trimmedmean", five, beta=0.1)
     assert run("trimmedmean", five, f=2)[0] == [3.0]  # the median
     # per coordinate: [-50, 1, 2, 3, 4] -> mean(1, 2, 3); [-4, -3, -2, -1, 50] -> mean(-3..-1)
     rows = [[1, -1], [2, -2], [3, -3], [-50, 50], [4, -4]]
