@@ -57,6 +57,11 @@ import pytest
             "devices.gflops_sigma: --gflops-sigma applies to devices that declare GFLOP/s; drop "
             "it or give --gflops-median",
         ),
+        (  # found at stop 57: taken without a word by a run that records nothing
+            ["--committee", "7"],
+            "ledger.committee: --committee applies to runs recorded on FLChain; drop it or give "
+            "--ledger",
+        ),
     ],
 )
 def test_a_flag_its_setting_does_not_use_is_refused(
@@ -77,6 +82,8 @@ def test_a_flag_its_setting_uses_is_taken(capsys: pytest.CaptureFixture[str]) ->
         ["--round-policy", "first_k", "--first-k", "3"],
         ["--gflops-median", "2", "--gflops-sigma", "1"],
         ["--availability-low", "0.5"],
+        ["--ledger", "--committee", "7"],
+        ["--ledger-url", "http://127.0.0.1:1", "--committee", "0"],
     ):
         assert main([*flags, "--print-config"]) == 0, capsys.readouterr().err
         capsys.readouterr()

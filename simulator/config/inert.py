@@ -47,6 +47,8 @@ def _inert(flat: dict[str, Any], cfg: Any) -> Iterator[tuple[str, str, str, str]
         yield "devices", "availability_low", "the diurnal model, not a trace", "the trace"
     if not dev.gflops_median:
         yield "devices", "gflops_sigma", "devices that declare GFLOP/s", "give --gflops-median"
+    if not cfg.ledger.enabled:
+        yield "ledger", "committee", "runs recorded on FLChain", "give --ledger"
 
 
 def check_inert(flat: dict[str, Any], cfg: Any) -> None:

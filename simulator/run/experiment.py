@@ -132,6 +132,13 @@ def open_run(
         log.info("resuming %s at round %d", out, sim.next_round)
     else:
         events_path.write_text("")
+        # an earlier run's ledger or checkpoint is not this one's (found at stop 57: a run
+        # without --ledger into a ledger run's --out left its ledger/, which audited CLEAN)
+        if not cfg.ledger.enabled:
+            shutil.rmtree(out / "ledger", ignore_errors=True)
+        if not cfg.output.checkpoint_every:
+            (out / "checkpoint.pt").unlink(missing_ok=True)
+            shutil.rmtree(out / "state" / "checkpoint", ignore_errors=True)
         cfg.replace(resume=None).save(out / "config.yaml")
         if cfg.output.checkpoint_every:
             sim.save_checkpoint(out, 0.0, summary=summary.state_dict(), config=config_identity(cfg))
