@@ -15,6 +15,7 @@ Every attack is one module of this package whose class is decorated with ``@ATTA
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -82,9 +83,9 @@ class Attack:
             )
         v = float(value)
         if not np.isfinite(v) or (positive and v <= 0) or (low is not None and v < low):
-            need = "> 0" if positive else f">= {low}" if low is not None else "finite"
+            need = " and > 0" if positive else f" and >= {low}" if low is not None else ""
             raise ValueError(
-                f"attack {self.name!r}: parameter {key!r} must be finite and {need}, got {value!r}"
+                f"attack {self.name!r}: parameter {key!r} must be finite{need}, got {value!r}"
             )
         self.params[key] = v
         return v
@@ -166,24 +167,35 @@ def column_std(rows: torch.Tensor) -> torch.Tensor:
     return rows.std(dim=0, correction=1)
 
 
-def _count(n: int, fraction: float) -> int:
+def malicious_count(n: int, fraction: float) -> int:
+    """How many of ``n`` clients a malicious ``fraction`` makes: ``fraction * n`` rounded half
+    up (0.25 of 10 is 3, 0.45 of 10 is 5; Python's ``round`` took halves to the even count, so
+    0.15 and 0.25 of 10 both made 2 until stop 57)."""
     if not 0.0 <= float(fraction) <= 1.0:
         raise ValueError(f"attack_fraction must be in [0, 1], got {fraction!r}")
-    return min(n, round(float(fraction) * n))
+    # the 1e-9 keeps a product that float arithmetic puts just under a half (0.35 * 10) on it
+    return min(n, math.floor(float(fraction) * n + 0.5 + 1e-9))
 
 
 def pick_malicious(num_clients: int, fraction: float, seed: int) -> np.ndarray:
-    """A fixed seeded malicious set: ``round(fraction * num_clients)`` sorted client ids (int64)."""
+    """A fixed seeded malicious set: :func:`malicious_count` sorted client ids (int64)."""
     if num_clients < 0:
         raise ValueError(f"num_clients must be >= 0, got {num_clients!r}")
-    k = _count(num_clients, fraction)
+    k = malicious_count(num_clients, fraction)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), _PICK_TAG]))
     return np.sort(rng.choice(num_clients, size=k, replace=False)).astype(np.int64)
 
 
-def redraw_malicious(selected: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """Sageflow's setting: ``round(fraction * len(selected))`` of this round's selected clients,
-    re-drawn every round from ``rng``; sorted ids (int64)."""
+def redraw_malicious(
+    selected: np.ndarray, fraction: float, rng: np.random.Generator, independent: bool = False
+) -> np.ndarray:
+    """Sageflow's setting: :func:`malicious_count` of this round's selected clients, re-drawn
+    every round from ``rng``; sorted ids (int64). ``independent``: each selected client is
+    malicious with probability ``fraction`` on its own (an asynchronous policy's step selects one
+    or a few clients, of which a count would round to none)."""
     sel = np.asarray(selected, dtype=np.int64).ravel()
-    k = _count(sel.size, fraction)
+    if independent:
+        malicious_count(sel.size, fraction)  # the range check
+        return np.sort(sel[rng.random(sel.size) < fraction]).astype(np.int64)
+    k = malicious_count(sel.size, fraction)
     return np.sort(rng.choice(sel, size=k, replace=False)).astype(np.int64)

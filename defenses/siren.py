@@ -23,9 +23,10 @@ Two variants. ``variant="paper"`` is the paper's method as it ran here before (s
 the margin alarm, screening against the best root-set score, group decisions, equal weights,
 banned clients still train and their rows are rejected unjudged. ``variant="calibrated"``
 (default) is ours: a McNemar alarm, screening against the non-alarmers' median and mean update
-with a margin that widens on a small root set or a spread-out cohort, every row judged on its
-own evidence, sample weights, banned clients refused before they train. Why (the method notes,
-``shared/notes/methods-ktpfl-fedma-fedala-fedvb-siren.md`` §6): with ~144 samples a client a
+with a margin that widens on a small root set or a spread-out cohort and a bound on update
+norms, every row judged on its own evidence, sample weights, banned clients refused before they
+train. Why (the method notes, ``shared/notes/methods-ktpfl-fedma-fedala-fedvb-siren.md`` §6,
+and ``defenses/siren_screen.py`` for the norm bound): with ~144 samples a client a
 10% holdout is ~14 samples, one sample is 7 points against the 4-point alarm margin; the best of
 10 noisy root-set scores sits ~1.5 standard errors above the typical one; one failing alarmer
 drops every non-alarmer. Measured (``benchmarks/robustness.py --attack labelflip``, siren
@@ -81,8 +82,10 @@ class SirenDefense(Defense):
         The server margin ``C_s``, ``0 < cs < 1`` (default 0.1): relative accuracy margin of the
         screening.
     rounds_total : int
-        ``T``, the run's number of rounds, integer >= 1 (default 100; the engine passes
-        ``experiment.rounds``). Only used for the ban threshold.
+        ``T``, the run's number of rounds, integer >= 1. Only used for the ban threshold. A
+        run's config fills in ``experiment.rounds`` when it is not given (``from_experiment``,
+        resolved by :func:`simulator.config.plugins.defense_of`, so ``config.yaml`` records
+        it); 100 for an object built directly.
     ban_fraction : float
         ``0 < ban_fraction <= 1`` (default 0.45): a client is banned once its strikes reach
         ``max(1, floor(ban_fraction * T))`` (floor taken with a 1e-9 tolerance so that e.g.
@@ -115,6 +118,10 @@ class SirenDefense(Defense):
         Level of the McNemar alarm, ``0 < alpha < 1`` (default 0.05).
     z : float
         Standard errors of the robust screening, finite > 0 (default 2).
+    norm_ratio : float
+        Robust screening only, ``>= 1`` (default 10; ``inf``: no bound): a row whose update
+        norm exceeds ``norm_ratio`` times the reference rows' median norm fails
+        (``"abnormal-norm"``). Not in the paper; why: ``defenses/siren_screen.py``.
     cc : float
         The paper alarm's client margin ``C_c``, ``0 < cc < 1`` (default 0.04).
     holdout : float
@@ -172,6 +179,8 @@ class SirenDefense(Defense):
 
     client_side = SirenClient
     name = "siren"
+    #: parameters a run's config fills in from ``experiment`` fields when they are not given
+    from_experiment = {"rounds_total": "rounds"}
 
     def __init__(
         self,
@@ -188,6 +197,7 @@ class SirenDefense(Defense):
         weighting: str | None = None,
         alpha: float = 0.05,
         z: float = 2.0,
+        norm_ratio: float = 10.0,
         cc: float = 0.04,
         holdout: float = 0.1,
     ) -> None:
@@ -209,6 +219,13 @@ class SirenDefense(Defense):
         self.trigger = check_choice(self.name, "trigger", trigger, ["alarm", "always"])
         self.alpha = check_unit(self.name, "alpha", alpha)
         self.z = check_positive(self.name, "z", z)
+        real = isinstance(norm_ratio, int | float) and not isinstance(norm_ratio, bool)
+        if not (real and norm_ratio >= 1):  # nan fails too
+            raise ValueError(
+                f"defense {self.name!r}: norm_ratio {norm_ratio!r} invalid; valid: float >= 1 "
+                "(inf: no norm bound)"
+            )
+        self.norm_ratio = float(norm_ratio)
         self.cc = check_unit(self.name, "cc", cc)
         self.holdout = check_unit(self.name, "holdout", holdout)
         self.in_episode = False
@@ -237,7 +254,9 @@ class SirenDefense(Defense):
         acc = np.full(n, np.nan)
         if len(live):
             acc[live] = root_accuracy(batch, ctx, live, self.name)
-        screening = screening_of(self.screen, batch, ctx, acc, alarm, self.cs, self.z)
+        screening = screening_of(
+            self.screen, batch, ctx, acc, alarm, self.cs, self.z, self.norm_ratio
+        )
         if paper:
             reasons = paper_rule(live, alarm, screening, self.cs)
             for r in np.flatnonzero(banned):

@@ -31,14 +31,15 @@ def screening_of(
     alarm: np.ndarray,
     cs: float,
     z: float,
+    norm_ratio: float = 10.0,
 ) -> Screen:
     """The round's screening of a set of rows: :func:`~defenses.siren_screen.screen`
     (``kind="paper"``) or :func:`~defenses.siren_screen.screen_robust` (``"robust"``), with
-    the server margin ``cs`` and the robust screening's ``z``."""
+    the server margin ``cs`` and the robust screening's ``z`` and ``norm_ratio``."""
     if kind == "paper":
         return lambda rows: screen(rows, acc, batch.updates, batch.client_ids, cs)
     assert ctx.public_y is not None
     n_root = len(ctx.public_y)
     return lambda rows: screen_robust(
-        rows, acc, batch.updates, batch.client_ids, alarm, n_root, cs, z
+        rows, acc, batch.updates, batch.client_ids, alarm, n_root, cs, z, norm_ratio
     )

@@ -10,6 +10,7 @@ import torch
 
 from attacks import ATTACKS, AttackContext, make_attack, pick_malicious, redraw_malicious
 from attacks.alie import alie_z
+from attacks.base import malicious_count
 from attacks.minmax import perturbation, search_gamma
 
 BENIGN = torch.tensor([[1.0, 2.0, 0.0], [3.0, 2.0, 1.0], [2.0, 5.0, -1.0]])
@@ -162,6 +163,8 @@ def test_shape_dtype_empty_and_determinism(name: str) -> None:
         ("gaussian", {"sigma": float("nan")}, "'sigma'"),
         ("scale", {"factor": True}, "'factor'"),
         ("alie", {"z": "x"}, "'z'"),
+        ("alie", {"z": float("inf")}, r"^attack 'alie': parameter 'z' must be finite, got inf$"),
+        ("gaussian", {"sigma": -1.0}, r"'sigma' must be finite and > 0, got -1.0$"),
         ("ipm", {"eps": 0.0}, "'eps'"),
         ("minmax", {"direction": "up"}, "'direction'"),
         ("minsum", {"tau": 0}, "'tau'"),
@@ -236,3 +239,27 @@ def test_redraw_malicious() -> None:
     draws = {tuple(redraw_malicious(selected, 0.3, rng)) for _ in range(20)}
     assert len(draws) > 1
     assert len(redraw_malicious(np.array([], dtype=np.int64), 0.5, rng)) == 0
+
+
+@pytest.mark.parametrize(
+    ("n", "fraction", "count"),
+    # half up: Python's round() took 2.5 to 2 and 4.5 to 4 (found at stop 57: 0.15 and 0.25 of
+    # 10 both made 2 attackers, 0.35 and 0.45 both 4); 0.15 * 10 is 1.5000000000000002 in floats
+    [(10, 0.15, 2), (10, 0.25, 3), (10, 0.35, 4), (10, 0.45, 5), (10, 0.04, 0), (10, 0.05, 1)],
+)
+def test_the_malicious_count_rounds_half_up(n: int, fraction: float, count: int) -> None:
+    assert malicious_count(n, fraction) == count
+    assert len(pick_malicious(n, fraction, seed=3)) == count
+    assert len(redraw_malicious(np.arange(n), fraction, np.random.default_rng(0))) == count
+
+
+def test_redraw_each_on_its_own_for_an_asynchronous_step() -> None:
+    # a step of fedasync selects one client: a count of 0.3 x 1 rounds to none, so each selected
+    # client is malicious with probability 0.3 instead; the draws are rng.random(n) < 0.3
+    # default_rng(7).random(4) = 0.625, 0.897, 0.776, 0.225: only the fourth is below 0.3
+    rng = np.random.default_rng(7)
+    assert redraw_malicious(np.array([11, 12, 13, 14]), 0.3, rng, independent=True).tolist() == [14]
+    ones = [
+        redraw_malicious(np.array([5]), 0.3, np.random.default_rng(s), True) for s in range(200)
+    ]
+    assert 40 <= sum(len(o) for o in ones) <= 80  # ~60 of 200 (binomial sd ~6.5)

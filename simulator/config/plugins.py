@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from attacks import ATTACKS, make_attack
+from attacks.base import malicious_count
 from defenses import DEFENSES, make_defense
 from simulator.algorithms import ALGORITHMS, make_algorithm
 from simulator.config.fields import ConfigError
@@ -24,6 +25,7 @@ from simulator.config.learning import (
     AttackConfig,
     DataConfig,
     DefenseConfig,
+    ExperimentConfig,
     ModelConfig,
 )
 from simulator.config.system import ClockConfig, ExecutionConfig
@@ -103,6 +105,24 @@ def check_attack(attack: AttackConfig) -> None:
         raise ConfigError(f"attack.attack_params: {e}") from None
 
 
+def check_attack_count(attack: AttackConfig, devices: int, cohort: int, each: bool) -> None:
+    """ConfigError naming ``attack.attack_fraction`` when it makes no malicious client: of the
+    ``devices`` (a fixed set), or of a round's ``cohort`` (redraw; ``each``: an asynchronous
+    policy's, where every selected client is malicious on its own with that probability). A
+    run would otherwise be a clean one under the attack's name."""
+    f = attack.attack_fraction
+    if attack.attack == "none" or f <= 0 or each and attack.malicious_mode == "redraw":
+        return
+    fixed = attack.malicious_mode == "fixed"
+    pool = devices if fixed else cohort
+    if malicious_count(pool, f) == 0:
+        what = f"of the {pool} devices" if fixed else f"of the {pool} clients a round selects"
+        raise ConfigError(
+            f"attack.attack_fraction: {f:g} {what} makes no malicious client ({f:g} x {pool} "
+            f"rounds to 0); give at least {0.5 / pool:.4g}, or --attack none"
+        )
+
+
 def check_defense(defense: DefenseConfig) -> None:
     """ConfigError naming ``defense.defense`` (an unknown rule, listing the valid ones) or
     ``defense.defense_params`` (a parameter the rule refuses, or a bad value), before anything
@@ -116,6 +136,21 @@ def check_defense(defense: DefenseConfig) -> None:
         make_defense(defense.defense, **defense.defense_params)
     except ValueError as e:
         raise ConfigError(f"defense.defense_params: {e}") from None
+
+
+def defense_of(defense: DefenseConfig, experiment: ExperimentConfig) -> DefenseConfig:
+    """``defense`` with the parameters its rule takes from the run filled in where the user
+    gave none: a rule class's ``from_experiment`` maps a parameter to an ``experiment`` field
+    (Siren: ``{"rounds_total": "rounds"}``). Resolved here, so the saved ``config.yaml``, the
+    engine, a resume and the ledger's replay all see the same value; a given value is kept."""
+    cls = DEFENSES[defense.defense] if defense.defense in DEFENSES else None
+    wanted = getattr(cls, "from_experiment", {})
+    missing = {
+        p: getattr(experiment, f) for p, f in wanted.items() if p not in defense.defense_params
+    }
+    if not missing:
+        return defense
+    return dataclasses.replace(defense, defense_params={**defense.defense_params, **missing})
 
 
 def policy_of(clock: ClockConfig, clients_per_round: int | None = None) -> RoundPolicy:

@@ -34,9 +34,11 @@ from simulator.config.output import LedgerConfig, OutputConfig
 from simulator.config.plugins import (
     check_algorithm,
     check_attack,
+    check_attack_count,
     check_defense,
     check_model_groups,
     check_public,
+    defense_of,
     placement_of,
     policy_of,
 )
@@ -137,6 +139,7 @@ def build_config(
         hints = get_type_hints(cls)
         kw = {k: coerce(sec, k, hints[k], v) for k, v in values[sec].items()}
         built[sec] = cls(**kw)
+    built["defense"] = defense_of(built["defense"], built["experiment"])
     cfg = Config(**built)
     validate(cfg)
     return cfg
@@ -175,6 +178,7 @@ def validate(cfg: Config) -> None:
         policy.check_sizes(k, n)
     except ValueError as e:
         raise ConfigError(f"clock.policy_params: {e}") from None
+    check_attack_count(cfg.attack, n, policy.cohort(k, 0), policy.asynchronous)
     if cfg.clock.round_policy == "first_k" and getattr(policy, "k", 0) > k:
         field = "policy_params" if "k" in cfg.clock.policy_params else "first_k"
         raise ConfigError(  # every round would wait for all: first_k in name only

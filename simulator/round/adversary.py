@@ -24,9 +24,17 @@ class Adversary:
     """Chooses the malicious clients and applies a model attack to their rows."""
 
     def __init__(
-        self, attack: Attack | None, cfg: AttackConfig, num_clients: int, seed: int
+        self,
+        attack: Attack | None,
+        cfg: AttackConfig,
+        num_clients: int,
+        seed: int,
+        independent: bool = False,
     ) -> None:
         self.attack, self.cfg = attack, cfg
+        #: redraw: each selected client malicious on its own with the fraction's probability
+        #: (an asynchronous policy, whose steps select a client or a few at a time)
+        self.independent = independent
         self.fixed = (
             pick_malicious(num_clients, cfg.attack_fraction, seed)
             if attack is not None and cfg.malicious_mode == "fixed"
@@ -60,7 +68,8 @@ class Adversary:
         if self.attack is None:
             return set()
         if self.cfg.malicious_mode == "redraw":
-            return {int(c) for c in redraw_malicious(selected, self.cfg.attack_fraction, rng)}
+            f = self.cfg.attack_fraction
+            return {int(c) for c in redraw_malicious(selected, f, rng, self.independent)}
         # the fixed set is sorted: a binary search per selected client, O(cohort log F)
         pos = np.minimum(np.searchsorted(self.fixed, selected), max(len(self.fixed) - 1, 0))
         hit = self.fixed[pos] == selected if len(self.fixed) else np.zeros(len(selected), bool)

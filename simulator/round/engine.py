@@ -113,7 +113,11 @@ class Simulation(Checkpointed, RunViews):
             cfg, self.fed, self.space, self.store, self.algorithm, self.spaces
         )
         self.adversary = Adversary(
-            self.attack, cfg.attack, self.fed.num_clients, cfg.experiment.seed
+            self.attack,
+            cfg.attack,
+            self.fed.num_clients,
+            cfg.experiment.seed,
+            independent=self.policy.asynchronous,
         )
         if self.adversary.is_data_attack:
             self.spec = dataclasses.replace(
