@@ -209,3 +209,13 @@ def test_a_ray_address_where_no_ray_answers_is_one_line_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: execution.ray_address: ") and "127.0.0.1:1" in err[-1]
     assert "Traceback" not in "".join(err)
+
+
+def test_a_bad_set_stops_before_the_out_directory_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # found at stop 57: refused after the progress bar started, leaving --out with a .run.lock
+    out = tmp_path / "s"
+    assert main([*TINY, "--set", "nonfield=1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: config: unknown field 'nonfield'")
+    assert not out.exists()

@@ -43,6 +43,10 @@ def _run(a: argparse.Namespace, t0: float, runs: list[dict[str, Any]]) -> int:
     """:func:`_study` holding ``--out``'s lock."""
     import torch
 
+    if a.scenario == "study":  # a bad --set stops here, before --out is made or locked
+        from simulator.config.sections import build_config
+
+        build_config(flat=core.base_config(a, 0))
     lock = lock_run_dir(Path(a.out), "--out")  # one study at a time in a directory
     threads = torch.get_num_threads()
     if a.quick:  # its small MLP gains nothing from more threads; on a loaded machine they
