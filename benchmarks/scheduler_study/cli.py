@@ -42,7 +42,12 @@ def build_parser() -> OneLineParser:
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the instances and of every run (default 0)"
     )
-    p.add_argument("--out", type=Path, default=Path("runs/scheduler"), help="output directory")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/scheduler"),
+        help="output directory (default: runs/scheduler)",
+    )
     p.add_argument(
         "--placement-param",
         action="append",

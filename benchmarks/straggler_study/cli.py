@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Any
 
+from benchmarks.straggler_study.policy_flags import policies_run, policy_params
 from simulator.cli import OneLineParser, parse_kv
 from simulator.run.runlock import writable_file
 
@@ -176,7 +176,7 @@ def _output_flags(p: OneLineParser) -> None:
         default="auto",
         help="train small rounds in the driver (auto) or always on the actors (never)",
     )
-    p.add_argument("--out", default="runs/stragglers", help="output directory")
+    p.add_argument("--out", default="runs/stragglers", help="output dir (default: %(default)s)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write results.json here")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -269,35 +269,3 @@ def check_grid(p: OneLineParser, a: argparse.Namespace) -> None:
     n, grid = planned_runs(a)
     if n > MAX_RUNS:
         p.error(f"{grid} = {n} runs; a study may have at most {MAX_RUNS}")
-
-
-def policies_run(a: argparse.Namespace) -> list[str]:
-    """The policies taking ``--policy-param`` (none in the sageflow and fedprox cases)."""
-    if a.scenario == "fedbuff":
-        return ["wait_for_all", "fedbuff"]
-    return list(a.policies) if a.scenario == "study" else []
-
-
-def policy_params(
-    p: OneLineParser, pairs: list[tuple[str, Any]], k: int, run: list[str]
-) -> dict[str, dict[str, Any]]:
-    """``--policy-param POLICY:KEY=VALUE`` pairs as {policy: {key: value}}, each policy built
-    once with them (with cohort ``k``) so that a bad one fails before anything starts; one for
-    a policy not in ``run`` (the policies the study runs) is refused."""
-    params: dict[str, dict[str, Any]] = {}
-    for key, value in pairs:
-        if ":" not in key:
-            p.error(f"--policy-param: expected POLICY:KEY=VALUE, got {key}={value}")
-        pol, name = key.split(":", 1)
-        if pol not in run:
-            p.error(f"--policy-param: {pol!r} is not among the policies run: {run}")
-        params.setdefault(pol, {})[name] = value
-    from simulator.policies import make_policy, policy_parameters
-
-    for pol, given in params.items():  # fail before anything starts
-        try:
-            probe = {"deadline_s": 1.0} if "deadline_s" in policy_parameters(pol) else {}
-            make_policy(pol, k, **{**probe, **given})
-        except ValueError as e:
-            p.error(f"--policy-param: {e}")
-    return params

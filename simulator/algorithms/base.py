@@ -3,7 +3,7 @@
 An algorithm is a class registered by name (:func:`simulator.algorithms.register`). It declares
 
 * **its parameters** (:attr:`Algorithm.params`): typed, validated, given on the command line as
-  ``--algorithm-param KEY=VALUE``; an unknown name lists the valid ones;
+  ``--algorithm-params KEY=VALUE``; an unknown name lists the valid ones;
 * **its client step**, written for ONE client: :meth:`Algorithm.client_loss` gets a
   :class:`~simulator.training.step.Step` (the client's parameters, its batch, the model's features
   and logits, the masked cross-entropy, the global model, the client's own tensors from the
@@ -61,7 +61,7 @@ class Algorithm:
     """FedAvg behaviour (McMahan et al., AISTATS 2017); subclasses override what they change."""
 
     name: ClassVar[str] = "fedavg"
-    #: the algorithm's parameters, ``--algorithm-param KEY=VALUE``
+    #: the algorithm's parameters, ``--algorithm-params KEY=VALUE``
     params: ClassVar[dict[str, Param]] = {}
     #: per-client tensors kept in the client-state store: table -> shape ("params": the
     #: trainable parameters, "model": the whole flat model, "row": the row the client sends,

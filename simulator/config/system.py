@@ -29,7 +29,9 @@ from simulator.policies import POLICIES
 @dataclass(frozen=True)
 class DevicesConfig:
     device_trace: str | None = field_of(
-        None, "CSV/JSON trace of device profiles (one per client); default: generated population"
+        None,
+        "CSV/JSON trace of device profiles (device i is row i; at least --num-clients rows); "
+        "default: generated population",
     )
     compute_ms_median: float = field_of(5.0, "median compute time per sample, ms (FedScale-style)")
     compute_sigma: float = field_of(0.6, "log-normal sigma of compute speed")
