@@ -192,6 +192,8 @@ def _audit_or_error(run_dir: Path, **kw: Any) -> AuditReport | str:
         return audit_run(run_dir, **kw)
     except (AuditInputError, ValueError) as exc:  # ConfigError is a ValueError
         return str(exc).splitlines()[0]
+    except Exception as exc:  # noqa: BLE001 - one run's input the checks missed: not the others
+        return f"{run_dir}: cannot be audited: {type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def _reports(

@@ -19,7 +19,14 @@ from typing import Any
 
 from ledger.errors import FORMAT
 
-__all__ = ["INDEX_FIELDS", "AuditInputError", "read_index", "read_manifest"]
+__all__ = [
+    "INDEX_FIELDS",
+    "AuditInputError",
+    "check_manifest",
+    "load_manifest",
+    "read_index",
+    "read_manifest",
+]
 
 
 class AuditInputError(ValueError):
@@ -29,6 +36,7 @@ class AuditInputError(ValueError):
 _HEX32 = re.compile(r"0x[0-9a-f]{64}")
 _HEX = re.compile(r"(?:[0-9a-f]{2})*")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
+_URL = re.compile(r"https?://\S+")
 
 
 def _count(v: Any) -> bool:
@@ -86,7 +94,11 @@ MANIFEST_FIELDS: dict[str, Form] = {
     "onchain_bls": (lambda v: type(v) is bool, "true or false"),
 }
 #: the fields of a committee member (``manifest["committee"][i]``)
-MEMBER_FIELDS: dict[str, Form] = {"index": COUNT, "pubkey": (_hex, "hex"), "pop": (_hex, "hex")}
+MEMBER_FIELDS: dict[str, Form] = {
+    "index": COUNT,
+    "pubkey": (lambda v: _hex(v) and len(v) == 96, "hex of 48 bytes (a BLS public key)"),
+    "pop": (lambda v: _hex(v) and len(v) == 192, "hex of 96 bytes (a BLS signature)"),
+}
 
 
 def _shown(v: Any) -> str:
@@ -105,6 +117,40 @@ def _check(where: str, doc: dict[str, Any], fields: dict[str, Form], prefix: str
             raise AuditInputError(f"{where}: its {prefix}{key!r} is {_shown(doc[key])}, not {want}")
 
 
+def load_manifest(run_dir: Path) -> dict[str, Any]:
+    """``run_dir/ledger/manifest.json`` as a JSON object, its fields not yet checked
+    (:class:`AuditInputError`, naming the file, when it is missing, unreadable or no object)."""
+    path = run_dir / "ledger" / "manifest.json"
+    if not path.is_file():
+        raise AuditInputError(f"{run_dir}: no ledger/manifest.json (not a --ledger run)")
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AuditInputError(f"{path}: unreadable: {str(exc).splitlines()[0]}") from None
+    if not isinstance(m, dict):
+        raise AuditInputError(f"{path}: not a manifest (a JSON {type(m).__name__})")
+    return m
+
+
+def check_manifest(path: Path, m: dict[str, Any], more: dict[str, Form] | None = None) -> None:
+    """Check the form of every field of the manifest ``m`` (read from ``path``) that the audit
+    reads (:data:`MANIFEST_FIELDS`, the committee's members, a node's URL), and those of
+    ``more`` (a resume also reads the ABI): :class:`AuditInputError` naming the first."""
+    _check(str(path), m, {**MANIFEST_FIELDS, **(more or {})})
+    if m["backend"] == "rpc" and not _URL.fullmatch(m["url"] or ""):  # the node it was on
+        raise AuditInputError(
+            f"{path}: its 'url' is {_shown(m['url'])}, not an http(s):// URL (the run was "
+            "recorded on a node: 'backend' is \"rpc\")"
+        )
+    _check(str(path), m["compiler"], {"runtime_sha256": (_hex, "hex")}, "compiler.")
+    for i, member in enumerate(m["committee"]):
+        if not isinstance(member, dict):
+            raise AuditInputError(
+                f"{path}: its 'committee'[{i}] is {_shown(member)}, not an object"
+            )
+        _check(str(path), member, MEMBER_FIELDS, f"committee[{i}].")
+
+
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     """``run_dir/ledger/manifest.json``, its form checked (format, then every field the audit
     reads: see :data:`MANIFEST_FIELDS`).
@@ -114,28 +160,13 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     AuditInputError
         One line naming the file and the first missing or malformed field.
     """
-    path = run_dir / "ledger" / "manifest.json"
-    if not path.is_file():
-        raise AuditInputError(f"{run_dir}: no ledger/manifest.json (not a --ledger run)")
-    try:
-        m = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise AuditInputError(f"{run_dir}: ledger/manifest.json unreadable: {exc}") from None
-    if not isinstance(m, dict):
-        raise AuditInputError(f"{path}: not a manifest (a JSON {type(m).__name__})")
+    m = load_manifest(run_dir)
     if m.get("format") != FORMAT:
         raise AuditInputError(
             f"{run_dir}: ledger format {m.get('format')!r}; "
             f"this audit reads {FORMAT!r} (record the run again)"
         )
-    _check(str(path), m, MANIFEST_FIELDS)
-    _check(str(path), m["compiler"], {"runtime_sha256": (_hex, "hex")}, "compiler.")
-    for i, member in enumerate(m["committee"]):
-        if not isinstance(member, dict):
-            raise AuditInputError(
-                f"{path}: its 'committee'[{i}] is {_shown(member)}, not an object"
-            )
-        _check(str(path), member, MEMBER_FIELDS, f"committee[{i}].")
+    check_manifest(run_dir / "ledger" / "manifest.json", m)
     return m
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from ledger.audit_round import Commitment, PackFacts
 from ledger.pack import Pack, PackError
 from ledger.pack_rows import batch_of_pack
 from ledger.records import hx, model_blob, sha256, unhx
-from ledger.replay import TOLERANCE, Replayer
+from ledger.replay import TOLERANCE, Replayer, replay_error
 from ledger.store import BlobError, decode
 
 Finding = tuple[int | None, int | None, str, Any, Any]
@@ -154,8 +153,7 @@ class RoundReplay:
     def _close_enough(self, pack: Pack, new: torch.Tensor, r: int, fact: PackFacts) -> bool:
         if not fact.global_ok:
             return False
-        g = decode(bytes(pack.raw("global")))["global"]
-        err = float(np.max(np.abs(g - new.numpy()), initial=0.0) / max(1.0, np.abs(g).max()))
+        err = replay_error(new, decode(bytes(pack.raw("global")))["global"])
         if err <= TOLERANCE:
             self.audit.notes.append(
                 f"round {r}: recomputed global equal within {err:.1e} (not bit-identical)"

@@ -179,12 +179,15 @@ def _serve(conn: Connection) -> None:
 
 
 def _serve_until_closed(conn: Connection) -> None:
+    from ledger.audit_input import AuditInputError
     from ledger.errors import LedgerChainLost, LedgerError, LedgerRoundError
     from ledger.round_build import RoundRows
     from ledger.session import Session
     from ledger.spans import lent
     from simulator.config.sections import build_config
-    from simulator.run.appendlog import is_disk_full
+    from simulator.run.appendlog import CorruptLogError, is_disk_full
+
+    quiet = (LedgerError, LedgerRoundError, AuditInputError, CorruptLogError)  # one line, no trace
 
     def lost(exc: Exception) -> bool:
         return isinstance(exc, LedgerChainLost)
@@ -221,7 +224,7 @@ def _serve_until_closed(conn: Connection) -> None:
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the driver
             rnd = msg[1]["round"] if kind == "round" else None
             full = (getattr(exc, "filename", None) or run_dir) if is_disk_full(exc) else None
-            if isinstance(exc, LedgerError | LedgerRoundError) or full:
+            if isinstance(exc, quiet) or full:
                 text = str(exc).splitlines()[0]
             else:
                 traceback.print_exc(file=sys.stderr)

@@ -4,9 +4,11 @@ A client's tamper evidence in ledger v2 is its submission leaf and the leaf's Me
 the submissions root its round committed on chain (:mod:`ledger.merkle`). :func:`receipt` builds
 that receipt from a recorded run; :func:`verify_receipt` checks one against the chain (the
 embedded devnet's export re-imported with full validation, or the node), without trusting the
-run's files: ``--verify FILE`` checks a receipt a client kept. Exit status: 0 valid, 1 invalid
-(a well-formed receipt whose leaf or proof does not lead to the committed root), 2 bad input,
-a malformed receipt included (:func:`check_receipt`).
+run's files: ``--verify FILE`` checks a receipt a client kept, and everything its root rests
+on (:mod:`ledger.proof_verify`). Exit status: 0 valid, 1 invalid (a well-formed receipt whose
+leaf or proof does not lead to the committed root, or a failed check of the chain it rests on,
+each printed with its check), 2 bad input, a malformed receipt included (:func:`check_receipt`),
+and a run whose chain cannot be read or verified.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from ledger.audit_checks import RunAudit
 from ledger.audit_input import AuditInputError
-from ledger.merkle import merkle_proof, submission_leaf, verify_proof
+from ledger.merkle import merkle_proof, submission_leaf
 from ledger.pack import Pack, PackError
 from ledger.records import hx, unhx
 
@@ -83,8 +85,10 @@ def receipt_leaf(client: int, f: dict[str, Any]) -> bytes:
 def verify_receipt(
     run_dir: str | Path, rec: dict[str, Any], ledger_url: str | None = None
 ) -> list[Finding]:
-    """Findings (check ``inclusion-proof``) if ``rec`` does not prove its client's submission
-    against the submissions root committed on chain for its round; ``[]`` if it does.
+    """Findings if ``rec`` does not prove its client's submission against the submissions root
+    committed on chain for its round, or if what that root rests on fails (the channel, the
+    chain, the contract's code and setup, the committee's keys, the round's quorum signature:
+    :mod:`ledger.proof_verify`), each naming its check; ``[]`` if it does.
 
     Raises
     ------
@@ -92,32 +96,13 @@ def verify_receipt(
         ``rec`` is not a well-formed receipt (:func:`check_receipt`), before the chain is read.
     AuditInputError
         The run or its chain cannot be read (or ``ledger_url`` is given for a run recorded on
-        the embedded devnet).
+        the embedded devnet, or the node's contract at the run's address is another channel's).
     """
     check_receipt(rec)  # a malformed receipt is bad input (exit 2), not a failed proof
-    audit = RunAudit(Path(run_dir), ledger_url=ledger_url)
-    for _ in audit.open_chain():  # a broken chain proves nothing
-        pass
-    rnd, client = rec["round"], rec["client"]
-    if audit.chain is None:
-        return [(rnd, client, "inclusion-proof", "a readable chain", "none")]
-    list(audit.read_contract())  # reads the Committed events
-    com = audit.events.get(rnd)
-    if com is None:
-        return [(rnd, client, "inclusion-proof", f"round {rnd} committed on chain", "missing")]
-    leaf = receipt_leaf(client, rec)
-    proof = [(unhx(s), left) for s, left in rec["proof"]]
-    if hx(leaf) != rec["leaf"] or not verify_proof(leaf, proof, unhx(com.submissions_root)):
-        return [
-            (
-                rnd,
-                client,
-                "inclusion-proof",
-                com.submissions_root,
-                "a leaf and proof that do not lead to it",
-            )
-        ]
-    return []
+    from ledger.proof_verify import verify_against_chain
+
+    leaf = receipt_leaf(rec["client"], rec)
+    return verify_against_chain(run_dir, rec, leaf, ledger_url)
 
 
 def check_receipt(rec: dict[str, Any]) -> None:
@@ -179,7 +164,13 @@ def read_receipt(path: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from simulator.cli import OneLineParser
 
-    p = OneLineParser(prog="python -m ledger.proof", description=__doc__.split("\n")[0])
+    p = OneLineParser(
+        prog="python -m ledger.proof",
+        description="A client's receipt for a round of a run recorded with --ledger (its leaf "
+        "and Merkle proof: --round R --client C, printed as JSON), or a kept receipt checked "
+        "against the chain (--verify FILE: the contract's code and setup, the channel, the "
+        "round's quorum signature and the proof). Exit 0 valid, 1 invalid, 2 bad input.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run recorded with --ledger")
     p.add_argument("--round", type=int, default=None, help="the round (with --client)")
     p.add_argument("--client", type=int, default=None, help="the client (with --round)")
@@ -194,10 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     try:
-        if args.verify:
+        if args.verify == "":
+            p.error("--verify: the path is empty (give the receipt's file)")
+        if args.verify is not None:
             found = verify_receipt(args.run_dir, read_receipt(args.verify), args.ledger_url)
             for f in found:
-                print(f"round {f[0]} client {f[1]} {f[2]}: expected {f[3]}, found {f[4]}")
+                r, c = ("-" if x is None else x for x in f[:2])
+                print(f"round {r} client {c} {f[2]}: expected {f[3]}, found {f[4]}")
             print("VALID" if not found else "INVALID")
             return 1 if found else 0
         if args.round is None or args.client is None:

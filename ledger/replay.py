@@ -31,6 +31,17 @@ if TYPE_CHECKING:
 TOLERANCE = 1e-5
 
 
+def replay_error(new: torch.Tensor, recorded: Any) -> float:
+    """``max |new - recorded|`` relative to ``max(1, max |recorded|)``: at most
+    :data:`TOLERANCE` for the same model summed in another order (the driver's torch threads
+    against the committee's one: seen on an AMD EPYC host, FedAF's server training)."""
+    import numpy as np
+
+    g = np.asarray(recorded, dtype=np.float64).ravel()
+    diff = np.abs(g - new.detach().double().numpy().ravel())
+    return float(np.max(diff, initial=0.0) / max(1.0, float(np.abs(g).max(initial=0.0))))
+
+
 class Replayer:
     """The server side of a run, replayed from recorded update batches.
 

@@ -1,19 +1,12 @@
 """What a recorder session needs to start: the ledger's lock, the channel id, the committee, the
-chain connection, and the resume path (the chain re-imported or reconnected, the index of committed
-rounds made to agree with it).
-
-A kill -9 can land anywhere, so a resume first drops a torn last record of the append-only files
-(``chain/blocks.rlp``, ``rounds.jsonl``; :func:`simulator.run.appendlog.drop_torn_tail`), then
-treats
-the chain as the authority: a round the chain committed but ``rounds.jsonl`` does not list (the
-run stopped between the two) is indexed from its ``Committed`` event.
+chain connection and the contract's deployment, and the manifest of a fresh run (the resume path
+is :mod:`ledger.session_resume`).
 """
 
 from __future__ import annotations
 
 import fcntl
 import functools
-import json
 import os
 import shutil
 import time
@@ -26,7 +19,6 @@ from ledger.chain_errors import LedgerRevert
 from ledger.committee import Committee
 from ledger.errors import FORMAT, LedgerError
 from ledger.records import DEV_KEY, channel_of, hx
-from simulator.run.appendlog import drop_torn_tail, read_jsonl
 
 __all__ = [
     "COMMIT_GAS",
@@ -39,8 +31,6 @@ __all__ = [
     "deploy_channel",
     "fresh_manifest",
     "lock_ledger",
-    "open_index",
-    "open_resumed_chain",
 ]
 
 #: gas limit of a commitment (with on-chain BLS verification ~200k; only what is used is paid)
@@ -145,109 +135,6 @@ def deploy_channel(
             why = f"{type(exc).__name__}: {why}"  # e.g. web3's MethodUnavailable
         raise LedgerError(f"cannot deploy the FLChain contract: {why}") from None
     return chain, contract, onchain_bls
-
-
-def open_resumed_chain(
-    cfg: Any, seed: str, manifest: dict[str, Any], ledger: Path
-) -> tuple[Chain, Any]:
-    """The chain of a run being resumed, and the exporter that continues its export (embedded
-    devnet; ``None`` for a node)."""
-    if manifest.get("backend") == "embedded":
-        from ledger.devnet import BLOCKS_FILE, ChainExporter, ChainExportError
-        from ledger.devnet_import import import_chain
-
-        drop_torn_tail(ledger / "chain" / BLOCKS_FILE, "records")
-        try:
-            res = import_chain(ledger / "chain")
-        except ChainExportError as exc:
-            raise LedgerError(f"cannot resume: {exc}") from None
-        if res.error is not None or res.chain is None:
-            raise LedgerError(f"cannot resume: chain export is invalid: {res.error}")
-        return res.chain, ChainExporter(res.chain, ledger / "chain", append=True)
-    chain = connect(cfg, seed)
-    if not bytes(chain.w3.eth.get_code(manifest["contract"])):
-        raise LedgerError(
-            f"cannot resume: no contract at {manifest['contract']} on {cfg.ledger.ledger_url}"
-        )
-    return chain, None
-
-
-def committed_events(contract: Any, from_round: int = 0) -> dict[int, Any]:
-    """The contract's ``Committed`` events (round -> log), from round ``from_round`` on."""
-    logs = contract.events.Committed().get_logs(from_block=0)
-    return {int(lg["args"]["round"]): lg for lg in logs if int(lg["args"]["round"]) >= from_round}
-
-
-def entry_of_event(log: Any, ledger: Path | None = None) -> dict[str, Any]:
-    """The ``rounds.jsonl`` entry of a committed round, from its ``Committed`` event; the
-    counts of submissions and admissions come from the round's pack in ``ledger`` (written
-    before the commitment), so the line is the one the recorder would have written."""
-    from ledger.commitment import g2_compress_eip2537 as g2_compress
-    from ledger.pack import Pack, PackError
-
-    a = log["args"]
-    sig = bytes(a["signature"])
-    submissions = admitted = None
-    if ledger is not None:
-        try:
-            pack = Pack.read(ledger, bytes(a["pack_id"]))
-            submissions = sum(1 for _ in pack.clients("update"))
-            admitted = len(json.loads(bytes(pack.raw("admitted")))["admitted"])
-        except (PackError, KeyError, ValueError):
-            pass  # the audit reports a missing or corrupt pack
-    return {
-        "round": int(a["round"]),
-        "pack": hx(a["pack_id"]),
-        "global_hash": hx(a["global_hash"]),
-        "submissions_root": hx(a["submissions_root"]),
-        "verdicts_hash": hx(a["verdicts_hash"]),
-        "admitted_root": hx(a["admitted_root"]),
-        "signers": int(a["signers"]),
-        "signature": g2_compress(sig).hex() if sig else None,
-        "submissions": submissions,
-        "admitted": admitted,
-        "tx": hx(log["transactionHash"]),
-        "block": int(log["blockNumber"]),
-    }
-
-
-def open_index(ledger: Path, contract: Any, channel: str) -> dict[int, dict[str, Any]]:
-    """``rounds.jsonl`` made to agree with the chain (round -> entry), after a restart, once
-    the contract is known to be this run's: its channel is the manifest's ``channel``, and it
-    holds the index's last round with the same transaction (a node restarted since, where
-    another run deployed at the same address, is refused before anything is written)."""
-    path = ledger / "rounds.jsonl"
-    drop_torn_tail(path)
-    try:
-        entries = {int(e["round"]): e for e in read_jsonl(path)}
-    except (ValueError, KeyError) as exc:
-        raise LedgerError(f"cannot resume: {exc}") from None
-    other = f"the contract at {contract.address} is not this run's"
-    if hx(contract.functions.channel_id().call()) != channel:
-        raise LedgerError(f"cannot resume: {other} (another channel; was the node restarted?)")
-    if entries:
-        last = max(entries)
-        log = committed_events(contract, last).get(last)
-        if log is None or hx(log["transactionHash"]) != entries[last].get("tx"):
-            raise LedgerError(
-                f"cannot resume: {other} (it does not hold round {last} as rounds.jsonl "
-                "records it; was the node restarted?)"
-            )
-    on_chain = int(contract.functions.current_round().call())
-    if sorted(entries) != list(range(len(entries))) or len(entries) > on_chain:
-        raise LedgerError(
-            f"cannot resume: rounds.jsonl holds rounds {sorted(entries)[:5]}..., "
-            f"the chain {on_chain} rounds"
-        )
-    missing = range(len(entries), on_chain)
-    if missing:  # committed, then stopped before the index line was written
-        events = committed_events(contract, len(entries))
-        with open(path, "ab") as f:
-            for rnd in missing:
-                e = entry_of_event(events[rnd], ledger)
-                f.write((json.dumps(e, separators=(",", ":")) + "\n").encode())
-                entries[rnd] = e
-    return entries
 
 
 def fresh_manifest(

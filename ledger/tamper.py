@@ -249,3 +249,14 @@ def receipt_for_outsider(run: Path, r: int) -> tuple[Expected, dict[str, Any]]:
 RECEIPT_CASES: dict[str, Callable[[Path, int], tuple[Expected, dict[str, Any]]]] = {
     "proof for a client not in the round": receipt_for_outsider,
 }
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(
+        "error: ledger.tamper is a library, not a command: its cases are applied by "
+        "python benchmarks/ledger_audit.py (the tamper study) and the audit's tests",
+        file=sys.stderr,
+    )
+    sys.exit(2)

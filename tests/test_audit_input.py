@@ -63,6 +63,10 @@ def _edit_manifest(run: Path, edit: Callable[[dict[str, Any]], Any]) -> None:
         (lambda m: m.update(initial_pack="0xAB"), "its 'initial_pack' is \"0xAB\", not lowercase"),
         (lambda m: m.update(compiler=[]), "its 'compiler' is [], not a JSON object"),
         (lambda m: m["committee"][1].pop("pop"), "its committee[1].'pop' is missing"),
+        # until now AttributeError: 'NoneType' object has no attribute 'startswith' (exit 1)
+        (lambda m: m.update(backend="rpc", url=None), "its 'url' is null, not an http(s):// URL"),
+        # until now a contract-setup finding and a false round-on-chain "missing" every round
+        (lambda m: m["committee"][0].update(pubkey="ab"), "its committee[0].'pubkey' is \"ab\""),
         (lambda m: m.update(config={"experiment": 5}), "its 'config' is invalid: config: sect"),
     ],
 )
@@ -249,3 +253,30 @@ def test_a_node_that_does_not_answer_is_one_line_naming_the_run(run: Path) -> No
         f"{run}: cannot reach JSON-RPC node at http://127.0.0.1:1: [Errno 111] Connection "
         "refused (where it was recorded; --ledger-url if moved)"
     )
+
+
+def test_a_manifest_key_of_no_point_is_one_finding_and_the_rounds_are_on_chain(run: Path) -> None:
+    # until now the contract's setup read stopped at the key, before the Committed events were
+    # read: a false round-on-chain "missing" for every round
+    _edit_manifest(run, lambda m: m["committee"][0].update(pubkey="ff" * 48))
+    found = audit_run(run, replay=False).findings
+    assert [(f.round, f.check) for f in found] == [
+        (None, "contract-setup"),
+        (None, "committee-pop"),
+    ] + [(r, "committee-signature") for r in range(ROUNDS)]
+    assert found[0].expected.startswith("committee_key(0)=(the manifest's key is no G1 point: ")
+
+
+def test_a_setup_that_cannot_be_read_still_reads_the_rounds(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ledger.audit_checks as checks
+
+    def fail(pubkey: str) -> str:
+        raise ValueError("no such key")
+
+    monkeypatch.setattr(checks, "_g1", fail)
+    found = audit_run(run, replay=False).findings
+    assert [(f.round, f.check, f.expected, f.found) for f in found] == [
+        (None, "contract-setup", "the FLChain v2 interface", "ValueError('no such key')")
+    ]

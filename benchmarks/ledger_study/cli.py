@@ -97,8 +97,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--tamper",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="apply every tamper case to a recorded run and audit it (default on)",
+        default=None,
+        help="apply every tamper case to the first run the study records and audit it "
+        "(default on when the study records runs; refused with RUN_DIRs, which are only "
+        "audited: their copies would be the cases' own)",
     )
     p.add_argument(
         "--quick",
@@ -161,6 +163,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.committee < 0 or args.jobs < 1:
         p.error("--committee must be >= 0 and --jobs >= 1")
     _check_crossdevice(p, args)
+    if args.run_dirs and args.tamper:  # until now skipped without a word
+        p.error(
+            "--tamper applies to the runs the study records; RUN_DIRs are only audited "
+            "(leave out --tamper, or record with --tasks)"
+        )
+    args.tamper = args.tamper is not False and not args.run_dirs
     if args.ledger_url is not None:  # no node there is bad input, found before the first run
         from ledger.errors import LedgerError
         from ledger.node_probe import probe_node
