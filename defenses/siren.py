@@ -25,14 +25,13 @@ banned clients still train and their rows are rejected unjudged. ``variant="cali
 (default) is ours: a McNemar alarm, screening against the non-alarmers' median and mean update
 with a margin that widens on a small root set or a spread-out cohort and a bound on update
 norms, every row judged on its own evidence, sample weights, banned clients refused before they
-train. Why (the method notes, ``shared/notes/methods-ktpfl-fedma-fedala-fedvb-siren.md`` §6,
-and ``defenses/siren_screen.py`` for the norm bound): with ~144 samples a client a
-10% holdout is ~14 samples, one sample is 7 points against the 4-point alarm margin; the best of
-10 noisy root-set scores sits ~1.5 standard errors above the typical one; one failing alarmer
-drops every non-alarmer. Measured (``benchmarks/robustness.py --attack labelflip``, siren
-scenario, 3 seeds): the paper variant rejects 0.30 of the honest updates of clean runs, ours
-none; on 10^6 virtual clients (100 a round, 30% sign flippers) the paper variant rejects 0.998
-of the honest updates (accuracy 0.22), ours 0.04 (0.78; clean FedAvg 0.82).
+train. Why (method notes ``shared/notes/methods-ktpfl-fedma-fedala-fedvb-siren.md`` §6; the norm
+bound: ``defenses/siren_screen.py``): with ~144 samples a client a 10% holdout is ~14 samples, one
+sample is 7 points against the 4-point alarm margin; the best of 10 noisy root-set scores sits
+~1.5 standard errors above the typical one; one failing alarmer drops every non-alarmer.
+Measured (``benchmarks/robustness.py --attack labelflip``, siren scenario, 3 seeds): the paper
+variant rejects 0.30 of the honest updates of clean runs, ours none; on 10^6 virtual clients (100
+a round, 30% sign flippers) 0.998 (accuracy 0.22) against 0.04 (0.78; clean FedAvg 0.82).
 """
 
 from __future__ import annotations

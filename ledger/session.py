@@ -36,7 +36,7 @@ from ledger.pack import Entry, Pack, PackError, write_pack
 from ledger.pack_rows import resumed_round
 from ledger.pyevm import genesis_spec
 from ledger.records import hx, model_blob, sha256, unhx
-from ledger.replay import TOLERANCE, replay_error
+from ledger.replay import TOLERANCE, Replayer, replay_error
 from ledger.round_build import Channel, RoundRows, build_round
 from ledger.round_commit import attest, index_entry, send_commit
 from ledger.session_resume import check_setup, open_index, open_resumed_chain, resumed_manifest
@@ -70,9 +70,8 @@ class Session:
         self.dir = Path(run_dir) / "ledger"
         self.channel = channel_id(cfg)
         self.seed = f"{cfg.experiment.seed}:{self.channel.hex()[:16]}"
-        self.committee: Committee | None = (
-            committee_of(cfg.ledger.committee) if cfg.ledger.committee > 0 else None
-        )
+        size = cfg.ledger.committee
+        self.committee: Committee | None = committee_of(size) if size > 0 else None
         self.keys = ClientKeys(self.seed)
         self.chain: Any = None
         self.contract: Any = None
@@ -90,7 +89,6 @@ class Session:
         self.cpu = 0.0  # of which CPU seconds (its own: at the lowest priority it may wait)
         self._lock: int | None = None
 
-    # -- start -------------------------------------------------------------------------------
     def open(self, initial: np.ndarray | None, resume: bool) -> dict[str, Any]:
         """Start (fresh, or resume the run in place); returns what the driver needs to know."""
         t0, c0 = time.perf_counter(), time.process_time()
@@ -114,8 +112,6 @@ class Session:
         }
 
     def _fresh(self, initial: np.ndarray) -> None:
-        from ledger.replay import Replayer
-
         clear_ledger(self.dir)
         c = self.committee
         self.chain, self.contract, self.onchain_bls = deploy_channel(
@@ -148,8 +144,6 @@ class Session:
         self.index = AppendLog(self.dir / "rounds.jsonl")
 
     def _resume(self) -> None:
-        from ledger.replay import Replayer
-
         manifest = resumed_manifest(
             self.dir, self.cfg.experiment.seed
         )  # its form checked as the audit checks it
@@ -198,7 +192,6 @@ class Session:
         for old in [r for r in self.history if r < rnd - keep]:
             del self.history[old]
 
-    # -- one round ---------------------------------------------------------------------------
     def record(self, data: RoundRows) -> dict[str, Any]:
         """Record one round (or, for a round the ledger already holds after a resume, check
         that the recomputed global model equals the recorded one)."""
@@ -279,7 +272,6 @@ class Session:
         self.entries[entry["round"]] = entry
         self.hashes[entry["round"] + 1] = unhx(entry["global_hash"])
 
-    # -- end ---------------------------------------------------------------------------------
     def close(self) -> dict[str, Any]:
         """Release the files and the lock (the lock even when closing a file fails: the run
         may then resume in this process); returns the session's figures."""
